@@ -1,0 +1,107 @@
+package ledger
+
+// Policy is the token-quota configuration, decoded strictly from YAML by LoadPolicy.
+//
+//	backend:
+//	  kind: valkey                  # memory | valkey
+//	  url: ${QUOTAQUAL_VALKEY_URL}  # redis:// or rediss://, or exactly one whole ${ENV_VAR}
+//	  namespace: quotaqual          # prefix of every store key
+//	  timeout: 300ms                # bound on every store call
+//	limits:
+//	  max_keys: 10000
+//	  max_key_length: 256
+//	  max_active_reservations: 10000
+//	  max_body_bytes: 2097152
+//	rules:
+//	  - name: per-application-budget
+//	    match: {subjects: [application-a], models: [gpt-x]}   # absent: matches every request
+//	    key: subject                                         # subject | subject_and_model
+//	    allowed_models: [gpt-x]                              # absent: any model
+//	    budgets: [{window: 60s, capacity: 60}]               # 1 to 8 windows
+//	    reservation_timeout: 30s
+//	    reserved_tokens: 15            # shorthand for estimation {strategy: fixed, fallback_estimate: 15}
+//	    # estimation: {strategy: max_tokens, multiplier: 1.2, fallback_estimate: 500}
+type Policy struct {
+	Backend BackendConfig `yaml:"backend"`
+	Limits  Limits        `yaml:"limits"`
+	Rules   []Rule        `yaml:"rules"`
+}
+
+// BackendConfig selects and configures the store.
+type BackendConfig struct {
+	Kind      string   `yaml:"kind"`      // "memory" (default) or "valkey"
+	URL       string   `yaml:"url"`       // valkey only; never logged unredacted
+	Namespace string   `yaml:"namespace"` // default "quotaqual"
+	Timeout   Duration `yaml:"timeout"`   // default 300ms
+}
+
+// Limits bounds the state one ledger instance may hold. Zero values take the defaults.
+type Limits struct {
+	MaxKeys               int   `yaml:"max_keys"`                // default 100000
+	MaxKeyLength          int   `yaml:"max_key_length"`          // default 256
+	MaxActiveReservations int   `yaml:"max_active_reservations"` // default 200000
+	MaxBodyBytes          int64 `yaml:"max_body_bytes"`          // default 2 MiB
+}
+
+// Rule is one quota rule. Rules are tried in order; the first whose match holds applies.
+type Rule struct {
+	Name               string         `yaml:"name"`
+	Match              *Match         `yaml:"match"`
+	Key                KeyMode        `yaml:"key"`
+	AllowedModels      []string       `yaml:"allowed_models"`
+	Budgets            []BudgetConfig `yaml:"budgets"`
+	ReservationTimeout Duration       `yaml:"reservation_timeout"` // default 30s
+	ReservedTokens     *int64         `yaml:"reserved_tokens"`
+	Estimation         *Estimation    `yaml:"estimation"`
+}
+
+// Match restricts a rule to authenticated subjects and/or models. Both lists must hold when
+// both are given. Matching never looks at client-supplied headers other than the model.
+type Match struct {
+	Subjects []string `yaml:"subjects"`
+	Models   []string `yaml:"models"`
+}
+
+// KeyMode says what a rule's quota key is made of.
+type KeyMode string
+
+const (
+	KeySubject         KeyMode = "subject"           // the authenticated subject (default)
+	KeySubjectAndModel KeyMode = "subject_and_model" // subject × model
+)
+
+// BudgetConfig is one window of a rule as written in YAML.
+type BudgetConfig struct {
+	Window   Duration `yaml:"window"`
+	Capacity int64    `yaml:"capacity"`
+}
+
+// Estimation configures how a request's token estimate is computed before admission.
+// Pointers distinguish "absent" from "zero" so that fields a strategy does not use can be
+// rejected by name.
+type Estimation struct {
+	Strategy          Strategy           `yaml:"strategy"`
+	Multiplier        *float64           `yaml:"multiplier"`
+	FallbackEstimate  *int64             `yaml:"fallback_estimate"`
+	ModelMultipliers  map[string]float64 `yaml:"model_multipliers"`
+	DefaultMultiplier *float64           `yaml:"default_multiplier"`
+	BytesPerToken     *float64           `yaml:"bytes_per_token"`
+}
+
+// Strategy names an estimation strategy.
+type Strategy string
+
+const (
+	StrategyFixed              Strategy = "fixed"
+	StrategyMaxTokens          Strategy = "max_tokens"
+	StrategyInputPlusMaxTokens Strategy = "input_plus_max_tokens"
+	StrategyModelScaled        Strategy = "model_scaled"
+)
+
+// RequestFacts is what estimation may look at: facts read from the request body.
+type RequestFacts struct {
+	Model               string
+	MaxTokens           *int64 // body "max_tokens"
+	MaxCompletionTokens *int64 // body "max_completion_tokens"
+	BodyBytes           int64  // length of the request body
+}

@@ -1,0 +1,134 @@
+// Package topology brings a qualification topology up and down and owns the fault levers the
+// scenarios pull: restart a gateway, stop and start Valkey, partition a host from a peer and
+// heal it, probe reachability from any host to any host:port, and collect component logs. One
+// implementation per engine (netns, process; docker and kind later). Scenario logic lives in
+// package scenarios, never here.
+package topology
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Host names, the same on every engine.
+const (
+	HostClient          = "client"
+	HostGatewayA        = "gateway-a"
+	HostGatewayB        = "gateway-b"
+	HostProviderWest    = "provider-west"
+	HostProviderCentral = "provider-central"
+	HostProviderEast    = "provider-east"
+	HostValkey          = "valkey"
+)
+
+// Gateways and Providers list the hosts of each role in a stable order.
+var (
+	Gateways  = []string{HostGatewayA, HostGatewayB}
+	Providers = []string{HostProviderWest, HostProviderCentral, HostProviderEast}
+)
+
+// ErrUnsupported is returned (wrapped, with the reason) by a lever an engine does not have.
+// Scenarios that need it report skipped with that reason.
+var ErrUnsupported = errors.New("not supported by this topology")
+
+// Topology is one running (or ready to run) set of components.
+type Topology interface {
+	// Engine names the implementation: "netns", "process", "docker", "kind".
+	Engine() string
+	// Up brings every component up and waits until each is ready. On error, whatever was
+	// started has been torn down again.
+	Up(ctx context.Context) error
+	// Down stops everything this run created and reports what it removed. It is safe to call
+	// more than once and after a failed Up.
+	Down(ctx context.Context) (Teardown, error)
+
+	// Client is an HTTP client whose connections originate from the client host: the vantage
+	// point of an application calling the gateways.
+	Client() *http.Client
+	// Observer is an HTTP client for the admin ports (metrics, health, provider call logs):
+	// the harness's own vantage point, which the network policy allows to reach admin ports
+	// only.
+	Observer() *http.Client
+	// Gateway returns the endpoints of gateway-a or gateway-b.
+	Gateway(name string) GatewayEndpoint
+	// Provider returns the endpoints of a provider host.
+	Provider(name string) ProviderEndpoint
+	// Valkey returns Valkey's address as the gateways see it (no credentials).
+	ValkeyAddr() string
+
+	// RestartGateway stops a gateway process and starts a new one with the same config,
+	// returning once it is ready again.
+	RestartGateway(ctx context.Context, name string) error
+	// StopValkey stops the Valkey server (its AOF keeps the state); StartValkey starts it
+	// again and waits until it answers.
+	StopValkey(ctx context.Context) error
+	StartValkey(ctx context.Context) error
+	// Partition cuts host off from peer (both directions, live connections included);
+	// Heal restores it.
+	Partition(ctx context.Context, host, peer string) error
+	Heal(ctx context.Context, host, peer string) error
+	// Probe tries a TCP connection from one host to another host's port, with a timeout.
+	Probe(ctx context.Context, from, to string, port int) ProbeResult
+	// Ports lists the ports the components listen on, by role.
+	Ports() Ports
+
+	// Capabilities says which levers work here, and why not when they do not.
+	Capabilities() Capabilities
+	// CollectLogs copies each component's log into dir as <host>.log (unredacted: the
+	// evidence package redacts what it writes).
+	CollectLogs(dir string) error
+	// Facts describes the topology for the evidence manifest: engine, addresses, versions,
+	// deny mode, run id.
+	Facts() map[string]any
+}
+
+// GatewayEndpoint is where a gateway listens, as seen from the client and the observer.
+type GatewayEndpoint struct {
+	Name     string
+	DataURL  string // http://host:port, reachable from Client()
+	AdminURL string // http://host:port, reachable from Observer()
+}
+
+// ProviderEndpoint is where a provider stub listens.
+type ProviderEndpoint struct {
+	Name     string
+	Site     string // west, central, east
+	DataURL  string // reachable from the gateways only
+	AdminURL string // reachable from Observer()
+}
+
+// Ports are the listening ports by role.
+type Ports struct {
+	GatewayData   int
+	GatewayAdmin  int
+	ProviderData  int
+	ProviderAdmin int
+	Valkey        int
+}
+
+// ProbeResult is the outcome of one reachability probe.
+type ProbeResult struct {
+	From, To  string
+	Port      int
+	Reached   bool
+	Error     string // connect error when not reached, e.g. "connection refused", "i/o timeout"
+	Elapsed   time.Duration
+	Supported bool // false when this engine cannot probe from that host
+}
+
+// Capabilities of an engine. A lever that is missing comes with the reason.
+type Capabilities struct {
+	NetworkPolicy       bool
+	NetworkPolicyReason string
+	Partition           bool
+	PartitionReason     string
+}
+
+// Teardown records what Down removed, for the evidence bundle.
+type Teardown struct {
+	Removed []string // e.g. "process gateway-a pid 1234", "netns qq-1a2b-client"
+	Errors  []string
+	Elapsed time.Duration
+}
