@@ -1,0 +1,91 @@
+// Package evidence writes the run's evidence bundle: manifest with SHA-256 checksums, per-scenario
+// results, the request log, component logs, metrics, effective configs, a summary and JUnit —
+// all redacted, then scanned for every credential the run generated (raw, base64, URL-encoded,
+// JSON-escaped) so that a leak fails the run. It knows verdicts and facts, not what any
+// scenario does.
+package evidence
+
+import "time"
+
+// Status is a scenario's verdict. A skip is never a pass.
+type Status string
+
+const (
+	Passed  Status = "passed"
+	Failed  Status = "failed"
+	Skipped Status = "skipped"
+)
+
+// Assertion is one check that decided (or contributed to) a verdict.
+type Assertion struct {
+	Name     string `json:"name"`
+	Expected any    `json:"expected"`
+	Observed any    `json:"observed"`
+	OK       bool   `json:"ok"`
+}
+
+// Fact is one named observation, kept in the order it was recorded.
+type Fact struct {
+	Name  string `json:"name"`
+	Value any    `json:"value"`
+}
+
+// ScenarioResult is one scenario's outcome.
+type ScenarioResult struct {
+	Name       string        `json:"name"`
+	Summary    string        `json:"summary"`   // what the scenario proves, one line
+	Invariant  string        `json:"invariant"` // "hard gate: peak reserved <= capacity" or "meter: ..." etc.
+	Status     Status        `json:"status"`
+	Reason     string        `json:"reason,omitempty"` // why it failed or was skipped
+	KeyFact    string        `json:"key_fact"`         // one short line for the closing table
+	Facts      []Fact        `json:"facts"`
+	Assertions []Assertion   `json:"assertions"`
+	Started    time.Time     `json:"started"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+}
+
+// RequestRecord is one HTTP exchange a scenario made, for requests.jsonl. It holds labels, never
+// credentials: Subject is the fixture's label (e.g. "application-a"), not a password or header.
+type RequestRecord struct {
+	Time         time.Time         `json:"time"`
+	Scenario     string            `json:"scenario"`
+	Label        string            `json:"label"`   // what the request was for, e.g. "exhaust-3"
+	Gateway      string            `json:"gateway"` // gateway-a, gateway-b
+	Subject      string            `json:"subject,omitempty"`
+	Credential   string            `json:"credential"` // valid, missing, malformed, wrong-password, cross-subject
+	Method       string            `json:"method"`
+	Path         string            `json:"path"`
+	Status       int               `json:"status"` // 0: no HTTP response
+	ProviderSite string            `json:"provider_site,omitempty"`
+	RequestID    string            `json:"request_id,omitempty"`
+	QuotaHeaders map[string]string `json:"quota_headers,omitempty"`
+	ErrorType    string            `json:"error_type,omitempty"` // OpenAI-style error.type of a denial
+	Usage        *Usage            `json:"usage,omitempty"`
+	Latency      time.Duration     `json:"latency_ns"`
+	Error        string            `json:"error,omitempty"` // transport error
+}
+
+// Usage is the token usage an admitted response reported.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// Manifest describes the run and checksums every file in the bundle.
+type Manifest struct {
+	SchemaVersion    string            `json:"schema_version"`
+	RunID            string            `json:"run_id"`
+	QuotaqualVersion string            `json:"quotaqual_version"`
+	ValkeyVersion    string            `json:"valkey_version"`
+	Topology         string            `json:"topology"`
+	TopologyFacts    map[string]any    `json:"topology_facts,omitempty"`
+	Profile          string            `json:"profile"`
+	ConfigDigests    map[string]string `json:"config_digests"` // file -> sha256 of the effective (unredacted) config
+	Started          time.Time         `json:"started"`
+	Ended            time.Time         `json:"ended"`
+	Verdicts         map[string]Status `json:"verdicts"`
+	Outcome          string            `json:"outcome"` // passed, failed, interrupted, topology-error
+	Teardown         any               `json:"teardown,omitempty"`
+	Files            map[string]string `json:"files"` // relative path -> sha256 hex, every file but manifest.json
+}
