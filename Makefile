@@ -4,17 +4,21 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/quotaqual/quotaqual/internal/version.Version=$(VERSION)
 BIN      := bin/quotaqual
 
-.PHONY: build test bench lint run image clean
+.PHONY: deps build test bench lint run image clean
+
+# Installs valkey-server (bookworm-backports), nftables, iproute2, util-linux when missing.
+deps:
+	@bash .ci/install-deps
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quotaqual
 
 # The whole suite: unit, conformance (real valkey-server), end-to-end (real processes), and the
 # full qualification on every topology this machine supports.
-test: build
+test: deps build
 	$(GO) test -count=1 -timeout 15m ./...
 
-bench: build
+bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 ./ledger/... ./gateway/...
 
 lint:
@@ -22,7 +26,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-run: build
+run: deps build
 	./$(BIN) run
 
 clean:
