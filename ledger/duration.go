@@ -34,9 +34,16 @@ func (d Duration) String() string {
 	}
 }
 
-// ParseDuration parses "<whole number><ms|s|m|h>".
+// ParseDuration parses "<whole number><ms|s|m|h>". Zero is refused: no duration in the policy
+// means "nothing", and an absent field is how a default is asked for.
 func ParseDuration(s string) (Duration, error) {
 	t := strings.TrimSpace(s)
+	if num, ok := strings.CutSuffix(t, "d"); ok && isWhole(num) {
+		return 0, fmt.Errorf("%q: days are not accepted; write hours (7d is 168h)", s)
+	}
+	if num, ok := strings.CutSuffix(t, "w"); ok && isWhole(num) {
+		return 0, fmt.Errorf("%q: weeks are not accepted; write hours (1w is 168h)", s)
+	}
 	units := []struct {
 		suffix string
 		unit   time.Duration
@@ -53,9 +60,17 @@ func ParseDuration(s string) (Duration, error) {
 		if n > uint64(math.MaxInt64/int64(u.unit)) {
 			return 0, fmt.Errorf("%q is too long a duration", s)
 		}
+		if n == 0 {
+			return 0, fmt.Errorf("%q is zero; write a positive duration or remove the key for the default", s)
+		}
 		return Duration(time.Duration(n) * u.unit), nil
 	}
 	return 0, fmt.Errorf("%q is not a duration; write a whole number with ms, s, m or h (500ms, 30s, 1m, 168h)", s)
+}
+
+func isWhole(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 63)
+	return err == nil
 }
 
 // UnmarshalYAML accepts only the scalar form.

@@ -1,5 +1,13 @@
 package ledger
 
+import (
+	"errors"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/quotaqual/quotaqual/internal/strictyaml"
+)
+
 // Policy is the token-quota configuration, decoded strictly from YAML by LoadPolicy.
 //
 //	backend:
@@ -35,12 +43,52 @@ type BackendConfig struct {
 	Timeout   Duration `yaml:"timeout"`   // default 300ms
 }
 
-// Limits bounds the state one ledger instance may hold. Zero values take the defaults.
+// Limits bounds the state one ledger instance may hold. An absent field takes its default; a
+// zero written in YAML is refused (see UnmarshalYAML).
 type Limits struct {
 	MaxKeys               int   `yaml:"max_keys"`                // default 100000
 	MaxKeyLength          int   `yaml:"max_key_length"`          // default 256
 	MaxActiveReservations int   `yaml:"max_active_reservations"` // default 200000
 	MaxBodyBytes          int64 `yaml:"max_body_bytes"`          // default 2 MiB
+}
+
+// Limit defaults, the upstream filter's hard-coded bounds.
+const (
+	DefaultMaxKeys               = 100_000
+	DefaultMaxKeyLength          = 256
+	DefaultMaxActiveReservations = 200_000
+	DefaultMaxBodyBytes          = 2 << 20
+)
+
+// UnmarshalYAML refuses an explicit zero. In Go a zero field means "absent, take the default",
+// so without this check `max_keys: 0` (which a reader may take for "unlimited") would silently
+// become 100000.
+func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
+	var errs strictyaml.Errors
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" {
+				var x int64
+				if v.Decode(&x) == nil && x == 0 {
+					errs = append(errs, strictyaml.FieldError{Path: k.Value,
+						Msg: "must be positive; remove it to use the default"})
+				}
+			}
+		}
+	}
+	type plain Limits // no methods: decodes field by field without recursing here
+	if err := strictyaml.DecodeNode(n, (*plain)(l)); err != nil {
+		var es strictyaml.Errors
+		if !errors.As(err, &es) {
+			return err
+		}
+		errs = append(errs, es...)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
 }
 
 // Rule is one quota rule. Rules are tried in order; the first whose match holds applies.
