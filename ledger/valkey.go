@@ -1,0 +1,494 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+func loadScript(name string) *valkey.Lua {
+	common, err := scriptFS.ReadFile("scripts/common.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := scriptFS.ReadFile("scripts/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	return valkey.NewLuaScript(string(common) + "\n" + string(body))
+}
+
+var (
+	reserveScript = loadScript("reserve")
+	renewScript   = loadScript("renew")
+	settleScript  = loadScript("settle")
+	inspectScript = loadScript("inspect")
+)
+
+const (
+	defaultNamespace    = "quotaqual"
+	defaultStoreTimeout = 300 * time.Millisecond
+)
+
+// ValkeyOptions configure the Valkey backend.
+type ValkeyOptions struct {
+	URL       string        // redis:// or rediss:// (also valkey://, valkeys://); may carry a password
+	Namespace string        // prefix of every key; default "quotaqual"
+	Timeout   time.Duration // bound on every call; default 300ms
+	Limits    Limits        // per-instance bounds; zero fields take the defaults
+}
+
+// Valkey is the shared backend: every Reserve, Renew, Settle and Inspect is one Lua script call
+// (EVALSHA, falling back to EVAL after SCRIPT FLUSH or a restart), atomic on the store, on the
+// store's clock (TIME). All keys of one quota key share one hash tag, so the scripts also run
+// on Valkey Cluster. The connection is made lazily and re-made by valkey-go after failures, so
+// a gateway may start before Valkey does; every call is bounded by the timeout and every
+// failure is an error wrapping ErrStore, never an admission.
+//
+// max_keys and max_active_reservations bound what this instance tracks: a local map of the
+// quota keys it wrote (forgotten when their store TTL would have run out) and of the
+// reservations it holds (forgotten when settled, found expired, or past their lease).
+type Valkey struct {
+	ns      string
+	timeout time.Duration
+	limits  Limits
+	secrets []string // texts that must never appear in an error
+
+	cmu     sync.Mutex
+	copt    valkey.ClientOption
+	client  valkey.Client
+	dialing chan struct{}
+	dialErr error
+	closed  bool
+
+	lmu        sync.Mutex
+	keys       map[string]*trackedKey
+	ids        map[string]int64 // reservation id -> local lease deadline (unix ms)
+	pendingRes int              // Reserve calls in flight, each holding a reservation slot
+}
+
+type trackedKey struct {
+	expiryMs int64 // local unix ms after which the store has forgotten the key
+	pending  int   // Reserve calls in flight for the key
+}
+
+// NewValkey returns a Valkey ledger. It does not contact Valkey (a gateway may start during an
+// outage): the first call connects, and valkey-go reconnects after failures. It fails only on a
+// malformed URL or namespace, and its errors never contain the URL or the password.
+func NewValkey(opts ValkeyOptions) (*Valkey, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = defaultNamespace
+	}
+	if strings.ContainsAny(opts.Namespace, "{}") {
+		return nil, errors.New("valkey backend: namespace must not contain '{' or '}' (they delimit the hash tag)")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = defaultStoreTimeout
+	}
+	u, err := url.Parse(opts.URL)
+	if err != nil {
+		return nil, errors.New("valkey backend: the URL does not parse; write redis://[:password@]host:port[/db] or rediss://…")
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "valkey", "valkeys":
+	default:
+		return nil, fmt.Errorf("valkey backend: URL scheme %q is not supported; use redis:// or rediss://", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, errors.New("valkey backend: the URL names no host; write redis://host:port")
+	}
+	copt, err := valkey.ParseURL(opts.URL)
+	if err != nil {
+		return nil, errors.New("valkey backend: the URL is not a valid Valkey URL (check its port, database number and query options)")
+	}
+	copt.Dialer.Timeout = opts.Timeout
+	copt.ConnWriteTimeout = max(4*opts.Timeout, time.Second)
+	copt.DisableCache = true
+	v := &Valkey{
+		ns:      opts.Namespace,
+		timeout: opts.Timeout,
+		limits:  opts.Limits.withDefaults(),
+		copt:    copt,
+		keys:    make(map[string]*trackedKey),
+		ids:     make(map[string]int64),
+	}
+	v.secrets = append(v.secrets, opts.URL)
+	if copt.Password != "" {
+		v.secrets = append(v.secrets, copt.Password, url.QueryEscape(copt.Password), url.PathEscape(copt.Password))
+		if pw, ok := u.User.Password(); ok {
+			v.secrets = append(v.secrets, pw)
+		}
+		if i := strings.LastIndex(u.User.String(), ":"); i >= 0 {
+			v.secrets = append(v.secrets, u.User.String()[i+1:])
+		}
+	}
+	// Connect in the background so the first call usually finds a connection; a failure here
+	// is retried by the next call.
+	v.cmu.Lock()
+	v.startDialLocked()
+	v.cmu.Unlock()
+	return v, nil
+}
+
+// Backend implements Ledger.
+func (v *Valkey) Backend() string { return "valkey" }
+
+// Close implements Ledger: it waits for a connection attempt in progress and closes the client.
+func (v *Valkey) Close() error {
+	v.cmu.Lock()
+	v.closed = true
+	ch := v.dialing
+	v.cmu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	v.cmu.Lock()
+	c := v.client
+	v.client = nil
+	v.cmu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	return nil
+}
+
+func (v *Valkey) startDialLocked() chan struct{} {
+	if v.dialing != nil {
+		return v.dialing
+	}
+	ch := make(chan struct{})
+	v.dialing = ch
+	opt := v.copt
+	go func() {
+		c, err := valkey.NewClient(opt)
+		v.cmu.Lock()
+		if err == nil && v.closed {
+			c.Close()
+			c, err = nil, errors.New("valkey backend closed")
+		}
+		v.client, v.dialErr, v.dialing = c, err, nil
+		v.cmu.Unlock()
+		close(ch)
+	}()
+	return ch
+}
+
+// conn returns the client, connecting when there is none yet, within ctx.
+func (v *Valkey) conn(ctx context.Context) (valkey.Client, error) {
+	v.cmu.Lock()
+	if v.client != nil {
+		c := v.client
+		v.cmu.Unlock()
+		return c, nil
+	}
+	if v.closed {
+		v.cmu.Unlock()
+		return nil, errors.New("valkey backend closed")
+	}
+	ch := v.startDialLocked()
+	v.cmu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connect: %w", ctx.Err())
+	}
+	v.cmu.Lock()
+	defer v.cmu.Unlock()
+	if v.client != nil {
+		return v.client, nil
+	}
+	if v.dialErr != nil {
+		return nil, fmt.Errorf("connect: %w", v.dialErr)
+	}
+	return nil, errors.New("connect: no connection")
+}
+
+// fail turns a client error into an ErrStore error whose text holds no secret.
+func (v *Valkey) fail(op string, err error) error {
+	msg := err.Error()
+	dirty := false
+	for _, s := range v.secrets {
+		if s != "" && strings.Contains(msg, s) {
+			msg = strings.ReplaceAll(msg, s, "[redacted]")
+			dirty = true
+		}
+	}
+	if dirty {
+		err = errors.New(msg)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within %v: %w", v.timeout, err)
+	}
+	return storeError("valkey "+op, err)
+}
+
+// scriptKeys builds the keys and the common ARGV prefix of a quota key's scripts.
+type scriptKeys struct {
+	keys    []string
+	args    []string
+	slotOf  []int // budget index -> 1-based width slot
+	ttlMs   int64
+	budgets []checkedBudget
+}
+
+func (v *Valkey) prefix(rule, key string) string {
+	sum := sha256.Sum256([]byte(compositeKey(rule, key)))
+	return v.ns + ":{" + hex.EncodeToString(sum[:])[:32] + "}"
+}
+
+func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
+	p := v.prefix(q.Rule, key)
+	bs := prepareBudgets(q)
+	widths := distinctWidths(bs)
+	sk := scriptKeys{budgets: bs, ttlMs: storeTTLMs(q), slotOf: make([]int, len(bs))}
+	sk.keys = make([]string, 0, 2+len(widths))
+	sk.keys = append(sk.keys, p+":a", p+":d")
+	sk.args = make([]string, 0, 2+2*len(widths)+extra)
+	sk.args = append(sk.args, strconv.FormatInt(sk.ttlMs, 10), strconv.Itoa(len(widths)))
+	for wi, w := range widths {
+		var maxWin int64
+		for bi, b := range bs {
+			if b.widthMs == w {
+				maxWin = max(maxWin, b.windowMs)
+				sk.slotOf[bi] = wi + 1
+			}
+		}
+		sk.keys = append(sk.keys, p+":s"+strconv.FormatInt(w/1000, 10))
+		sk.args = append(sk.args, strconv.FormatInt(w, 10), strconv.FormatInt(maxWin, 10))
+	}
+	return sk
+}
+
+func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args []string) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
+	c, err := v.conn(ctx)
+	if err != nil {
+		return nil, v.fail(op, err)
+	}
+	out, err := s.Exec(ctx, c, keys, args).AsIntSlice()
+	if err != nil {
+		return nil, v.fail(op, err)
+	}
+	return out, nil
+}
+
+// sweepLocalLocked forgets up to n expired keys and reservations (v.lmu held).
+func (v *Valkey) sweepLocalLocked(nowMs int64, n int) {
+	i := 0
+	for k, e := range v.keys {
+		if i >= n {
+			break
+		}
+		i++
+		if e.pending == 0 && e.expiryMs <= nowMs {
+			delete(v.keys, k)
+		}
+	}
+	i = 0
+	for id, dl := range v.ids {
+		if i >= n {
+			break
+		}
+		i++
+		if dl <= nowMs {
+			delete(v.ids, id)
+		}
+	}
+}
+
+// Reserve implements Ledger.
+func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int64) (Decision, error) {
+	if d := validateReserve(v.limits, q, key, estimate); d != nil {
+		return Decision{Denial: d}, nil
+	}
+	ck := compositeKey(q.Rule, key)
+	localNow := time.Now().UnixMilli()
+
+	// Per-instance bounds, decided locally before the store call.
+	v.lmu.Lock()
+	v.sweepLocalLocked(localNow, 2)
+	e := v.keys[ck]
+	if e == nil && len(v.keys) >= v.limits.MaxKeys {
+		v.sweepLocalLocked(localNow, 64)
+		if len(v.keys) >= v.limits.MaxKeys {
+			v.lmu.Unlock()
+			return Decision{Denial: &Denial{Reason: ReasonKeyCapacity, RetryAfter: capacityRetryAfter}}, nil
+		}
+	}
+	if len(v.ids)+v.pendingRes >= v.limits.MaxActiveReservations {
+		v.sweepLocalLocked(localNow, 64)
+		if len(v.ids)+v.pendingRes >= v.limits.MaxActiveReservations {
+			v.lmu.Unlock()
+			return Decision{Denial: &Denial{Reason: ReasonReservationCapacity, RetryAfter: capacityRetryAfter}}, nil
+		}
+	}
+	if e == nil {
+		e = &trackedKey{}
+		v.keys[ck] = e
+	}
+	e.pending++
+	v.pendingRes++
+	v.lmu.Unlock()
+
+	sk := v.layout(q, key, 4+3*len(q.Budgets))
+	id := newReservationID()
+	sk.args = append(sk.args,
+		strconv.FormatInt(estimate, 10),
+		strconv.FormatInt(q.Lease.Milliseconds(), 10),
+		id,
+		strconv.Itoa(len(q.Budgets)))
+	for i, b := range sk.budgets {
+		sk.args = append(sk.args, strconv.FormatInt(b.windowMs, 10), strconv.FormatInt(b.capacity, 10), strconv.Itoa(sk.slotOf[i]))
+	}
+	out, err := v.run(ctx, "reserve", reserveScript, sk.keys, sk.args)
+	if err == nil && len(out) != 3+2*len(q.Budgets) {
+		err = v.fail("reserve", fmt.Errorf("unexpected reply of %d values", len(out)))
+	}
+
+	v.lmu.Lock()
+	e.pending--
+	v.pendingRes--
+	admitted := err == nil && out[0] == 1
+	if admitted {
+		v.ids[id] = localNow + q.Lease.Milliseconds()
+		e.expiryMs = max(e.expiryMs, localNow+sk.ttlMs)
+	}
+	if e.pending == 0 && e.expiryMs <= localNow && v.keys[ck] == e {
+		delete(v.keys, ck)
+	}
+	v.lmu.Unlock()
+	if err != nil {
+		return Decision{}, err
+	}
+
+	d := Decision{Admitted: admitted, Windows: make([]WindowState, len(q.Budgets))}
+	for i, b := range q.Budgets {
+		d.Windows[i] = WindowState{
+			Window:    b.Window,
+			Limit:     b.Capacity,
+			Remaining: out[3+2*i],
+			Reset:     time.Duration(out[4+2*i]) * time.Millisecond,
+		}
+	}
+	if admitted {
+		d.Reservation = Reservation{ID: id, Key: key, Quota: q, Estimate: estimate}
+		return d, nil
+	}
+	i := int(out[1]) - 1
+	if i < 0 || i >= len(q.Budgets) {
+		return Decision{}, v.fail("reserve", fmt.Errorf("unexpected refusing window %d", out[1]))
+	}
+	d.Denial = &Denial{
+		Reason:     ReasonWindowCapacity,
+		Window:     q.Budgets[i].Window,
+		Limit:      q.Budgets[i].Capacity,
+		Remaining:  d.Windows[i].Remaining,
+		RetryAfter: time.Duration(out[2]) * time.Millisecond,
+	}
+	return d, nil
+}
+
+// touchLocal records that the store holds live state for a key this instance tracks.
+func (v *Valkey) touchLocal(ck string, expiryMs int64) {
+	if e := v.keys[ck]; e != nil {
+		e.expiryMs = max(e.expiryMs, expiryMs)
+	}
+}
+
+// Renew implements Ledger.
+func (v *Valkey) Renew(ctx context.Context, r Reservation) (bool, error) {
+	if r.Quota == nil || r.ID == "" || len(r.Quota.Budgets) == 0 {
+		return false, nil
+	}
+	localNow := time.Now().UnixMilli()
+	sk := v.layout(r.Quota, r.Key, 2)
+	sk.args = append(sk.args, r.ID, strconv.FormatInt(r.Quota.Lease.Milliseconds(), 10))
+	out, err := v.run(ctx, "renew", renewScript, sk.keys, sk.args)
+	if err != nil {
+		return false, err
+	}
+	live := len(out) > 0 && out[0] == 1
+	v.lmu.Lock()
+	if live {
+		if _, ok := v.ids[r.ID]; ok {
+			v.ids[r.ID] = localNow + r.Quota.Lease.Milliseconds()
+		}
+		v.touchLocal(compositeKey(r.Quota.Rule, r.Key), localNow+sk.ttlMs)
+	} else {
+		delete(v.ids, r.ID)
+	}
+	v.lmu.Unlock()
+	return live, nil
+}
+
+// Settle implements Ledger.
+func (v *Valkey) Settle(ctx context.Context, r Reservation, usage Usage) (Settlement, error) {
+	if r.Quota == nil || r.ID == "" || len(r.Quota.Budgets) == 0 {
+		return Settlement{}, nil
+	}
+	localNow := time.Now().UnixMilli()
+	sk := v.layout(r.Quota, r.Key, 3)
+	known, tokens := "0", "0"
+	if usage.Known {
+		known, tokens = "1", strconv.FormatInt(max(0, usage.Tokens), 10)
+	}
+	sk.args = append(sk.args, r.ID, known, tokens)
+	out, err := v.run(ctx, "settle", settleScript, sk.keys, sk.args)
+	if err != nil {
+		return Settlement{}, err
+	}
+	v.lmu.Lock()
+	delete(v.ids, r.ID)
+	if len(out) > 0 && out[0] == 1 {
+		v.touchLocal(compositeKey(r.Quota.Rule, r.Key), localNow+sk.ttlMs)
+	}
+	v.lmu.Unlock()
+	if len(out) == 0 || out[0] != 1 {
+		return Settlement{}, nil
+	}
+	if len(out) != 3 {
+		return Settlement{}, v.fail("settle", fmt.Errorf("unexpected reply of %d values", len(out)))
+	}
+	charged, est := out[1], out[2]
+	return Settlement{Applied: true, Charged: charged, Refund: max(0, est-charged), Overage: max(0, charged-est)}, nil
+}
+
+// Inspect implements Ledger.
+func (v *Valkey) Inspect(ctx context.Context, q *Quota, key string) (KeyState, error) {
+	if q == nil || len(q.Budgets) == 0 {
+		return KeyState{}, nil
+	}
+	sk := v.layout(q, key, 1+2*len(q.Budgets))
+	sk.args = append(sk.args, strconv.Itoa(len(q.Budgets)))
+	for i, b := range sk.budgets {
+		sk.args = append(sk.args, strconv.FormatInt(b.windowMs, 10), strconv.Itoa(sk.slotOf[i]))
+	}
+	out, err := v.run(ctx, "inspect", inspectScript, sk.keys, sk.args)
+	if err != nil {
+		return KeyState{}, err
+	}
+	if len(out) != 2+len(q.Budgets) {
+		return KeyState{}, v.fail("inspect", fmt.Errorf("unexpected reply of %d values", len(out)))
+	}
+	st := KeyState{ActiveReservations: int(out[0]), ReservedTokens: out[1], Windows: make([]WindowUsage, len(q.Budgets))}
+	for i, b := range q.Budgets {
+		st.Windows[i] = WindowUsage{Window: b.Window, Capacity: b.Capacity, Settled: out[2+i]}
+	}
+	return st, nil
+}
+
+var _ Ledger = (*Valkey)(nil)
