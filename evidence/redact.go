@@ -1,0 +1,445 @@
+package evidence
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"regexp"
+	"strings"
+)
+
+// Redactor removes credentials from everything written to the bundle. It knows two kinds of
+// credential: the run's own secrets (every generated password, the Valkey password…), removed in
+// each form SecretForms lists wherever they appear, and credential-shaped text of any origin:
+// credential headers, URL userinfo, secret-named fields in JSON, YAML and key=value text, bearer
+// and basic tokens. Every removed value becomes Marker.
+//
+// Redaction is idempotent (redacting its own output changes nothing) and keeps JSON valid: in a
+// JSON document or JSONL line, only the content of string literals changes.
+//
+// A Redactor is safe for concurrent use.
+type Redactor struct {
+	lit *litMatcher
+}
+
+// NewRedactor returns a redactor for the run's secrets; empty strings are ignored.
+func NewRedactor(secrets []string) *Redactor {
+	var forms []Form
+	for _, s := range secrets {
+		forms = append(forms, SecretForms(s)...)
+	}
+	return &Redactor{lit: newLitMatcher(forms)}
+}
+
+// maxPasses bounds the fixpoint loop in Bytes; one pass removes everything in practice, a second
+// confirms it.
+const maxPasses = 8
+
+// Bytes returns b redacted. A document that is JSON as a whole is redacted as JSON; anything else
+// line by line, each JSON line as JSON and every other line as text.
+func (r *Redactor) Bytes(b []byte) []byte {
+	for i := 0; i < maxPasses; i++ {
+		nb := r.pass(b)
+		if bytes.Equal(nb, b) {
+			return nb
+		}
+		b = nb
+	}
+	return b
+}
+
+// String returns s redacted.
+func (r *Redactor) String(s string) string { return string(r.Bytes([]byte(s))) }
+
+func (r *Redactor) pass(b []byte) []byte {
+	if looksJSON(b) {
+		if out, ok := r.jsonDoc(b); ok {
+			return out
+		}
+	}
+	var out []byte
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		line := b
+		if i >= 0 {
+			line = b[:i]
+		}
+		out = append(out, r.line(line)...)
+		if i < 0 {
+			break
+		}
+		out = append(out, '\n')
+		b = b[i+1:]
+	}
+	return out
+}
+
+// line redacts one line (no '\n').
+func (r *Redactor) line(l []byte) []byte {
+	if looksJSON(l) {
+		if out, ok := r.jsonDoc(l); ok {
+			return out
+		}
+	}
+	return r.text(r.lit.replace(l))
+}
+
+// jsonDoc redacts b if it is a JSON document. Literal secret forms are replaced in the raw bytes
+// first (a secret never straddles a string boundary unnoticed); if that left the document valid —
+// always, for secrets that sit inside strings — the string literals are then redacted one by one.
+// If it did not, the structure-preserving path runs on the original and the raw forms are removed
+// afterwards regardless: no leak outranks valid JSON.
+func (r *Redactor) jsonDoc(b []byte) ([]byte, bool) {
+	if !json.Valid(b) {
+		return nil, false
+	}
+	lit := r.lit.replace(b)
+	if json.Valid(lit) {
+		return r.jsonValue(lit), true
+	}
+	return r.lit.replace(r.jsonValue(b)), true
+}
+
+func looksJSON(b []byte) bool {
+	t := bytes.TrimSpace(b)
+	if len(t) < 2 {
+		return false
+	}
+	return (t[0] == '{' && t[len(t)-1] == '}') || (t[0] == '[' && t[len(t)-1] == ']')
+}
+
+// jsonValue walks valid JSON b and redacts string literals in place: the value of a secret-named
+// key becomes Marker (a number there becomes the string Marker), every other string is decoded,
+// redacted as text (or as JSON, when it holds an escaped JSON document) and re-encoded if it
+// changed. Structure, key order and whitespace are kept.
+func (r *Redactor) jsonValue(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	secretValue := false // the next value belongs to a secret-named key
+	i := 0
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			end := stringEnd(b, i)
+			lit := b[i:end]
+			j := end
+			for j < len(b) && isJSONSpace(b[j]) {
+				j++
+			}
+			isKey := j < len(b) && b[j] == ':'
+			var s string
+			if err := json.Unmarshal(lit, &s); err != nil {
+				out = append(out, lit...)
+				i = end
+				continue
+			}
+			switch {
+			case isKey:
+				rs := r.stringContent(s)
+				out = appendJSONString(out, lit, s, rs)
+				secretValue = isSecretKey(s)
+			case secretValue && s != "":
+				out = appendJSONString(out, lit, s, Marker)
+				secretValue = false
+			default:
+				out = appendJSONString(out, lit, s, r.stringContent(s))
+				secretValue = false
+			}
+			i = end
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i
+			for j < len(b) && strings.IndexByte("+-.eE0123456789", b[j]) >= 0 {
+				j++
+			}
+			if secretValue {
+				out = append(out, `"`+Marker+`"`...)
+			} else {
+				out = append(out, b[i:j]...)
+			}
+			secretValue = false
+			i = j
+		case c == ':' || isJSONSpace(c):
+			out = append(out, c)
+			i++
+		default:
+			// '{', '[', ',', a literal: a secret key with a structured value has its
+			// strings redacted on their own.
+			secretValue = false
+			out = append(out, c)
+			i++
+		}
+	}
+	return out
+}
+
+func appendJSONString(out, orig []byte, before, after string) []byte {
+	if before == after {
+		return append(out, orig...)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(after)
+	return append(out, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}
+
+// stringEnd returns the index one past the closing quote of the JSON string starting at b[i].
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(b)
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// stringContent redacts the decoded content of a JSON string: escaped JSON is redacted as JSON,
+// anything else as text, line by line.
+func (r *Redactor) stringContent(s string) string {
+	return string(r.pass([]byte(s)))
+}
+
+var (
+	// URL userinfo: scheme://userinfo@ — the whole userinfo goes, scheme and host stay.
+	reUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#@"'<>\\]+)@`)
+	// An identifier followed by ':' or '=' (optionally closing a quote, possibly escaped).
+	reKeyDelim = regexp.MustCompile(`([A-Za-z0-9_.\-]+)((?:\\*["'])?)[ \t]*([:=])[ \t]*`)
+	// Options whose value follows a space: requirepass x, --password x.
+	reSpaceOpt = regexp.MustCompile(`(?i)(?:^|[\s"'])-{0,2}(requirepass|masterauth|password|passwd|pass|token|secret)[ \t]+`)
+	// Bearer and Basic credentials anywhere.
+	reScheme = regexp.MustCompile(`(?i)\b(bearer|basic)([ \t]+)([A-Za-z0-9\-._~+/]+=*)`)
+)
+
+// text redacts one line of non-JSON text for credential-shaped content.
+func (r *Redactor) text(l []byte) []byte {
+	if !mayHoldCredential(l) {
+		return l
+	}
+	l = reUserinfo.ReplaceAll(l, []byte("${1}"+Marker+"@"))
+	l = redactKeyValues(l)
+	l = redactSpaceOptions(l)
+	l = redactSchemes(l)
+	return l
+}
+
+// mayHoldCredential is a cheap prefilter so plain log lines skip the regular expressions.
+func mayHoldCredential(l []byte) bool {
+	if bytes.Contains(l, []byte("://")) {
+		return true
+	}
+	lower := bytes.ToLower(l)
+	for _, w := range credentialWords {
+		if bytes.Contains(lower, []byte(w)) {
+			return true
+		}
+	}
+	return false
+}
+
+var credentialWords = []string{"pass", "pwd", "secret", "token", "key", "auth", "cookie", "bearer", "basic", "credential"}
+
+// secretKeySuffixes are matched against a key lowercased with '-', '_' and '.' removed, after an
+// optional trailing "sha256"/"hash"/"digest": "password", "ValkeyPassword", "password_sha256",
+// "x-api-key" and "Proxy-Authorization" are secret keys; "password_env" (an environment variable's
+// name), "max_tokens" and "credential" (a label) are not.
+var secretKeySuffixes = []string{
+	"password", "passwd", "pwd", "secret", "token", "apikey", "privatekey", "secretkey",
+	"authorization", "cookie", "requirepass", "masterauth", "passphrase",
+}
+
+func isSecretKey(k string) bool {
+	if len(k) > 128 {
+		return false
+	}
+	n := strings.Map(func(r rune) rune {
+		switch r {
+		case '-', '_', '.':
+			return -1
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, k)
+	for _, suf := range []string{"sha256", "hash", "digest"} {
+		if t := strings.TrimSuffix(n, suf); t != n && t != "" {
+			n = t
+			break
+		}
+	}
+	for _, s := range secretKeySuffixes {
+		if strings.HasSuffix(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactKeyValues handles `key: value`, `key=value`, `"key": "value"` and their escaped-JSON
+// forms for secret keys. A quoted value loses its content (quotes stay); an unquoted value after
+// ':' loses the rest of the line (YAML, HTTP headers), after '=' up to the next separator.
+func redactKeyValues(l []byte) []byte {
+	ms := reKeyDelim.FindAllSubmatchIndex(l, -1)
+	if ms == nil {
+		return l
+	}
+	var out []byte
+	last := 0
+	for _, m := range ms {
+		if m[0] < last {
+			continue
+		}
+		key := string(l[m[2]:m[3]])
+		if !isSecretKey(key) {
+			continue
+		}
+		vs := m[1]
+		delim := l[m[6]]
+		ve := valueEnd(l, vs, delim)
+		if ve < 0 {
+			continue
+		}
+		qs, qe := vs, ve // the part replaced
+		if vs < len(l) && (l[vs] == '"' || l[vs] == '\'' || l[vs] == '\\') {
+			// quoted: keep the quotes (and their escapes)
+			n := 0
+			for vs+n < len(l) && l[vs+n] == '\\' {
+				n++
+			}
+			qs = vs + n + 1
+			qe = ve - n - 1
+			if qe < qs {
+				continue
+			}
+		}
+		if qe <= qs {
+			continue
+		}
+		out = append(out, l[last:qs]...)
+		out = append(out, Marker...)
+		last = qe
+	}
+	if out == nil {
+		return l
+	}
+	return append(out, l[last:]...)
+}
+
+// valueEnd returns the end of the value starting at vs (quoted values include the closing quote),
+// or -1 when there is no value to redact.
+func valueEnd(l []byte, vs int, delim byte) int {
+	if vs >= len(l) {
+		return -1
+	}
+	// Quoted, possibly with escaped quotes (escaped JSON inside a string): the closing quote is
+	// the first one preceded by exactly as many backslashes as the opening one.
+	n := 0
+	for vs+n < len(l) && l[vs+n] == '\\' {
+		n++
+	}
+	if vs+n < len(l) && (l[vs+n] == '"' || l[vs+n] == '\'') {
+		q := l[vs+n]
+		for j := vs + n + 1; j < len(l); j++ {
+			if l[j] != q {
+				continue
+			}
+			k := 0
+			for j-k-1 >= vs+n+1 && l[j-k-1] == '\\' {
+				k++
+			}
+			if k == n {
+				return j + 1
+			}
+		}
+		return len(l) // unterminated: the rest of the line
+	}
+	if n > 0 {
+		return -1
+	}
+	switch l[vs] {
+	case '{', '[':
+		return -1 // a structured value: its own fields are redacted on their own
+	}
+	if delim == ':' {
+		end := len(l)
+		for end > vs && (l[end-1] == '\r') {
+			end--
+		}
+		if end == vs {
+			return -1
+		}
+		return end
+	}
+	j := vs
+	for j < len(l) && !bytes.ContainsRune([]byte(" \t\r&;,\"'<>(){}[]"), rune(l[j])) {
+		j++
+	}
+	if strings.HasPrefix(string(l[vs:]), Marker) {
+		j = vs + len(Marker)
+	}
+	if j == vs {
+		return -1
+	}
+	return j
+}
+
+// redactSpaceOptions handles `requirepass x` and `--password x`.
+func redactSpaceOptions(l []byte) []byte {
+	ms := reSpaceOpt.FindAllIndex(l, -1)
+	if ms == nil {
+		return l
+	}
+	var out []byte
+	last := 0
+	for _, m := range ms {
+		vs := m[1]
+		if vs < last || vs >= len(l) {
+			continue
+		}
+		ve := vs
+		if strings.HasPrefix(string(l[vs:]), Marker) {
+			continue
+		}
+		for ve < len(l) && l[ve] != ' ' && l[ve] != '\t' && l[ve] != '\r' && l[ve] != '"' && l[ve] != '\'' {
+			ve++
+		}
+		if ve == vs {
+			continue
+		}
+		out = append(out, l[last:vs]...)
+		out = append(out, Marker...)
+		last = ve
+	}
+	if out == nil {
+		return l
+	}
+	return append(out, l[last:]...)
+}
+
+// redactSchemes replaces the credential after "Bearer" and "Basic". A Basic value is redacted when
+// it decodes to "user:password" or looks like a token (long, or with digits or base64 symbols),
+// so prose such as "basic auth" survives.
+func redactSchemes(l []byte) []byte {
+	return reScheme.ReplaceAllFunc(l, func(m []byte) []byte {
+		sm := reScheme.FindSubmatch(m)
+		scheme, sp, val := sm[1], sm[2], sm[3]
+		if strings.EqualFold(string(scheme), "basic") && !basicLike(string(val)) {
+			return m
+		}
+		return append(append(append([]byte{}, scheme...), sp...), Marker...)
+	})
+}
+
+func basicLike(v string) bool {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if d, err := enc.DecodeString(v); err == nil && bytes.IndexByte(d, ':') >= 0 {
+			return true
+		}
+	}
+	return len(v) >= 16 || strings.ContainsAny(v, "0123456789+/=")
+}
