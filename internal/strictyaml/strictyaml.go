@@ -194,22 +194,35 @@ func (d *decoder) value(path string, n *yaml.Node, out reflect.Value) {
 // custom hands n to the type's own UnmarshalYAML and reports its error at path.
 func (d *decoder) custom(path string, n *yaml.Node, out reflect.Value) {
 	err := out.Addr().Interface().(yaml.Unmarshaler).UnmarshalYAML(n)
-	if err == nil {
-		return
+	if err != nil {
+		d.errs = append(d.errs, asErrors(err).Prefix(path)...)
+	}
+}
+
+// asErrors flattens an error returned by a custom UnmarshalYAML: FieldError and Errors keep
+// their relative paths, joined errors are flattened, anything else is a message at the root.
+func asErrors(err error) Errors {
+	switch e := err.(type) {
+	case Errors:
+		return e
+	case FieldError:
+		return Errors{e}
+	case *FieldError:
+		return Errors{*e}
+	case interface{ Unwrap() []error }:
+		var out Errors
+		for _, inner := range e.Unwrap() {
+			if inner != nil {
+				out = append(out, asErrors(inner)...)
+			}
+		}
+		return out
 	}
 	var es Errors
-	var fe FieldError
-	var fep *FieldError
-	switch {
-	case errors.As(err, &es):
-		d.errs = append(d.errs, es.Prefix(path)...)
-	case errors.As(err, &fe):
-		d.errs = append(d.errs, Errors{fe}.Prefix(path)...)
-	case errors.As(err, &fep):
-		d.errs = append(d.errs, Errors{*fep}.Prefix(path)...)
-	default:
-		d.fail(path, "%s", err.Error())
+	if errors.As(err, &es) {
+		return es
 	}
+	return Errors{{Msg: err.Error()}}
 }
 
 func (d *decoder) structure(path string, n *yaml.Node, out reflect.Value) {
@@ -469,7 +482,7 @@ func (fs structFields) suggest(key string) string {
 			best, bestDist = name, dist
 		}
 	}
-	if best != "" && bestDist <= max(2, len(best)/3) {
+	if best != "" && bestDist < len(best) && bestDist <= max(2, len(best)/3) {
 		return fmt.Sprintf("did you mean %q?", best)
 	}
 	if len(fs.names) == 0 {
