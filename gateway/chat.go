@@ -1,0 +1,592 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/ledger"
+)
+
+// Request outcomes (log "decision", metric result).
+const (
+	resultAdmitted        = "admitted"
+	resultDenied          = "denied"
+	resultUnauthenticated = "unauthenticated"
+	resultStoreError      = "store_error"
+	resultBadRequest      = "bad_request"
+)
+
+// How an admitted request ended (log "end").
+const (
+	endCompleted        = "completed"
+	endClientDisconnect = "client_disconnect"
+	endProviderError    = "provider_error"
+	endUpstreamTimeout  = "upstream_timeout"
+)
+
+const maxModelBytes = 256
+
+// chatRequest holds the request body fields the gateway reads. Everything else is forwarded
+// untouched.
+type chatRequest struct {
+	Model               *string `json:"model"`
+	MaxTokens           *int64  `json:"max_tokens"`
+	MaxCompletionTokens *int64  `json:"max_completion_tokens"`
+	Stream              *bool   `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage *bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// requestRecord is what the per-request log line reports. It never holds credentials, prompts
+// or completions; the subject appears only as its quota hash.
+type requestRecord struct {
+	id       string
+	start    time.Time
+	decision string
+	reason   string
+	rule     string
+	subject  string // ledger.SubjectKey hash
+	estimate int64
+	actual   int64
+	known    bool
+	site     string
+	status   int
+	stream   bool
+	end      string
+	latency  time.Duration
+}
+
+func (s *Server) logRequest(rec *requestRecord, extra ...any) {
+	attrs := []any{
+		"request_id", rec.id,
+		"decision", rec.decision,
+		"reason", rec.reason,
+		"rule", rec.rule,
+		"subject_hash", rec.subject,
+		"estimate", rec.estimate,
+		"status", rec.status,
+		"latency_ms", float64(rec.latency.Microseconds()) / 1000,
+	}
+	if rec.decision == resultAdmitted {
+		attrs = append(attrs, "site", rec.site, "stream", rec.stream, "end", rec.end, "usage_known", rec.known)
+		if rec.known {
+			attrs = append(attrs, "actual", rec.actual)
+		}
+	}
+	s.log.Info("request", append(attrs, extra...)...)
+}
+
+// deny finishes a request the gateway refused: metric, log line, response.
+func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, result, reason, typ, code, msg string) {
+	rec.decision, rec.reason, rec.status = result, reason, status
+	s.m.requests.WithLabelValues(rec.rule, result, reason).Inc()
+	writeError(w, status, typ, code, msg)
+	rec.latency = time.Since(rec.start)
+	s.logRequest(rec)
+}
+
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
+	rec := &requestRecord{start: time.Now(), id: s.requestID(r)}
+	w.Header().Set(RequestIDHeader, rec.id)
+
+	// 1. Authenticate, before anything else is looked at.
+	subject, ok := s.auth.authenticate(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", s.auth.challenge)
+		s.deny(w, rec, http.StatusUnauthorized, resultUnauthenticated, codeInvalidCredentials,
+			typeAuthentication, codeInvalidCredentials,
+			"missing or invalid credentials; authenticate with HTTP Basic or a bearer API key")
+		return
+	}
+	rec.subject = ledger.SubjectKey(subject)
+	if s.draining.Load() {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		s.deny(w, rec, http.StatusServiceUnavailable, resultBadRequest, codeDraining,
+			typeServer, codeDraining, "the gateway is shutting down; retry on another gateway")
+		return
+	}
+
+	// 2. Body and model.
+	limit := s.policy.Limits.MaxBodyBytes
+	if r.ContentLength > limit {
+		s.deny(w, rec, http.StatusRequestEntityTooLarge, resultBadRequest, codeBodyTooLarge,
+			typeInvalidRequest, codeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.deny(w, rec, http.StatusRequestEntityTooLarge, resultBadRequest, codeBodyTooLarge,
+				typeInvalidRequest, codeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
+			return
+		}
+		rec.decision, rec.reason, rec.status = resultBadRequest, "body_read", 400
+		s.m.requests.WithLabelValues("", resultBadRequest, "body_read").Inc()
+		rec.latency = time.Since(rec.start)
+		s.logRequest(rec)
+		return // the client went away while sending
+	}
+	var cr chatRequest
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &cr); err != nil {
+			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidJSON,
+				typeInvalidRequest, codeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
+			return
+		}
+	}
+	model := ""
+	if cr.Model != nil {
+		model = *cr.Model
+	} else {
+		model = r.Header.Get("x-model")
+	}
+	if len(model) > maxModelBytes {
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "model_too_long",
+			typeInvalidRequest, codeModelNotAllowed, fmt.Sprintf("model name is longer than %d bytes", maxModelBytes))
+		return
+	}
+
+	// 3. Rule and model.
+	rule, ok := s.policy.Match(subject, model)
+	if !ok {
+		s.deny(w, rec, http.StatusForbidden, resultDenied, codeNoRule,
+			typePermission, codeNoRule, "no quota rule applies to this caller and model")
+		return
+	}
+	rec.rule = rule.Name
+	if !rule.ModelAllowed(model) {
+		if model == "" {
+			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeModelMissing,
+				typeInvalidRequest, codeModelMissing,
+				"model is required (JSON \"model\" or the x-model header); allowed: "+strings.Join(rule.AllowedModels, ", "))
+			return
+		}
+		s.deny(w, rec, http.StatusNotFound, resultBadRequest, "model_not_allowed",
+			typeInvalidRequest, codeModelNotAllowed,
+			"model is not allowed under quota rule "+rule.Name+"; allowed: "+strings.Join(rule.AllowedModels, ", "))
+		return
+	}
+
+	// 4. Estimate and reserve.
+	facts := ledger.RequestFacts{Model: model, MaxTokens: cr.MaxTokens, MaxCompletionTokens: cr.MaxCompletionTokens, BodyBytes: int64(len(body))}
+	est := rule.Estimate(facts)
+	rec.estimate = est
+	key := rule.Key(subject, model)
+	t0 := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
+	dec, err := s.led.Reserve(rctx, rule.Quota, key, est)
+	cancel()
+	backend := s.led.Backend()
+	if err != nil {
+		s.m.admission.WithLabelValues(backend, resultStoreError).Observe(time.Since(t0).Seconds())
+		s.m.backendErrors.WithLabelValues(backend, "reserve").Inc()
+		w.Header().Set("Retry-After", "1")
+		s.log.Warn("quota store error", "request_id", rec.id, "rule", rule.Name, "operation", "reserve", "error", redactErr(err))
+		s.deny(w, rec, http.StatusServiceUnavailable, resultStoreError, "store_unavailable",
+			typeStore, codeStore, "the quota store is unavailable; the request was not admitted (fail closed). Retry later")
+		return
+	}
+	if !dec.Admitted {
+		s.m.admission.WithLabelValues(backend, resultDenied).Observe(time.Since(t0).Seconds())
+		s.denyQuota(w, rec, rule, est, dec.Denial)
+		return
+	}
+	s.m.admission.WithLabelValues(backend, resultAdmitted).Observe(time.Since(t0).Seconds())
+	s.m.requests.WithLabelValues(rule.Name, resultAdmitted, "").Inc()
+	s.m.tokensReserved.WithLabelValues(rule.Name).Add(float64(est))
+	s.m.inFlight.WithLabelValues(rule.Name).Inc()
+	rec.decision = resultAdmitted
+	res := dec.Reservation
+
+	var rn *renewer
+	if s.renew {
+		rn = s.startRenewal(res)
+	}
+	usage := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
+	if rn != nil {
+		rn.stop()
+	}
+	rec.latency = time.Since(rec.start)
+	s.settler.enqueue(settleJob{res: res, usage: usage, rec: rec})
+}
+
+// denyQuota writes the 429 (or the 400 for an estimate no window can ever hold).
+func (s *Server) denyQuota(w http.ResponseWriter, rec *requestRecord, rule *ledger.CompiledRule, est int64, d *ledger.Denial) {
+	if d == nil {
+		d = &ledger.Denial{Reason: ledger.ReasonWindowCapacity, Limit: rule.Quota.Limit()}
+	}
+	reason := string(d.Reason)
+	h := w.Header()
+	limit := rule.Quota.Limit()
+	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(limit, 10))
+	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(max(d.Remaining, 0), 10))
+	if d.Reason == ledger.ReasonEstimateTooLarge {
+		s.deny(w, rec, http.StatusBadRequest, resultDenied, reason, typeInvalidRequest, codeEstimateTooLarge,
+			fmt.Sprintf("the request's token estimate (%d) is larger than the %s window's whole capacity (%d); lower max_tokens",
+				est, ledger.Duration(d.Window), d.Limit))
+		return
+	}
+	secs := retryAfterSeconds(d.RetryAfter)
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set("x-ratelimit-reset-tokens", strconv.FormatInt(secs, 10)+"s")
+	var msg, code string
+	switch d.Reason {
+	case ledger.ReasonWindowCapacity:
+		code = codeTokenQuota
+		msg = fmt.Sprintf("token quota exceeded for the %s window of rule %s: %d tokens requested, %d of %d remaining; retry after %ds",
+			ledger.Duration(d.Window), rule.Name, est, max(d.Remaining, 0), d.Limit, secs)
+	case ledger.ReasonKeyCapacity:
+		code = reason
+		msg = "this gateway tracks as many quota keys as it may (limits.max_keys); retry later"
+	case ledger.ReasonReservationCapacity:
+		code = reason
+		msg = "this gateway holds as many in-flight reservations as it may (limits.max_active_reservations); retry later"
+	default:
+		code = reason
+		msg = "the request cannot be admitted under quota rule " + rule.Name + " (" + reason + ")"
+	}
+	s.deny(w, rec, http.StatusTooManyRequests, resultDenied, reason, typeRateLimit, code, msg)
+}
+
+// retryAfterSeconds is max(1, ceil(d in seconds)).
+func retryAfterSeconds(d time.Duration) int64 {
+	s := int64(math.Ceil(d.Seconds()))
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// hopHeaders are never forwarded in either direction (RFC 9110 §7.6.1), nor are the
+// credential headers in credentialHeaders forwarded upstream.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+var credentialHeaders = []string{
+	"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key",
+}
+
+// upstreamHeaders builds the headers sent to the provider: the client's, minus hop-by-hop
+// and credential headers, plus the request id.
+func upstreamHeaders(in http.Header, reqID string) http.Header {
+	out := make(http.Header, len(in)+1)
+	for k, v := range in {
+		out[k] = v
+	}
+	removeConnectionHeaders(out)
+	for _, h := range hopHeaders {
+		out.Del(h)
+	}
+	for _, h := range credentialHeaders {
+		out.Del(h)
+	}
+	out.Del("Content-Length")
+	out.Del("Accept-Encoding") // identity upstream: the gateway reads usage from the body
+	out.Del("Host")
+	out.Set(RequestIDHeader, reqID)
+	if out.Get("Content-Type") == "" {
+		out.Set("Content-Type", "application/json")
+	}
+	return out
+}
+
+func removeConnectionHeaders(h http.Header) {
+	for _, f := range h["Connection"] {
+		for _, sf := range strings.Split(f, ",") {
+			if sf = strings.TrimSpace(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+}
+
+// upstreamBody returns the body to send and whether the gateway added include_usage (so the
+// usage-only final chunk must be removed from the client's stream).
+func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
+	if cr.Stream == nil || !*cr.Stream {
+		return body, false
+	}
+	if cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage != nil && *cr.StreamOptions.IncludeUsage {
+		return body, false
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return body, false
+	}
+	opts := map[string]json.RawMessage{}
+	if raw, ok := obj["stream_options"]; ok {
+		_ = json.Unmarshal(raw, &opts) // a non-object is replaced
+		if opts == nil {
+			opts = map[string]json.RawMessage{}
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	ob, err := json.Marshal(opts)
+	if err != nil {
+		return body, false
+	}
+	obj["stream_options"] = ob
+	nb, err := json.Marshal(obj)
+	if err != nil {
+		return body, false
+	}
+	return nb, true
+}
+
+var relayBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// maxJSONUsageBuffer bounds how much of a non-streaming response is kept to read its usage.
+// Larger responses are relayed in full but charged at the estimate.
+const maxJSONUsageBuffer = 8 << 20
+
+// forward sends the admitted request to the next provider and relays the response. It
+// returns the usage to settle with (Known false: charge the estimate).
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRecord, q *ledger.Quota, dec ledger.Decision, body []byte, cr *chatRequest) ledger.Usage {
+	p := s.pick()
+	rec.site = p.site
+	rec.stream = cr.Stream != nil && *cr.Stream
+	start := time.Now()
+	defer func() { s.m.upstream.WithLabelValues(p.site).Observe(time.Since(start).Seconds()) }()
+
+	upBody, dropUsage := upstreamBody(body, cr)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.upstreamTimeout)
+	defer cancel()
+	target := p.chatURL
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(upBody))
+	if err != nil {
+		rec.end = endProviderError
+		s.m.upstreamErrors.WithLabelValues(p.site, "transport").Inc()
+		rec.status = http.StatusBadGateway
+		writeError(w, http.StatusBadGateway, typeUpstream, codeUpstream, "the provider could not be contacted")
+		return ledger.Usage{}
+	}
+	out.Header = upstreamHeaders(r.Header, rec.id)
+	out.ContentLength = int64(len(upBody))
+
+	resp, err := s.transport.RoundTrip(out)
+	if err != nil {
+		return s.upstreamFailed(w, r, ctx, rec, p, err)
+	}
+	defer resp.Body.Close()
+	s.m.upstreamRequests.WithLabelValues(p.site, statusClass(resp.StatusCode)).Inc()
+
+	// Response headers: the provider's minus hop-by-hop, plus attribution and quota headers.
+	h := w.Header()
+	removeConnectionHeaders(resp.Header)
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	for _, hh := range hopHeaders {
+		h.Del(hh)
+	}
+	h.Set(SiteHeader, p.site)
+	h.Set(RequestIDHeader, rec.id)
+	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(q.Limit(), 10))
+	if rem, ok := minRemaining(dec.Windows); ok {
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(rem, 10))
+	}
+	isSSE := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
+	if isSSE {
+		h.Del("Content-Length") // events may be removed
+	}
+	rec.status = resp.StatusCode
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	if isSSE && flusher != nil {
+		flusher.Flush() // the client sees the stream start before the first token
+	}
+
+	bp := relayBufPool.Get().(*[]byte)
+	defer relayBufPool.Put(bp)
+	buf := *bp
+	var (
+		sse     *sseFilter
+		jsonBuf []byte
+		tooBig  bool
+		outBuf  []byte
+	)
+	if isSSE {
+		sse = &sseFilter{dropUsageChunk: dropUsage}
+	}
+	rec.end = endCompleted
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			if sse != nil {
+				outBuf = sse.feed(chunk, outBuf[:0])
+				chunk = outBuf
+			} else if !tooBig {
+				if len(jsonBuf)+n > maxJSONUsageBuffer {
+					tooBig, jsonBuf = true, nil
+				} else {
+					jsonBuf = append(jsonBuf, chunk...)
+				}
+			}
+			if len(chunk) > 0 {
+				if _, werr := w.Write(chunk); werr != nil {
+					rec.end = endClientDisconnect
+					s.m.upstreamErrors.WithLabelValues(p.site, "client_disconnect").Inc()
+					return ledger.Usage{}
+				}
+				if flusher != nil {
+					flusher.Flush()
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			switch {
+			case r.Context().Err() != nil:
+				rec.end = endClientDisconnect
+				s.m.upstreamErrors.WithLabelValues(p.site, "client_disconnect").Inc()
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				rec.end = endUpstreamTimeout
+				s.m.upstreamErrors.WithLabelValues(p.site, "timeout").Inc()
+			default:
+				rec.end = endProviderError
+				s.m.upstreamErrors.WithLabelValues(p.site, "body").Inc()
+			}
+			// Whatever usage a partial stream carried is not trusted: charge the estimate.
+			return ledger.Usage{}
+		}
+	}
+	if sse != nil {
+		if tail := sse.finish(outBuf[:0]); len(tail) > 0 {
+			if _, werr := w.Write(tail); werr != nil {
+				rec.end = endClientDisconnect
+				return ledger.Usage{}
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if n, ok := sse.result(); ok {
+			return ledger.Usage{Tokens: n, Known: true}
+		}
+		return ledger.Usage{}
+	}
+	if tooBig || resp.StatusCode/100 != 2 {
+		return ledger.Usage{}
+	}
+	if n, ok := parseUsageJSON(jsonBuf); ok {
+		return ledger.Usage{Tokens: n, Known: true}
+	}
+	return ledger.Usage{}
+}
+
+// upstreamFailed answers a request whose provider call failed before any response header.
+func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, ctx context.Context, rec *requestRecord, p *upstream, err error) ledger.Usage {
+	s.m.upstreamRequests.WithLabelValues(p.site, "error").Inc()
+	switch {
+	case r.Context().Err() != nil:
+		rec.end, rec.status = endClientDisconnect, 499
+		s.m.upstreamErrors.WithLabelValues(p.site, "client_disconnect").Inc()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		rec.end, rec.status = endUpstreamTimeout, http.StatusGatewayTimeout
+		s.m.upstreamErrors.WithLabelValues(p.site, "timeout").Inc()
+		w.Header().Set(SiteHeader, p.site)
+		writeError(w, http.StatusGatewayTimeout, typeUpstream, codeUpstreamTimeout,
+			"the provider did not answer within upstream_timeout")
+	default:
+		rec.end, rec.status = endProviderError, http.StatusBadGateway
+		s.m.upstreamErrors.WithLabelValues(p.site, "transport").Inc()
+		s.log.Warn("provider unreachable", "request_id", rec.id, "site", p.site, "error", err.Error())
+		w.Header().Set(SiteHeader, p.site)
+		writeError(w, http.StatusBadGateway, typeUpstream, codeUpstream, "the provider could not be reached")
+	}
+	return ledger.Usage{}
+}
+
+func minRemaining(ws []ledger.WindowState) (int64, bool) {
+	if len(ws) == 0 {
+		return 0, false
+	}
+	m := ws[0].Remaining
+	for _, w := range ws[1:] {
+		if w.Remaining < m {
+			m = w.Remaining
+		}
+	}
+	return max(m, 0), true
+}
+
+func statusClass(code int) string {
+	switch code / 100 {
+	case 2:
+		return "2xx"
+	case 3:
+		return "3xx"
+	case 4:
+		return "4xx"
+	default:
+		return "5xx"
+	}
+}
+
+// jsonErrorSummary describes a JSON decoding error without echoing request content.
+func jsonErrorSummary(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be a %s, not a JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	default:
+		return "not a JSON object"
+	}
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int64":
+		return "whole number"
+	case "ptr", "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "struct":
+		return "object"
+	}
+	return k
+}
+
+// redactErr renders a store error for logs without any URL (which may hold a password).
+func redactErr(err error) string {
+	msg := err.Error()
+	for _, scheme := range []string{"redis://", "rediss://", "valkey://", "valkeys://"} {
+		for {
+			i := strings.Index(msg, scheme)
+			if i < 0 {
+				break
+			}
+			j := i + len(scheme)
+			for j < len(msg) && msg[j] != ' ' && msg[j] != '"' && msg[j] != '\'' {
+				j++
+			}
+			msg = msg[:i] + "<redacted-url>" + msg[j:]
+		}
+	}
+	return msg
+}

@@ -1,0 +1,87 @@
+package gateway
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the gateway's Prometheus series, on their own registry. Every label is bounded:
+// rule (configured names), result and reason (fixed sets below), backend, site (configured
+// names). Subjects, quota keys and model strings never become labels.
+//
+//	quotaqual_gateway_requests_total{rule,result,reason}
+//	    result: admitted | denied | unauthenticated | store_error | bad_request | upstream_error
+//	    reason: "" for admitted, else a ledger denial reason or a gateway reason code
+//	quotaqual_gateway_tokens_reserved_total{rule}      estimates admitted
+//	quotaqual_gateway_tokens_charged_total{rule}       tokens charged at settlement
+//	quotaqual_gateway_tokens_refunded_total{rule}      estimate - charged, when positive
+//	quotaqual_gateway_tokens_overage_total{rule}       charged - estimate, when positive
+//	quotaqual_gateway_settlements_total{rule,result}   applied | noop | failed | dropped
+//	quotaqual_gateway_usage_total{rule,result}         known | unknown (settled at the estimate)
+//	quotaqual_gateway_renewals_total{rule,result}      renewed | lost | error
+//	quotaqual_gateway_backend_errors_total{backend,reason}  reason: reserve | renew | settle | inspect | ready
+//	quotaqual_gateway_upstream_requests_total{site,result}  result: 2xx | 3xx | 4xx | 5xx | error
+//	quotaqual_gateway_upstream_errors_total{site,reason}    reason: transport | timeout | body | client_disconnect
+//	quotaqual_gateway_admission_seconds{backend,result}     time to decide (auth done → decision)
+//	quotaqual_gateway_upstream_seconds{site}                forward start → response fully relayed
+//	quotaqual_gateway_reservations_in_flight{rule}          admitted and not yet settled
+//	quotaqual_gateway_settlement_queue_depth
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests         *prometheus.CounterVec
+	tokensReserved   *prometheus.CounterVec
+	tokensCharged    *prometheus.CounterVec
+	tokensRefunded   *prometheus.CounterVec
+	tokensOverage    *prometheus.CounterVec
+	settlements      *prometheus.CounterVec
+	usage            *prometheus.CounterVec
+	renewals         *prometheus.CounterVec
+	backendErrors    *prometheus.CounterVec
+	upstreamRequests *prometheus.CounterVec
+	upstreamErrors   *prometheus.CounterVec
+	admission        *prometheus.HistogramVec
+	upstream         *prometheus.HistogramVec
+	inFlight         *prometheus.GaugeVec
+	queueDepth       prometheus.GaugeFunc
+}
+
+const ns = "quotaqual_gateway"
+
+func newMetrics(queueDepth func() float64) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	m.requests = cv("requests_total", "Chat completion requests by outcome.", "rule", "result", "reason")
+	m.tokensReserved = cv("tokens_reserved_total", "Tokens reserved (estimates of admitted requests).", "rule")
+	m.tokensCharged = cv("tokens_charged_total", "Tokens charged at settlement.", "rule")
+	m.tokensRefunded = cv("tokens_refunded_total", "Reserved tokens refunded at settlement.", "rule")
+	m.tokensOverage = cv("tokens_overage_total", "Tokens charged beyond the estimate at settlement.", "rule")
+	m.settlements = cv("settlements_total", "Settlements by result: applied, noop (already settled or expired), failed after retries, dropped (queue full; the lease expires at the estimate).", "rule", "result")
+	m.usage = cv("usage_total", "Usage reading by result: known, or unknown (charged at the estimate).", "rule", "result")
+	m.renewals = cv("renewals_total", "Lease renewals by result.", "rule", "result")
+	m.backendErrors = cv("backend_errors_total", "Quota store errors by operation.", "backend", "reason")
+	m.upstreamRequests = cv("upstream_requests_total", "Requests forwarded to providers by response class.", "site", "result")
+	m.upstreamErrors = cv("upstream_errors_total", "Upstream failures by reason.", "site", "reason")
+	m.admission = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "admission_seconds", Help: "Time to reach an admission decision (reserve call).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"backend", "result"})
+	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "upstream_seconds", Help: "Time from forwarding to the end of the relayed response.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+	}, []string{"site"})
+	m.inFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Name: "reservations_in_flight", Help: "Admitted requests whose reservation is not yet settled.",
+	}, []string{"rule"})
+	m.queueDepth = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: ns, Name: "settlement_queue_depth", Help: "Settlements waiting for a worker.",
+	}, queueDepth)
+	m.reg.MustRegister(m.admission, m.upstream, m.inFlight, m.queueDepth,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

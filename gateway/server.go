@@ -1,0 +1,321 @@
+// Package gateway is quotaqual's consumer gateway: an OpenAI-compatible
+// POST /v1/chat/completions endpoint that authenticates the caller, admits the request against
+// the token-quota ledger, routes it round-robin to a provider, relays the response as it
+// arrives, reads the usage it reports and settles the reservation off the response path.
+//
+// Pipeline, in this order: request id → authenticate (401) → read the body (413) and model →
+// match a rule (403) → model allowed (404) → estimate → reserve (503 store error, 429 denial,
+// 400 estimate larger than a window) → route → forward (credentials stripped) → relay → read
+// usage → settle (queued, retried, never delaying or failing the response). Leases of
+// in-flight requests are renewed every lease/3.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/quotaqual/quotaqual/ledger"
+)
+
+// SiteHeader is the attribution header admitted responses carry: the site of the provider the
+// gateway routed the request to, set from the gateway's own routing decision.
+const SiteHeader = "x-quotaqual-provider-site"
+
+// RequestIDHeader carries the request id to the provider and back to the client.
+const RequestIDHeader = "x-request-id"
+
+// Server is one gateway: its data and admin listeners, ledger, providers and settlement queue.
+type Server struct {
+	cfg          *Config
+	log          *slog.Logger
+	policy       *ledger.CompiledPolicy
+	led          ledger.Ledger
+	auth         *authenticator
+	providers    []*upstream
+	next         atomic.Uint64
+	transport    *http.Transport
+	m            *metrics
+	settler      *settler
+	storeTimeout time.Duration
+	renew        bool
+	idPrefix     string
+	idSeq        atomic.Uint64
+
+	ready    atomic.Bool
+	draining atomic.Bool
+
+	dataLn, adminLn   net.Listener
+	dataSrv, adminSrv *http.Server
+	serveErr          chan error
+	handlers          sync.WaitGroup
+	closeOnce         sync.Once
+}
+
+type upstream struct {
+	site    string
+	chatURL string // base URL + /v1/chat/completions
+}
+
+// Options tune a Server beyond its Config; the zero value is the production setting.
+type Options struct {
+	// Ledger, when set, is used instead of opening the policy's backend (tests, benchmarks).
+	Ledger ledger.Ledger
+}
+
+// New builds a gateway from a loaded config and opens its ledger. It does not listen yet.
+func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
+	if cfg == nil || cfg.compiled == nil || cfg.auth == nil {
+		return nil, errors.New("gateway: config not loaded; use LoadConfig or ParseConfig")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	led := opts.Ledger
+	if led == nil {
+		var err error
+		led, err = ledger.Open(cfg.compiled)
+		if err != nil {
+			return nil, fmt.Errorf("opening the quota store: %w", err)
+		}
+	}
+	s := &Server{
+		cfg:          cfg,
+		log:          logger,
+		policy:       cfg.compiled,
+		led:          led,
+		auth:         cfg.auth,
+		storeTimeout: cfg.compiled.Backend.Timeout.D(),
+		renew:        cfg.LeaseRenewalEnabled(),
+		serveErr:     make(chan error, 2),
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	s.idPrefix = "qq-" + hex.EncodeToString(b[:]) + "-"
+	for _, p := range cfg.Providers {
+		u, _ := url.Parse(p.URL) // validated by LoadConfig
+		s.providers = append(s.providers, &upstream{
+			site:    p.Site,
+			chatURL: strings.TrimRight(u.String(), "/") + "/v1/chat/completions",
+		})
+	}
+	s.transport = &http.Transport{
+		Proxy: nil, // never send quota-admitted traffic through an environment proxy
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// Relay bytes exactly as the provider sends them; usage must be readable.
+		DisableCompression: true,
+	}
+	s.settler = newSettler(s, settleQueueSize, settleWorkers)
+	s.m = newMetrics(func() float64 { return float64(len(s.settler.ch)) })
+	s.settler.start()
+	return s, nil
+}
+
+// Start binds the data and admin listeners and serves them in the background. When it
+// returns without error both ports accept connections and /readyz reports ready.
+func (s *Server) Start() error {
+	var err error
+	s.dataLn, err = net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (listen): %w", s.cfg.Listen, err)
+	}
+	s.adminLn, err = net.Listen("tcp", s.cfg.AdminListen)
+	if err != nil {
+		s.dataLn.Close()
+		return fmt.Errorf("listen on %s (admin_listen): %w", s.cfg.AdminListen, err)
+	}
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	s.dataSrv = &http.Server{
+		Handler:           s.dataHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          errLog,
+	}
+	s.adminSrv = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          errLog,
+	}
+	go s.serve(s.dataSrv, s.dataLn)
+	go s.serve(s.adminSrv, s.adminLn)
+	s.ready.Store(true)
+	sites := make([]string, len(s.providers))
+	for i, p := range s.providers {
+		sites[i] = p.site
+	}
+	rules := make([]string, len(s.policy.Rules))
+	for i, r := range s.policy.Rules {
+		rules[i] = r.Name
+	}
+	s.log.Info("gateway listening",
+		"listen", s.dataLn.Addr().String(), "admin_listen", s.adminLn.Addr().String(),
+		"backend", s.led.Backend(), "store_timeout", s.storeTimeout.String(),
+		"lease_renewal", s.renew, "upstream_timeout", s.cfg.upstreamTimeout.String(),
+		"providers", sites, "rules", rules)
+	return nil
+}
+
+func (s *Server) serve(srv *http.Server, ln net.Listener) {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.serveErr <- err
+	}
+}
+
+// DataAddr is the bound data address (after Start).
+func (s *Server) DataAddr() string { return s.dataLn.Addr().String() }
+
+// AdminAddr is the bound admin address (after Start).
+func (s *Server) AdminAddr() string { return s.adminLn.Addr().String() }
+
+// Shutdown drains the gateway: /readyz turns unready, the data listener stops accepting,
+// in-flight requests may finish until ctx ends (then their connections are closed and they
+// settle), the settlement queue is drained, the admin listener stops and the ledger is closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var result error
+	s.closeOnce.Do(func() {
+		s.draining.Store(true)
+		s.ready.Store(false)
+		s.log.Info("gateway draining")
+		if s.dataSrv != nil {
+			if err := s.dataSrv.Shutdown(ctx); err != nil {
+				s.log.Warn("in-flight requests did not finish before the shutdown deadline; closing their connections", "error", err.Error())
+				_ = s.dataSrv.Close()
+			}
+		}
+		// Handlers of closed connections still settle; give them a moment to reach the queue.
+		waitGroup(&s.handlers, 2*time.Second)
+		drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if !s.settler.close(drainCtx) {
+			s.log.Warn("settlement queue not drained before the deadline; the remaining reservations expire and are charged at their estimate")
+			result = errors.New("settlement queue not drained")
+		}
+		if s.adminSrv != nil {
+			actx, acancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.adminSrv.Shutdown(actx)
+			acancel()
+		}
+		s.transport.CloseIdleConnections()
+		if err := s.led.Close(); err != nil {
+			s.log.Warn("closing the quota store", "error", err.Error())
+		}
+		s.log.Info("gateway stopped")
+	})
+	return result
+}
+
+// waitGroup waits for wg at most d.
+func waitGroup(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Run serves cfg until ctx ends (SIGTERM/SIGINT in the command), then drains within the
+// config's shutdown_timeout. It returns nil after a clean drain.
+func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+	s, err := New(cfg, logger, Options{})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		_ = s.led.Close()
+		return err
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-s.serveErr:
+		logger.Error("listener failed", "error", serveErr.Error())
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	if err := s.Shutdown(sctx); err != nil && serveErr == nil {
+		serveErr = err
+	}
+	return serveErr
+}
+
+func (s *Server) dataHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, typeInvalidRequest, codeMethod, "use POST for /v1/chat/completions")
+			return
+		}
+		s.handlers.Add(1)
+		defer s.handlers.Done()
+		s.serveChat(w, r)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown path; this gateway serves POST /v1/chat/completions")
+	})
+	return mux
+}
+
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("/readyz", s.serveReady)
+	mux.HandleFunc("/admin/quota", s.serveQuota)
+	return mux
+}
+
+// pick chooses the next provider round-robin. Exactly one pick per admitted request.
+func (s *Server) pick() *upstream {
+	n := s.next.Add(1) - 1
+	return s.providers[n%uint64(len(s.providers))]
+}
+
+// requestID returns the client's x-request-id when it is short and plain, else a new one.
+func (s *Server) requestID(r *http.Request) string {
+	if id := r.Header.Get(RequestIDHeader); validRequestID(id) {
+		return id
+	}
+	return s.idPrefix + fmt.Sprint(s.idSeq.Add(1))
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		b := id[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_' || b == '.' || b == ':') {
+			return false
+		}
+	}
+	return true
+}

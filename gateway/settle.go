@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/ledger"
+)
+
+// Settlement runs off the response path: the handler enqueues a job after the response is
+// relayed (or abandoned) and returns. A bounded pool of workers settles each job with bounded
+// retries. When the queue is full or every attempt fails, the failure is logged and counted
+// and nothing else happens: the reservation's lease then runs out and the ledger charges it at
+// its estimate, which is the conservative outcome. Settlement never fails or delays a response.
+const (
+	settleQueueSize = 8192
+	settleWorkers   = 4
+	settleAttempts  = 3
+)
+
+// settleBackoff is the wait before attempt i+1 (25 ms, then 50 ms).
+var settleBackoff = []time.Duration{25 * time.Millisecond, 50 * time.Millisecond}
+
+type settleJob struct {
+	res   ledger.Reservation
+	usage ledger.Usage
+	rec   *requestRecord
+}
+
+type settler struct {
+	s       *Server
+	ch      chan settleJob
+	workers int
+	wg      sync.WaitGroup
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+func newSettler(s *Server, size, workers int) *settler {
+	return &settler{s: s, ch: make(chan settleJob, size), workers: workers}
+}
+
+func (st *settler) start() {
+	for range st.workers {
+		st.wg.Add(1)
+		go func() {
+			defer st.wg.Done()
+			for j := range st.ch {
+				st.settle(j)
+			}
+		}()
+	}
+}
+
+// enqueue hands a job to the workers without ever blocking.
+func (st *settler) enqueue(j settleJob) {
+	st.mu.RLock()
+	if !st.closed {
+		select {
+		case st.ch <- j:
+			st.mu.RUnlock()
+			return
+		default:
+		}
+	}
+	st.mu.RUnlock()
+	s := st.s
+	s.m.settlements.WithLabelValues(j.res.Quota.Rule, "dropped").Inc()
+	s.m.inFlight.WithLabelValues(j.res.Quota.Rule).Dec()
+	s.log.Warn("settlement dropped: queue full or closed; the lease will expire and charge the estimate",
+		"request_id", j.rec.id, "rule", j.res.Quota.Rule)
+	s.logRequest(j.rec, "settlement", "dropped")
+}
+
+// close stops accepting jobs and waits for the queue to drain, at most until ctx ends.
+func (st *settler) close(ctx context.Context) bool {
+	st.mu.Lock()
+	if !st.closed {
+		st.closed = true
+		close(st.ch)
+	}
+	st.mu.Unlock()
+	done := make(chan struct{})
+	go func() { st.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (st *settler) settle(j settleJob) {
+	s := st.s
+	rule := j.res.Quota.Rule
+	var (
+		out ledger.Settlement
+		err error
+	)
+	for attempt := 0; attempt < settleAttempts; attempt++ {
+		if attempt > 0 {
+			time.Sleep(settleBackoff[min(attempt-1, len(settleBackoff)-1)])
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+		out, err = s.led.Settle(ctx, j.res, j.usage)
+		cancel()
+		if err == nil {
+			break
+		}
+		s.m.backendErrors.WithLabelValues(s.led.Backend(), "settle").Inc()
+	}
+	s.m.inFlight.WithLabelValues(rule).Dec()
+	if j.usage.Known {
+		s.m.usage.WithLabelValues(rule, "known").Inc()
+	} else {
+		s.m.usage.WithLabelValues(rule, "unknown").Inc()
+	}
+	j.rec.actual, j.rec.known = j.usage.Tokens, j.usage.Known
+	if err != nil {
+		s.m.settlements.WithLabelValues(rule, "failed").Inc()
+		s.log.Warn("settlement failed after retries; the lease will expire and charge the estimate",
+			"request_id", j.rec.id, "rule", rule, "attempts", settleAttempts, "error", redactErr(err))
+		s.logRequest(j.rec, "settlement", "failed")
+		return
+	}
+	if !out.Applied {
+		s.m.settlements.WithLabelValues(rule, "noop").Inc()
+		s.logRequest(j.rec, "settlement", "noop")
+		return
+	}
+	s.m.settlements.WithLabelValues(rule, "applied").Inc()
+	s.m.tokensCharged.WithLabelValues(rule).Add(float64(out.Charged))
+	if out.Refund > 0 {
+		s.m.tokensRefunded.WithLabelValues(rule).Add(float64(out.Refund))
+	}
+	if out.Overage > 0 {
+		s.m.tokensOverage.WithLabelValues(rule).Add(float64(out.Overage))
+	}
+	s.logRequest(j.rec, "settlement", "applied", "charged", out.Charged, "refund", out.Refund, "overage", out.Overage)
+}
+
+// renewer extends one reservation's lease every lease/3 while its request is in flight. It
+// uses a timer rather than a goroutine, so short requests cost nothing.
+type renewer struct {
+	mu      sync.Mutex
+	stopped bool
+	t       *time.Timer
+}
+
+func (s *Server) startRenewal(res ledger.Reservation) *renewer {
+	interval := res.Quota.Lease / 3
+	rn := &renewer{}
+	rule := res.Quota.Rule
+	var fire func()
+	fire = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+		live, err := s.led.Renew(ctx, res)
+		cancel()
+		switch {
+		case err != nil:
+			s.m.renewals.WithLabelValues(rule, "error").Inc()
+			s.m.backendErrors.WithLabelValues(s.led.Backend(), "renew").Inc()
+		case !live:
+			s.m.renewals.WithLabelValues(rule, "lost").Inc()
+		default:
+			s.m.renewals.WithLabelValues(rule, "renewed").Inc()
+		}
+		rn.mu.Lock()
+		defer rn.mu.Unlock()
+		if rn.stopped || (err == nil && !live) {
+			return
+		}
+		if err != nil {
+			// Retry sooner after a failure: the lease still has at least two thirds left.
+			rn.t.Reset(min(interval/2, time.Second))
+			return
+		}
+		rn.t.Reset(interval)
+	}
+	rn.mu.Lock()
+	rn.t = time.AfterFunc(interval, fire)
+	rn.mu.Unlock()
+	return rn
+}
+
+func (rn *renewer) stop() {
+	rn.mu.Lock()
+	rn.stopped = true
+	rn.t.Stop()
+	rn.mu.Unlock()
+}
