@@ -1,0 +1,314 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// RuleName is the qualification's one quota rule.
+const RuleName = "per-application-budget"
+
+// Env is what a scenario may use: the topology (HTTP clients, endpoints, levers), the run's
+// deployment (credentials, by scenario and subject label), the profile, and the recorders.
+type Env struct {
+	Topo       topology.Topology
+	Deployment *fixtures.Deployment
+	Profile    fixtures.Profile
+	// Record receives every HTTP exchange a scenario makes (labels only, never credentials).
+	Record func(evidence.RequestRecord)
+	// Progress receives short human-readable progress lines; may be nil.
+	Progress func(string)
+
+	scenario string  // set by Run for the scenario being run
+	current  *Result // the scenario's result, so a panic keeps its partial facts
+}
+
+// recordMu serialises Record calls: scenarios record from concurrent goroutines and the
+// recorder (the evidence writer) need not be safe for concurrent use.
+var recordMu sync.Mutex
+
+func (env *Env) forScenario(name string) *Env {
+	e := *env
+	e.scenario = name
+	e.current = nil
+	return &e
+}
+
+// NewResult starts the scenario's result.
+func (env *Env) NewResult() *Result {
+	r := NewResult()
+	env.current = r
+	return r
+}
+
+func (env *Env) progress(msg string) {
+	if env != nil && env.Progress != nil {
+		env.Progress(msg)
+	}
+}
+
+// Progressf reports one progress line prefixed with the scenario's name.
+func (env *Env) Progressf(format string, args ...any) {
+	env.progress(env.scenario + ": " + fmt.Sprintf(format, args...))
+}
+
+func (env *Env) record(rec evidence.RequestRecord) {
+	if env.Record == nil {
+		return
+	}
+	recordMu.Lock()
+	defer recordMu.Unlock()
+	env.Record(rec)
+}
+
+// Deadlines, all derived from the profile.
+
+// requestTimeout bounds one chat request: the provider's longest hold plus generous slack for
+// the store and the machine.
+func requestTimeout(p fixtures.Profile) time.Duration {
+	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + p.HoldFor
+}
+
+// adminTimeout bounds one admin request (quota inspection, provider call log, probes).
+func adminTimeout(p fixtures.Profile) time.Duration {
+	return 2*time.Second + 4*p.StoreTimeout
+}
+
+// scenarioDeadline bounds a whole scenario.
+func scenarioDeadline(p fixtures.Profile) time.Duration {
+	return 60*time.Second + 2*p.RecoveryMax + 4*p.Window + 4*requestTimeout(p)
+}
+
+// bucketWidth is the ledger's accounting bucket for a window: one second up to a minute,
+// window/60 rounded up to whole seconds beyond.
+func bucketWidth(window time.Duration) time.Duration {
+	if window <= time.Minute {
+		return time.Second
+	}
+	b := (window + 59) / 60
+	return ((b + time.Second - 1) / time.Second) * time.Second
+}
+
+// errPollDeadline is returned by poll when its limit passed before fn reported done.
+var errPollDeadline = errors.New("deadline passed")
+
+// poll calls fn, then again every interval, until fn reports done, fn fails, ctx ends or
+// limit has passed since the start. fn is called at least once. It never sleeps past the
+// deadline and re-checks the deadline after every wake-up.
+func poll(ctx context.Context, interval, limit time.Duration, fn func(ctx context.Context) (bool, error)) (tries int, err error) {
+	deadline := time.Now().Add(limit)
+	for {
+		tries++
+		done, err := fn(ctx)
+		if err != nil {
+			return tries, err
+		}
+		if done {
+			return tries, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return tries, fmt.Errorf("after %d tries in %s: %w", tries, limit, errPollDeadline)
+		}
+		wait := interval
+		if wait > left {
+			wait = left
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return tries, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// adminGet fetches url with the observer client and decodes JSON into v when v is not nil.
+func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := env.Topo.Observer().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("reading %s: %w", u, err)
+	}
+	if v == nil {
+		return resp.StatusCode, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s", u, resp.StatusCode, firstLine(string(body)))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return resp.StatusCode, fmt.Errorf("GET %s: decoding the JSON answer: %w", u, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// ProviderRequest is one entry of a provider's request log.
+type ProviderRequest struct {
+	RequestID            string `json:"request_id"`
+	AuthorizationPresent bool   `json:"authorization_present"`
+	Status               int    `json:"status"`
+	Stream               bool   `json:"stream"`
+	HoldMS               int64  `json:"hold_ms"`
+}
+
+// ProviderCalls is one provider's call log as GET /admin/calls reports it.
+type ProviderCalls struct {
+	Host     string            `json:"-"`
+	Site     string            `json:"site"`
+	Calls    int64             `json:"calls"` // counted at arrival
+	InFlight int64             `json:"in_flight"`
+	Requests []ProviderRequest `json:"requests"` // finished requests, oldest first
+}
+
+// ProviderSnapshot is every provider's call log at one moment.
+type ProviderSnapshot struct {
+	At     time.Time
+	ByHost map[string]ProviderCalls
+}
+
+// ProviderCalls reads the call logs of the three providers through the observer.
+func (env *Env) ProviderCalls(ctx context.Context) (ProviderSnapshot, error) {
+	s := ProviderSnapshot{At: time.Now(), ByHost: make(map[string]ProviderCalls, len(topology.Providers))}
+	for _, h := range topology.Providers {
+		ep := env.Topo.Provider(h)
+		var c ProviderCalls
+		if _, err := env.adminGet(ctx, strings.TrimRight(ep.AdminURL, "/")+"/admin/calls", &c); err != nil {
+			return s, fmt.Errorf("reading the call log of %s: %w", h, err)
+		}
+		c.Host = h
+		if c.Site == "" {
+			c.Site = ep.Site
+		}
+		s.ByHost[h] = c
+	}
+	return s, nil
+}
+
+// Total is the number of calls all providers received.
+func (s ProviderSnapshot) Total() int64 {
+	var n int64
+	for _, c := range s.ByHost {
+		n += c.Calls
+	}
+	return n
+}
+
+// SiteDelta is, per site, how many calls arrived between before and after. Every site of
+// after appears, with 0 when it got none.
+func SiteDelta(before, after ProviderSnapshot) map[string]int64 {
+	out := make(map[string]int64, len(after.ByHost))
+	for h, c := range after.ByHost {
+		out[c.Site] += c.Calls - before.ByHost[h].Calls
+	}
+	return out
+}
+
+// TotalDelta is how many provider calls arrived between before and after.
+func TotalDelta(before, after ProviderSnapshot) int64 { return after.Total() - before.Total() }
+
+// SitesCovered lists the sites with at least one call in delta, sorted.
+func SitesCovered(delta map[string]int64) []string {
+	var out []string
+	for s, n := range delta {
+		if n > 0 {
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// FindRequest looks a request id up in every provider's log and returns the site that served
+// it and its log entry.
+func (s ProviderSnapshot) FindRequest(id string) (string, ProviderRequest, bool) {
+	if id == "" {
+		return "", ProviderRequest{}, false
+	}
+	for _, h := range topology.Providers {
+		c := s.ByHost[h]
+		for _, r := range c.Requests {
+			if r.RequestID == id {
+				return c.Site, r, true
+			}
+		}
+	}
+	return "", ProviderRequest{}, false
+}
+
+// QuotaWindow is one window of a key as /admin/quota reports it.
+type QuotaWindow struct {
+	Window   json.RawMessage `json:"window"`
+	Capacity int64           `json:"capacity"`
+	Settled  int64           `json:"settled"`
+}
+
+// QuotaState is one quota key's state as a gateway's /admin/quota reports it (read from the
+// store, so both gateways report the same).
+type QuotaState struct {
+	ActiveReservations int64         `json:"active_reservations"`
+	ReservedTokens     int64         `json:"reserved_tokens"`
+	Windows            []QuotaWindow `json:"windows"`
+}
+
+// Settled is the settled usage in the rule's (first, and in the qualification only) window.
+func (q QuotaState) Settled() int64 {
+	if len(q.Windows) == 0 {
+		return 0
+	}
+	return q.Windows[0].Settled
+}
+
+// Quota reads the state of subject's key from gateway's admin endpoint.
+func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (QuotaState, error) {
+	var q QuotaState
+	cred, ok := env.credential(subjectLabel)
+	if !ok {
+		return q, fmt.Errorf("no credential for %s in scenario %s: the deployment was built without this scenario", subjectLabel, env.scenario)
+	}
+	u := strings.TrimRight(env.Topo.Gateway(gateway).AdminURL, "/") + "/admin/quota?rule=" +
+		url.QueryEscape(RuleName) + "&subject=" + url.QueryEscape(cred.Username)
+	if _, err := env.adminGet(ctx, u, &q); err != nil {
+		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, err)
+	}
+	return q, nil
+}
+
+// credential returns the scenario's principal for a subject label.
+func (env *Env) credential(label string) (fixtures.Credential, bool) {
+	if env.Deployment == nil {
+		return fixtures.Credential{}, false
+	}
+	return env.Deployment.Credential(env.scenario, label)
+}
+
+// subjects are the three subject labels of every scenario.
+func subjects() []string { return append([]string(nil), fixtures.Subjects...) }
+
+// ms renders a duration as milliseconds with one decimal, for facts.
+func ms(d time.Duration) float64 {
+	return float64(d.Microseconds()/100) / 10
+}

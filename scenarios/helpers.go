@@ -1,0 +1,211 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+const (
+	gwA = topology.HostGatewayA
+	gwB = topology.HostGatewayB
+
+	appA = "application-a"
+	appB = "application-b"
+	appC = "application-c"
+)
+
+// alternate returns gateway-a for even i and gateway-b for odd i.
+func alternate(i int) string {
+	if i%2 == 0 {
+		return gwA
+	}
+	return gwB
+}
+
+// chatUsage is the usage the provider stub reports for the default request with maxTokens.
+func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
+	return fixtures.PredictUsage([]fixtures.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
+}
+
+// waitIdle polls subject's quota until no reservation is active (every admitted request has
+// settled) and returns that state. The gateway settles off the response path, so a read right
+// after a response may still see its reservation.
+func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaState, error) {
+	var q QuotaState
+	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
+	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
+		var err error
+		q, err = env.Quota(ctx, gateway, subject)
+		if err != nil {
+			return false, err
+		}
+		return q.ActiveReservations == 0 && q.ReservedTokens == 0, nil
+	})
+	if err != nil {
+		return q, fmt.Errorf("waiting for %s's reservations to settle: %w", subject, err)
+	}
+	return q, nil
+}
+
+// exhaustion is a sequential run of requests until the first answer that is not 200.
+type exhaustion struct {
+	Outcomes []Outcome // every request, in order; the last is the first non-200 unless capped
+	Admitted int       // 200s before the first non-200
+	Denied   bool      // the run ended with a 429
+	Settled  []int64   // settled usage read after each admitted request (waitIdle)
+}
+
+// exhaust sends requests for subject alternating gateway-a, gateway-b, … (starting with
+// gateways[0]) until the first non-200 answer or maxAttempts. After each admitted request it
+// waits until the reservation has settled, so the next decision sees settled usage only.
+func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gateways []string, maxAttempts int) (exhaustion, error) {
+	var ex exhaustion
+	for i := 0; i < maxAttempts; i++ {
+		gw := gateways[i%len(gateways)]
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("%s-%d", labelPrefix, i+1), Subject: subject})
+		ex.Outcomes = append(ex.Outcomes, o)
+		if !o.Admitted() {
+			ex.Denied = o.Status == http.StatusTooManyRequests
+			return ex, nil
+		}
+		ex.Admitted++
+		q, err := env.waitIdle(ctx, gw, subject)
+		if err != nil {
+			return ex, err
+		}
+		ex.Settled = append(ex.Settled, q.Settled())
+	}
+	return ex, nil
+}
+
+// exchange is one observed sequential request for the prediction.
+type exchange struct {
+	Admitted bool
+	Charge   int64 // what an admitted request settled at (its usage total)
+}
+
+// predictAdmissions replays a sequential run against the rule within one window: a request is
+// admitted iff settled + estimate ≤ capacity, and an admitted request adds its charge to
+// settled. pred says, per observed exchange, whether the rule admits it given what actually
+// happened before it (observed admissions settled at their observed charge). admitted is the
+// pure prediction: how many requests in a row the rule admits from an empty window, using the
+// observed charges and fallback (the stub's deterministic usage) beyond them.
+func predictAdmissions(capacity, estimate, fallback int64, obs []exchange) (pred []bool, admitted int) {
+	chargeOf := func(i int) int64 {
+		c := fallback
+		if i < len(obs) && obs[i].Admitted {
+			c = obs[i].Charge
+		}
+		if c <= 0 {
+			c = estimate
+		}
+		return c
+	}
+	pred = make([]bool, len(obs))
+	var settled int64
+	for i, o := range obs {
+		pred[i] = settled+estimate <= capacity
+		if o.Admitted {
+			settled += chargeOf(i)
+		}
+	}
+	if estimate <= 0 {
+		return pred, -1 // every request would be admitted: no finite prediction
+	}
+	settled = 0
+	for i := 0; settled+estimate <= capacity; i++ {
+		admitted++
+		settled += chargeOf(i)
+	}
+	return pred, admitted
+}
+
+// adminProbe sends one GET to a gateway's admin endpoint through the observer and records it.
+func (env *Env) adminProbe(ctx context.Context, gateway, path, label string) (int, []byte, time.Duration, error) {
+	u := strings.TrimRight(env.Topo.Gateway(gateway).AdminURL, "/") + path
+	rec := evidence.RequestRecord{Scenario: env.scenario, Label: label, Gateway: gateway, Credential: "none", Method: http.MethodGet, Path: path}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
+	defer cancel()
+	start := time.Now()
+	rec.Time = start.UTC()
+	status, body, err := func() (int, []byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return 0, nil, err
+		}
+		resp, err := env.Topo.Observer().Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		return resp.StatusCode, b, err
+	}()
+	rec.Latency = time.Since(start)
+	rec.Status = status
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	env.record(rec)
+	return status, body, rec.Latency, err
+}
+
+// sitesOf lists the site header of each outcome.
+func sitesOf(os []Outcome) []string {
+	out := make([]string, len(os))
+	for i, o := range os {
+		out[i] = o.Site
+	}
+	return out
+}
+
+// isSite reports whether s is one of the provider sites.
+func isSite(s string) bool {
+	for _, x := range fixtures.Sites {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// seconds renders a duration in seconds with millisecond precision, for facts.
+func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
+
+// readProviders takes a provider snapshot, recording an operational error on failure.
+func (env *Env) readProviders(ctx context.Context, r *Result, what string) (ProviderSnapshot, bool) {
+	s, err := env.ProviderCalls(ctx)
+	if err != nil {
+		r.Error(fmt.Errorf("%s: %w", what, err))
+		return s, false
+	}
+	return s, true
+}
+
+// settledProviders waits until no provider has a request in flight (so every finished request
+// is in the logs) and returns the snapshot.
+func (env *Env) settledProviders(ctx context.Context) (ProviderSnapshot, error) {
+	var s ProviderSnapshot
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+env.Profile.HoldFor, func(ctx context.Context) (bool, error) {
+		var err error
+		s, err = env.ProviderCalls(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range s.ByHost {
+			if c.InFlight > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return s, err
+}

@@ -1,0 +1,325 @@
+package scenarios
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/fixtures"
+)
+
+// CredKind is the kind of credential a request carries.
+type CredKind string
+
+const (
+	CredValid         CredKind = "valid"              // the subject's own username and password
+	CredMissing       CredKind = "missing"            // no Authorization header
+	CredMalformed     CredKind = "malformed"          // Basic with a value that is not base64
+	CredBearer        CredKind = "unknown-bearer"     // Bearer with a token nobody was given
+	CredNoColon       CredKind = "malformed-no-colon" // Basic base64(username) without ":password"
+	CredWrongPassword CredKind = "wrong-password"     // the subject's username, a wrong password
+	CredCrossSubject  CredKind = "cross-subject"      // another subject's username with this subject's password
+)
+
+const (
+	// ChatPath is the gateways' chat completions endpoint.
+	ChatPath = "/v1/chat/completions"
+
+	wrongPassword       = "not-the-password-0"
+	malformedBasicValue = "Basic not-valid-base64"
+	unknownBearerValue  = "Bearer x"
+)
+
+// ChatCall describes one chat completion request through a gateway.
+type ChatCall struct {
+	Gateway   string   // topology.HostGatewayA or topology.HostGatewayB
+	Label     string   // what the request is for, e.g. "exhaust-3"
+	Subject   string   // subject label, e.g. "application-a" (the scenario's own principal)
+	Cred      CredKind // default CredValid
+	CrossWith string   // CredCrossSubject: the label whose username is sent (default the next subject)
+	Stream    bool
+	MaxTokens int64         // default 1
+	Hold      time.Duration // asks the provider stub to hold the request (body metadata)
+	Timeout   time.Duration // default requestTimeout(profile)
+}
+
+// Outcome is what one request produced.
+type Outcome struct {
+	Status    int // 0: no HTTP response
+	Site      string
+	RequestID string
+	Headers   http.Header
+	ErrorType string
+	Usage     *evidence.Usage
+	Start     time.Time // when the (last) attempt was sent
+	End       time.Time // when its body was fully read
+	Latency   time.Duration
+	Attempts  int
+	Err       error // transport error of the last attempt
+}
+
+// Admitted reports a 200 answer.
+func (o Outcome) Admitted() bool { return o.Status == http.StatusOK }
+
+// quotaHeaderNames are the response headers kept in the request log.
+var quotaHeaderNames = []string{"Retry-After", "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+
+// Chat sends one chat completion from the client host and records every attempt. A real HTTP
+// response (any status) is never retried; a transport failure (no response) is retried once,
+// and both attempts are recorded.
+func (env *Env) Chat(ctx context.Context, c ChatCall) Outcome {
+	if c.Cred == "" {
+		c.Cred = CredValid
+	}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = 1
+	}
+	if c.Timeout == 0 {
+		c.Timeout = requestTimeout(env.Profile) + c.Hold
+	}
+	var o Outcome
+	for attempt := 1; attempt <= 2; attempt++ {
+		label := c.Label
+		if attempt > 1 {
+			label += "/transport-retry"
+		}
+		o = env.chatOnce(ctx, c, label)
+		o.Attempts = attempt
+		if o.Status != 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	return o
+}
+
+func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome {
+	var o Outcome
+	rec := evidence.RequestRecord{
+		Scenario:   env.scenario,
+		Label:      label,
+		Gateway:    c.Gateway,
+		Subject:    c.Subject,
+		Credential: string(c.Cred),
+		Method:     http.MethodPost,
+		Path:       ChatPath,
+	}
+	defer func() {
+		rec.Time = o.Start.UTC()
+		rec.Status = o.Status
+		rec.ProviderSite = o.Site
+		rec.RequestID = o.RequestID
+		rec.ErrorType = o.ErrorType
+		rec.Usage = o.Usage
+		rec.Latency = o.Latency
+		if o.Err != nil {
+			rec.Error = o.Err.Error()
+		}
+		if o.Headers != nil {
+			for _, h := range quotaHeaderNames {
+				if v := o.Headers.Get(h); v != "" {
+					if rec.QuotaHeaders == nil {
+						rec.QuotaHeaders = map[string]string{}
+					}
+					rec.QuotaHeaders[strings.ToLower(h)] = v
+				}
+			}
+		}
+		env.record(rec)
+	}()
+
+	body := map[string]any{
+		"model":      fixtures.DefaultModel,
+		"messages":   []map[string]string{{"role": "user", "content": "hello"}},
+		"max_tokens": c.MaxTokens,
+	}
+	if c.Stream {
+		body["stream"] = true
+		body["stream_options"] = map[string]bool{"include_usage": true}
+	}
+	if c.Hold > 0 {
+		body["metadata"] = map[string]string{fixtures.HoldMetadata: c.Hold.String()}
+	}
+	b, _ := json.Marshal(body)
+	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	u := strings.TrimRight(env.Topo.Gateway(c.Gateway).DataURL, "/") + ChatPath
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, u, bytes.NewReader(b))
+	o.Start = time.Now()
+	if err != nil {
+		o.End = o.Start
+		o.Err = fmt.Errorf("building the request: %w", err)
+		return o
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if err := env.authorize(req, c); err != nil {
+		o.End = o.Start
+		o.Err = err
+		return o
+	}
+	o.Start = time.Now()
+	resp, err := env.Topo.Client().Do(req)
+	if err != nil {
+		o.End = time.Now()
+		o.Latency = o.End.Sub(o.Start)
+		o.Err = err
+		return o
+	}
+	defer resp.Body.Close()
+	o.Status = resp.StatusCode
+	o.Headers = resp.Header
+	o.Site = resp.Header.Get(fixtures.SiteHeader)
+	o.RequestID = resp.Header.Get("X-Request-Id")
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	o.End = time.Now()
+	o.Latency = o.End.Sub(o.Start)
+	if err != nil {
+		o.Err = fmt.Errorf("reading the response body: %w", err)
+	}
+	if o.Status == http.StatusOK {
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			o.Usage = streamUsage(raw)
+		} else {
+			o.Usage = jsonUsage(raw)
+		}
+	} else {
+		o.ErrorType = errorType(raw)
+	}
+	return o
+}
+
+// authorize sets the Authorization header the credential kind calls for. Secrets go only
+// into the request header, never into the record.
+func (env *Env) authorize(req *http.Request, c ChatCall) error {
+	if c.Cred == CredMissing {
+		return nil
+	}
+	switch c.Cred {
+	case CredMalformed:
+		req.Header.Set("Authorization", malformedBasicValue)
+		return nil
+	case CredBearer:
+		req.Header.Set("Authorization", unknownBearerValue)
+		return nil
+	}
+	own, ok := env.credential(c.Subject)
+	if !ok {
+		return fmt.Errorf("no credential for %s in scenario %s: build the deployment with this scenario", c.Subject, env.scenario)
+	}
+	switch c.Cred {
+	case CredValid:
+		req.SetBasicAuth(own.Username, own.Password)
+	case CredNoColon:
+		req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(own.Username)))
+	case CredWrongPassword:
+		req.SetBasicAuth(own.Username, wrongPassword)
+	case CredCrossSubject:
+		other := c.CrossWith
+		if other == "" {
+			other = nextSubject(c.Subject)
+		}
+		oc, ok := env.credential(other)
+		if !ok {
+			return fmt.Errorf("no credential for %s in scenario %s", other, env.scenario)
+		}
+		req.SetBasicAuth(oc.Username, own.Password)
+	default:
+		return fmt.Errorf("unknown credential kind %q", c.Cred)
+	}
+	return nil
+}
+
+func nextSubject(label string) string {
+	s := subjects()
+	for i, l := range s {
+		if l == label {
+			return s[(i+1)%len(s)]
+		}
+	}
+	return s[0]
+}
+
+func jsonUsage(raw []byte) *evidence.Usage {
+	var v struct {
+		Usage *evidence.Usage `json:"usage"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	return v.Usage
+}
+
+// streamUsage returns the last usage object of an SSE stream.
+func streamUsage(raw []byte) *evidence.Usage {
+	var last *evidence.Usage
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		data, ok := strings.CutPrefix(line, "data:")
+		if !ok {
+			continue
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			continue
+		}
+		if u := jsonUsage([]byte(data)); u != nil {
+			last = u
+		}
+	}
+	return last
+}
+
+func errorType(raw []byte) string {
+	var v struct {
+		Error struct {
+			Type string `json:"type"`
+			Code any    `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	return v.Error.Type
+}
+
+// charge is what an admitted response settles at: its reported total, or the estimate when
+// it reported none.
+func charge(o Outcome, estimate int64) int64 {
+	if o.Usage != nil && o.Usage.TotalTokens > 0 {
+		return o.Usage.TotalTokens
+	}
+	if o.Usage != nil && o.Usage.PromptTokens+o.Usage.CompletionTokens > 0 {
+		return o.Usage.PromptTokens + o.Usage.CompletionTokens
+	}
+	return estimate
+}
+
+// statuses lists the status codes of outcomes, for facts.
+func statuses(os []Outcome) []int {
+	out := make([]int, len(os))
+	for i, o := range os {
+		out[i] = o.Status
+	}
+	return out
+}
+
+// hasQuotaHeaders reports whether a 429 carries Retry-After and the three x-ratelimit headers,
+// and which are missing.
+func hasQuotaHeaders(h http.Header) (bool, []string) {
+	var missing []string
+	for _, n := range quotaHeaderNames {
+		if h == nil || h.Get(n) == "" {
+			missing = append(missing, strings.ToLower(n))
+		}
+	}
+	return len(missing) == 0, missing
+}

@@ -1,0 +1,131 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+func networkPolicy() Scenario {
+	return Scenario{
+		Name:      "network-policy",
+		Summary:   "gateways reach Valkey and the providers; the client cannot reach Valkey or a provider; a provider cannot reach Valkey",
+		Invariant: "isolation: only the gateways reach Valkey and the providers; every denial is backed by a positive control from the same host",
+		Needs:     []Need{NeedNetworkPolicy},
+		Run:       runNetworkPolicy,
+	}
+}
+
+// probeSpec is one reachability probe and whether the policy allows it.
+type probeSpec struct {
+	From, To string
+	Port     int
+	Allowed  bool
+	Why      string
+}
+
+// policyProbes lists the probes of the scenario. Positive controls, one or more from every host
+// that is the source of a negative control:
+//   - gateway-a, gateway-b → valkey and → each provider's data port (the policy's allowances);
+//   - client → each gateway's data port;
+//   - each provider → its own data port: the policy allows no egress target for a provider,
+//     but it accepts loopback, so this proves the probe runs and connects from that host; the
+//     gateways' probes of the same provider prove the host is on the network.
+//
+// Negative controls: client → valkey, client → each provider's data port, each provider →
+// valkey.
+func policyProbes(ports topology.Ports) []probeSpec {
+	var ps []probeSpec
+	for _, gw := range topology.Gateways {
+		ps = append(ps, probeSpec{gw, topology.HostValkey, ports.Valkey, true, "valkey accepts the gateways"})
+		for _, pr := range topology.Providers {
+			ps = append(ps, probeSpec{gw, pr, ports.ProviderData, true, "providers accept the gateways"})
+		}
+		ps = append(ps, probeSpec{topology.HostClient, gw, ports.GatewayData, true, "gateways accept the client"})
+	}
+	for _, pr := range topology.Providers {
+		ps = append(ps, probeSpec{pr, pr, ports.ProviderData, true, "loopback: the probe works from this host"})
+	}
+	ps = append(ps, probeSpec{topology.HostClient, topology.HostValkey, ports.Valkey, false, "valkey accepts only the gateways"})
+	for _, pr := range topology.Providers {
+		ps = append(ps, probeSpec{topology.HostClient, pr, ports.ProviderData, false, "providers accept only the gateways"})
+	}
+	for _, pr := range topology.Providers {
+		ps = append(ps, probeSpec{pr, topology.HostValkey, ports.Valkey, false, "valkey accepts only the gateways"})
+	}
+	return ps
+}
+
+// probeFact is how one probe is kept in the evidence.
+type probeFact struct {
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Port      int     `json:"port"`
+	Expected  string  `json:"expected"`
+	Reached   bool    `json:"reached"`
+	Supported bool    `json:"supported"`
+	Error     string  `json:"error,omitempty"`
+	ElapsedMS float64 `json:"elapsed_ms"`
+}
+
+func runNetworkPolicy(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	specs := policyProbes(env.Topo.Ports())
+	var facts []probeFact
+	positiveOK := map[string]bool{} // host → at least one positive control from it reached
+	results := make([]topology.ProbeResult, len(specs))
+	for i, s := range specs {
+		pctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
+		start := time.Now()
+		pr := env.Topo.Probe(pctx, s.From, s.To, s.Port)
+		cancel()
+		if pr.Elapsed == 0 {
+			pr.Elapsed = time.Since(start)
+		}
+		results[i] = pr
+		exp := "denied"
+		if s.Allowed {
+			exp = "reached"
+		}
+		facts = append(facts, probeFact{s.From, s.To, s.Port, exp, pr.Reached, pr.Supported, pr.Error, ms(pr.Elapsed)})
+		if s.Allowed {
+			positiveOK[s.From] = positiveOK[s.From] || (pr.Supported && pr.Reached)
+		}
+	}
+	r.Fact("probes", facts)
+	var denied, negatives int
+	for i, s := range specs {
+		pr := results[i]
+		name := fmt.Sprintf("%s → %s:%d", s.From, s.To, s.Port)
+		if s.Allowed {
+			r.Check("positive control "+name+" reached ("+s.Why+")", "reached", probeWord(pr), pr.Supported && pr.Reached)
+			continue
+		}
+		negatives++
+		backed := positiveOK[s.From]
+		ok := pr.Supported && !pr.Reached && backed
+		if ok {
+			denied++
+		}
+		obs := probeWord(pr)
+		if !backed {
+			obs += fmt.Sprintf(" (no positive control from %s succeeded: the denial does not count)", s.From)
+		}
+		r.Check("negative control "+name+" denied ("+s.Why+")", "denied, with a positive control from "+s.From, obs, ok)
+	}
+	r.Key("%d/%d denials backed by positive controls", denied, negatives)
+	return r
+}
+
+func probeWord(pr topology.ProbeResult) string {
+	switch {
+	case !pr.Supported:
+		return "probe not supported from this host"
+	case pr.Reached:
+		return fmt.Sprintf("reached in %s", pr.Elapsed.Round(time.Microsecond))
+	default:
+		return fmt.Sprintf("denied in %s: %s", pr.Elapsed.Round(time.Microsecond), pr.Error)
+	}
+}

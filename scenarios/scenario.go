@@ -1,0 +1,325 @@
+// Package scenarios holds the nine qualification scenarios. Each is a pure function of a
+// topology (reached only through its HTTP endpoints and fault levers) and a request recorder,
+// returning a verdict with the facts and assertions that decided it. A scenario never talks to
+// a process directly.
+//
+// Rules every scenario follows:
+//   - every check is recorded with what was expected and what was observed; nothing
+//     short-circuits, so a failed check never hides the requests or checks after it;
+//   - every HTTP exchange is recorded (Env.Chat), a real HTTP response is never retried, and a
+//     transport failure is retried at most once with both attempts recorded;
+//   - every wait has a deadline derived from the profile; nothing sleeps unbounded;
+//   - provider attribution and "reached no provider" are counted at the providers, never
+//     inferred from the gateway's answers.
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// Need is a topology capability a scenario cannot run without.
+type Need string
+
+const (
+	NeedNetworkPolicy Need = "network-policy"
+	NeedPartition     Need = "partition"
+)
+
+// Scenario is one qualification scenario.
+type Scenario struct {
+	Name      string
+	Summary   string // what it proves, one line
+	Invariant string // which invariant: "hard gate: …" or "meter: …"
+	Needs     []Need
+	Run       func(ctx context.Context, env *Env) *Result
+}
+
+// All returns the nine scenarios in the qualification's order.
+func All() []Scenario {
+	return []Scenario{
+		probeNoQuota(),
+		validAuth(),
+		authRejection(),
+		sharedBudget(),
+		concurrency(),
+		windowExpiry(),
+		gatewayRestart(),
+		valkeyOutage(),
+		networkPolicy(),
+	}
+}
+
+// Names lists every scenario name in order.
+func Names() []string {
+	all := All()
+	out := make([]string, len(all))
+	for i, s := range all {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// Select returns the named scenarios in the qualification's order (not the order given);
+// no names means all. An unknown name is an error that lists the valid ones.
+func Select(names []string) ([]Scenario, error) {
+	all := All()
+	if len(names) == 0 {
+		return all, nil
+	}
+	want := make(map[string]bool, len(names))
+	var unknown []string
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		found := false
+		for _, s := range all {
+			if s.Name == n {
+				found = true
+				break
+			}
+		}
+		if !found {
+			unknown = append(unknown, fmt.Sprintf("%q", n))
+			continue
+		}
+		want[n] = true
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("unknown scenario %s: choose from %s", strings.Join(unknown, ", "), strings.Join(Names(), ", "))
+	}
+	var out []Scenario
+	for _, s := range all {
+		if want[s.Name] {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Result collects one scenario's facts and checks. Build it with env.NewResult so that a
+// scenario that panics still hands its partial facts to the evidence.
+type Result struct {
+	facts      []evidence.Fact
+	assertions []evidence.Assertion
+	keyFact    string
+	errs       []error
+	skip       string
+}
+
+// NewResult returns an empty result (unit tests; scenarios use env.NewResult).
+func NewResult() *Result { return &Result{} }
+
+// Fact records one named observation.
+func (r *Result) Fact(name string, value any) {
+	r.facts = append(r.facts, evidence.Fact{Name: name, Value: value})
+}
+
+// Check records one assertion and returns ok. Every check is kept, passing or not; callers
+// must not use the return value to skip later checks or recordings.
+func (r *Result) Check(name string, expected, observed any, ok bool) bool {
+	r.assertions = append(r.assertions, evidence.Assertion{Name: name, Expected: expected, Observed: observed, OK: ok})
+	return ok
+}
+
+// Key sets the one-line key fact shown in the closing table.
+func (r *Result) Key(format string, args ...any) { r.keyFact = fmt.Sprintf(format, args...) }
+
+// Error records an operational error (a lever or an observation that could not be made). The
+// scenario fails; what was recorded before stays in the evidence.
+func (r *Result) Error(err error) *Result {
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+	return r
+}
+
+// Skip marks the result skipped with a reason (a missing lever). A skip is never a pass.
+func (r *Result) Skip(reason string) *Result {
+	r.skip = reason
+	return r
+}
+
+// Failed reports whether any check failed or any operational error was recorded so far.
+func (r *Result) Failed() bool {
+	if len(r.errs) > 0 {
+		return true
+	}
+	for _, a := range r.assertions {
+		if !a.OK {
+			return true
+		}
+	}
+	return false
+}
+
+// verdict computes status and reason. A result with no assertion cannot pass.
+func (r *Result) verdict() (evidence.Status, string) {
+	var reasons []string
+	for _, e := range r.errs {
+		reasons = append(reasons, e.Error())
+	}
+	for _, a := range r.assertions {
+		if !a.OK {
+			reasons = append(reasons, fmt.Sprintf("%s: expected %v, observed %v", a.Name, short(a.Expected), short(a.Observed)))
+		}
+	}
+	if len(reasons) > 0 {
+		return evidence.Failed, strings.Join(reasons, "; ")
+	}
+	if r.skip != "" {
+		return evidence.Skipped, r.skip
+	}
+	if len(r.assertions) == 0 {
+		return evidence.Failed, "the scenario made no assertion: a verdict needs at least one check"
+	}
+	return evidence.Passed, ""
+}
+
+func short(v any) string {
+	s := fmt.Sprint(v)
+	if len(s) > 160 {
+		s = s[:157] + "..."
+	}
+	return s
+}
+
+// Run runs the scenarios in order and always returns one result per scenario. A panic or an
+// operational error fails that scenario (its partial facts kept); a scenario needing a lever
+// the topology lacks is skipped with the reason; once ctx is cancelled the remaining
+// scenarios are skipped as "interrupted".
+func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResult {
+	out := make([]evidence.ScenarioResult, 0, len(list))
+	var caps topology.Capabilities
+	if env != nil && env.Topo != nil {
+		caps = env.Topo.Capabilities()
+	}
+	for _, sc := range list {
+		res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
+			Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
+		if err := ctx.Err(); err != nil {
+			res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
+			out = append(out, res)
+			continue
+		}
+		if reason := missingNeed(sc.Needs, caps); reason != "" {
+			res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
+			out = env.progressed(sc.Name, out, res)
+			continue
+		}
+		env.progress(sc.Name + ": running")
+		start := time.Now()
+		r := runOne(ctx, env, sc)
+		res.Elapsed = time.Since(start)
+		res.Facts = append(res.Facts, r.facts...)
+		res.Assertions = append(res.Assertions, r.assertions...)
+		res.KeyFact = r.keyFact
+		res.Status, res.Reason = r.verdict()
+		if ctx.Err() != nil && res.Status == evidence.Passed {
+			// Cut short: what ran passed, but the verdict was not reached.
+			res.Status, res.Reason = evidence.Skipped, "interrupted while running: partial facts kept"
+		}
+		if res.KeyFact == "" {
+			res.KeyFact = string(res.Status)
+			if res.Reason != "" {
+				res.KeyFact = firstLine(res.Reason)
+			}
+		}
+		out = env.progressed(sc.Name, out, res)
+	}
+	return out
+}
+
+func (env *Env) progressed(name string, out []evidence.ScenarioResult, res evidence.ScenarioResult) []evidence.ScenarioResult {
+	msg := fmt.Sprintf("%s: %s (%s)", name, res.Status, res.Elapsed.Round(time.Millisecond))
+	if res.Reason != "" {
+		msg += ": " + firstLine(res.Reason)
+	}
+	env.progress(msg)
+	return append(out, res)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:197] + "..."
+	}
+	return s
+}
+
+// missingNeed returns why the topology cannot run a scenario with these needs, or "".
+func missingNeed(needs []Need, caps topology.Capabilities) string {
+	var reasons []string
+	for _, n := range needs {
+		switch n {
+		case NeedNetworkPolicy:
+			if !caps.NetworkPolicy {
+				reasons = append(reasons, "needs network policy enforcement: "+orUnknown(caps.NetworkPolicyReason))
+			}
+		case NeedPartition:
+			if !caps.Partition {
+				reasons = append(reasons, "needs partitions: "+orUnknown(caps.PartitionReason))
+			}
+		default:
+			reasons = append(reasons, fmt.Sprintf("needs %q, which no topology provides", string(n)))
+		}
+	}
+	sort.Strings(reasons)
+	return strings.Join(reasons, "; ")
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "this topology does not provide it"
+	}
+	return s
+}
+
+// runOne runs one scenario under a deadline derived from the profile and turns a panic into
+// a failure that keeps the partial facts.
+func runOne(ctx context.Context, env *Env, sc Scenario) (r *Result) {
+	e := env.forScenario(sc.Name)
+	sctx, cancel := context.WithTimeout(ctx, scenarioDeadline(e.Profile))
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			r = e.current
+			if r == nil {
+				r = NewResult()
+			}
+			r.Error(fmt.Errorf("panic: %v\n%s", p, trimStack(debug.Stack())))
+		}
+	}()
+	if sc.Run == nil {
+		return NewResult().Error(errors.New("scenario has no Run function"))
+	}
+	r = sc.Run(sctx, e)
+	if r == nil {
+		r = e.current
+		if r == nil {
+			r = NewResult()
+		}
+		r.Error(errors.New("scenario returned no result"))
+	}
+	if err := sctx.Err(); err != nil && ctx.Err() == nil && !r.Failed() {
+		r.Error(fmt.Errorf("scenario deadline %s exceeded: %w", scenarioDeadline(e.Profile), err))
+	}
+	return r
+}
+
+func trimStack(b []byte) string {
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > 24 {
+		lines = lines[:24]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,155 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+)
+
+// exhaustCap bounds the requests one exhaustion may send.
+const exhaustCap = 20
+
+func sharedBudget() Scenario {
+	return Scenario{
+		Name:    "shared-budget",
+		Summary: "one subject alternating between gateways exhausts one shared budget; denied on both; denials reach no provider; other subjects unaffected",
+		Invariant: "hard gate: both gateways admit exactly what one budget allows (settled + estimate ≤ capacity, predicted from the responses' usage); " +
+			"denials reach no provider; attribution counted at the providers",
+		Run: runSharedBudget,
+	}
+}
+
+func runSharedBudget(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	if !ok {
+		return r
+	}
+
+	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
+	if err != nil {
+		r.Error(err)
+	}
+	first := ex.Outcomes[0]
+	last := ex.Outcomes[len(ex.Outcomes)-1]
+	r.Fact("exhaust_statuses", statuses(ex.Outcomes))
+	r.Fact("exhaust_sites", sitesOf(ex.Outcomes))
+	r.Fact("settled_after_each_admission", ex.Settled)
+
+	// The prediction, from the responses' own usage.
+	expected := chatUsage(p, 1)
+	obs := make([]exchange, len(ex.Outcomes))
+	var usageMismatch []string
+	for i, o := range ex.Outcomes {
+		obs[i] = exchange{Admitted: o.Admitted(), Charge: charge(o, p.Estimate)}
+		if o.Admitted() && (o.Usage == nil || o.Usage.TotalTokens != expected.TotalTokens) {
+			usageMismatch = append(usageMismatch, fmt.Sprintf("#%d %v", i+1, o.Usage))
+		}
+	}
+	pred, predicted := predictAdmissions(p.Capacity, p.Estimate, expected.TotalTokens, obs)
+	var wrong []string
+	for i := range obs {
+		if pred[i] != obs[i].Admitted {
+			wrong = append(wrong, fmt.Sprintf("#%d predicted admitted=%v observed status %d", i+1, pred[i], ex.Outcomes[i].Status))
+		}
+	}
+	r.Fact("predicted_admitted", predicted)
+	r.Fact("observed_admitted", ex.Admitted)
+	r.Check("admitted responses report the stub's deterministic usage", fmt.Sprintf("total_tokens %d each", expected.TotalTokens), usageMismatch, len(usageMismatch) == 0)
+	r.Check("exhaustion ended with 429", http.StatusTooManyRequests, last.Status, ex.Denied)
+	r.Check("admitted == predicted from settled usage (settled + estimate ≤ capacity)", predicted, ex.Admitted, ex.Admitted == predicted)
+	r.Check("every decision matches the rule replayed on the observed usage", "no mismatch", wrong, len(wrong) == 0)
+
+	// The next request is denied on both gateways.
+	type denial struct {
+		what string
+		o    Outcome
+	}
+	var denials []denial
+	if ex.Denied {
+		denials = append(denials, denial{"first denial (" + alternate(len(ex.Outcomes)-1) + ")", last})
+	}
+	for _, gw := range []string{gwA, gwB} {
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "denied-" + gw, Subject: appA})
+		denials = append(denials, denial{"next request on " + gw, o})
+		r.Check("next request on "+gw+" denied", http.StatusTooManyRequests, o.Status, o.Status == http.StatusTooManyRequests)
+	}
+	for _, d := range denials {
+		checkDenialHeaders(r, d.what, d.o, p)
+	}
+	end := time.Now()
+	after, err := env.settledProviders(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("provider call counts after: %w", err))
+	}
+	delta := SiteDelta(before, after)
+	d := TotalDelta(before, after)
+	r.Check("denied requests reached no provider (provider calls == admitted)", ex.Admitted, d, d == int64(ex.Admitted))
+	r.Fact("provider_distribution", delta)
+
+	// Everything above must have happened inside one window, or usage could have left it and
+	// admitted requests a full budget would not: say so rather than pass.
+	span := end.Sub(first.Start)
+	r.Fact("exhaustion_span_ms", ms(span))
+	r.Check("exhaustion and denials within one window (no roll-over)", fmt.Sprintf("< %s", p.Window), span.Round(time.Millisecond).String(), span < p.Window)
+
+	// Coverage of the three sites, counted at the providers. With per-gateway round robin and
+	// alternation this is certain only when one gateway admitted at least three; otherwise
+	// more admitted traffic, from the other subjects, proves coverage.
+	covered := SitesCovered(delta)
+	r.Fact("sites_covered_by_exhaustion", covered)
+	if len(covered) < len(fixtures.Sites) {
+		extraBefore := after
+		var extra []Outcome
+		for i := 0; i < 2*len(fixtures.Sites) && len(SitesCovered(delta)) < len(fixtures.Sites); i++ {
+			s := []string{appB, appC}[i%2]
+			extra = append(extra, env.Chat(ctx, ChatCall{Gateway: alternate(i / 2), Label: fmt.Sprintf("coverage-%d", i+1), Subject: s}))
+			snap, err := env.settledProviders(ctx)
+			if err != nil {
+				r.Error(fmt.Errorf("provider call counts during coverage: %w", err))
+				break
+			}
+			for site, n := range SiteDelta(extraBefore, snap) {
+				delta[site] += n
+			}
+			extraBefore = snap
+		}
+		r.Fact("coverage_supplemented", fmt.Sprintf("exhaustion covered %v; %d more admitted requests from application-b/-c", covered, len(extra)))
+		r.Fact("coverage_extra_statuses", statuses(extra))
+		covered = SitesCovered(delta)
+	}
+	r.Check("admitted traffic covered all three provider sites (counted at the providers)", fixtures.Sites, covered, len(covered) == len(fixtures.Sites))
+
+	// The other two subjects are still admitted on both gateways.
+	for _, s := range []string{appB, appC} {
+		for _, gw := range []string{gwA, gwB} {
+			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "other-" + s, Subject: s})
+			r.Check(s+" still admitted on "+gw, http.StatusOK, o.Status, o.Admitted())
+		}
+	}
+	r.Key("%d admitted (predicted %d), denied on both, sites %v", ex.Admitted, predicted, covered)
+	return r
+}
+
+// checkDenialHeaders checks a 429's quota headers: Retry-After and the reset within a window
+// plus a bucket, the limit equal to the capacity, the remaining tokens within [0, capacity].
+func checkDenialHeaders(r *Result, what string, o Outcome, p fixtures.Profile) {
+	ok, missing := hasQuotaHeaders(o.Headers)
+	r.Check(what+": Retry-After and x-ratelimit-* headers present", "all four", missing, ok && o.Status == http.StatusTooManyRequests)
+	if !ok {
+		return
+	}
+	maxWait := int64((p.Window + bucketWidth(p.Window) + time.Second - 1) / time.Second)
+	ra, err := strconv.ParseInt(o.Headers.Get("Retry-After"), 10, 64)
+	r.Check(what+": Retry-After in whole seconds within window + bucket", fmt.Sprintf("1..%d", maxWait), o.Headers.Get("Retry-After"), err == nil && ra >= 1 && ra <= maxWait)
+	lim := o.Headers.Get("X-Ratelimit-Limit-Tokens")
+	r.Check(what+": x-ratelimit-limit-tokens is the capacity", strconv.FormatInt(p.Capacity, 10), lim, lim == strconv.FormatInt(p.Capacity, 10))
+	rem, err := strconv.ParseInt(o.Headers.Get("X-Ratelimit-Remaining-Tokens"), 10, 64)
+	r.Check(what+": x-ratelimit-remaining-tokens below the estimate", fmt.Sprintf("0..%d", p.Estimate-1), o.Headers.Get("X-Ratelimit-Remaining-Tokens"), err == nil && rem >= 0 && rem < p.Estimate)
+	r.Check(what+": OpenAI-style error body", "error.type set", o.ErrorType, o.ErrorType != "")
+}

@@ -1,0 +1,79 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+func validAuth() Scenario {
+	return Scenario{
+		Name:      "valid-auth",
+		Summary:   "every subject is admitted on both gateways, with provider attribution",
+		Invariant: "each authenticated subject is admitted on both gateways; attribution and call counts are confirmed at the providers; credentials are not forwarded",
+		Run:       runValidAuth,
+	}
+}
+
+func runValidAuth(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	if !ok {
+		return r
+	}
+	var outs []Outcome
+	for _, s := range subjects() {
+		for _, gw := range []string{gwA, gwB} {
+			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "valid-" + s, Subject: s})
+			outs = append(outs, o)
+			r.Check(fmt.Sprintf("%s admitted on %s", s, gw), http.StatusOK, o.Status, o.Admitted())
+			r.Check(fmt.Sprintf("%s on %s names a provider site", s, gw), "one of west, central, east", o.Site, isSite(o.Site))
+			limit := ""
+			if o.Headers != nil {
+				limit = o.Headers.Get("X-Ratelimit-Limit-Tokens")
+			}
+			r.Check(fmt.Sprintf("%s on %s: x-ratelimit-limit-tokens is the capacity", s, gw),
+				strconv.FormatInt(env.Profile.Capacity, 10), limit, limit == strconv.FormatInt(env.Profile.Capacity, 10))
+		}
+	}
+	after, err := env.settledProviders(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("provider call counts after: %w", err))
+	}
+	d := TotalDelta(before, after)
+	r.Fact("statuses", statuses(outs))
+	r.Fact("sites", sitesOf(outs))
+	r.Fact("provider_calls_by_site", SiteDelta(before, after))
+	r.Check("provider calls grew by exactly the admitted requests", len(outs), d, d == int64(len(outs)))
+
+	// Attribution, confirmed at the providers: the request id each response carries is in the
+	// log of the provider whose site the response names, and no provider saw credentials.
+	var mismatched, authForwarded []string
+	for i, o := range outs {
+		site, pr, found := after.FindRequest(o.RequestID)
+		switch {
+		case !found:
+			mismatched = append(mismatched, fmt.Sprintf("#%d request id %q in no provider log", i+1, o.RequestID))
+		case site != o.Site:
+			mismatched = append(mismatched, fmt.Sprintf("#%d header %q but served by %q", i+1, o.Site, site))
+		}
+		if found && pr.AuthorizationPresent {
+			authForwarded = append(authForwarded, fmt.Sprintf("#%d at %s", i+1, site))
+		}
+	}
+	r.Check("each response's site confirmed by the provider that logged its request id", "all 6", mismatched, len(mismatched) == 0)
+	r.Check("no credentials forwarded to a provider", "authorization_present false everywhere", authForwarded, len(authForwarded) == 0)
+	r.Key("%d/%d admitted, provider calls +%d, sites %v", countAdmitted(outs), len(outs), d, SitesCovered(SiteDelta(before, after)))
+	return r
+}
+
+func countAdmitted(os []Outcome) int {
+	n := 0
+	for _, o := range os {
+		if o.Admitted() {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,140 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+func windowExpiry() Scenario {
+	return Scenario{
+		Name:      "window-expiry",
+		Summary:   "after exhaustion, admission returns once usage leaves the window and not before",
+		Invariant: "usage leaves the window no earlier than one window after it was charged and at most one accounting bucket late",
+		Run:       runWindowExpiry,
+	}
+}
+
+// recoveryPlan says when admission may return after an exhaustion, from the admitted requests'
+// times and charges.
+type recoveryPlan struct {
+	Index    int       // the admitted request whose charge must leave the window first
+	Earliest time.Time // its send time + window: admission before this means usage left early
+	Latest   time.Time // its receive time + window + bucket + margin
+	// Expected is the bucket-aligned leave time range when buckets align to the epoch.
+	ExpectedLo, ExpectedHi time.Time
+}
+
+// planRecovery finds the first charge whose departure makes room for one more estimate: the
+// smallest k such that the charges after k plus the estimate fit the capacity.
+func planRecovery(starts, ends []time.Time, charges []int64, capacity, estimate int64, window, bucket, margin time.Duration) (recoveryPlan, bool) {
+	var total int64
+	for _, c := range charges {
+		total += c
+	}
+	left := total
+	for k := range charges {
+		left -= charges[k]
+		if left+estimate <= capacity {
+			align := func(t time.Time) time.Time {
+				return time.Unix(0, (t.UnixNano()/int64(bucket))*int64(bucket)).Add(bucket + window)
+			}
+			return recoveryPlan{
+				Index:      k,
+				Earliest:   starts[k].Add(window),
+				Latest:     ends[k].Add(window + bucket + margin),
+				ExpectedLo: align(starts[k]),
+				ExpectedHi: align(ends[k]),
+			}, true
+		}
+	}
+	return recoveryPlan{}, false
+}
+
+func runWindowExpiry(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	bucket := bucketWidth(p.Window)
+	interval := min(100*time.Millisecond, max(10*time.Millisecond, p.Window/40))
+	margin := interval + p.StoreTimeout + 250*time.Millisecond
+
+	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
+	if err != nil {
+		return r.Error(err)
+	}
+	r.Fact("exhaust_statuses", statuses(ex.Outcomes))
+	r.Check("exhausted (ended with 429)", http.StatusTooManyRequests, ex.Outcomes[len(ex.Outcomes)-1].Status, ex.Denied)
+	var starts, ends []time.Time
+	var charges []int64
+	for _, o := range ex.Outcomes {
+		if o.Admitted() {
+			starts, ends = append(starts, o.Start), append(ends, o.End)
+			charges = append(charges, charge(o, p.Estimate))
+		}
+	}
+	if len(charges) == 0 || !ex.Denied {
+		return r.Error(errors.New("could not exhaust the budget: nothing to wait out"))
+	}
+	exhaustedAt := ex.Outcomes[len(ex.Outcomes)-1].End
+	r.Check("exhausted within one window of the first charge", fmt.Sprintf("< %s", p.Window),
+		exhaustedAt.Sub(starts[0]).Round(time.Millisecond).String(), exhaustedAt.Sub(starts[0]) < p.Window)
+	plan, ok := planRecovery(starts, ends, charges, p.Capacity, p.Estimate, p.Window, bucket, margin)
+	if !ok {
+		return r.Error(fmt.Errorf("charges %v never leave room for an estimate of %d in a capacity of %d", charges, p.Estimate, p.Capacity))
+	}
+	lastCharge := ends[len(ends)-1]
+	rel := func(t time.Time) float64 { return seconds(t.Sub(lastCharge)) }
+	r.Fact("charges", charges)
+	r.Fact("charge_that_must_leave", plan.Index+1)
+	r.Fact("bucket", bucket.String())
+	r.Fact("poll_interval", interval.String())
+	r.Fact("theoretical_earliest_s_after_last_charge", rel(plan.Earliest))
+	r.Fact("theoretical_latest_s_after_last_charge", rel(plan.Latest))
+	r.Fact("expected_bucket_aligned_s_after_last_charge", []float64{rel(plan.ExpectedLo), rel(plan.ExpectedHi)})
+
+	env.Progressf("waiting for usage to leave the %s window (up to %s)", p.Window, p.RecoveryMax)
+	var recovered Outcome
+	var polls, denials int
+	var unexpected []int
+	_, perr := poll(ctx, interval, p.RecoveryMax, func(ctx context.Context) (bool, error) {
+		polls++
+		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("recover-%d", polls), Subject: appA})
+		switch o.Status {
+		case http.StatusOK:
+			recovered = o
+			return true, nil
+		case http.StatusTooManyRequests:
+			denials++
+		default:
+			unexpected = append(unexpected, o.Status)
+		}
+		return false, nil
+	})
+	r.Fact("polls", polls)
+	r.Fact("denied_polls", denials)
+	r.Check("every poll before recovery answered 429", "only 429", unexpected, len(unexpected) == 0)
+	if !recovered.Admitted() {
+		r.Check("admission recovered within RecoveryMax", p.RecoveryMax.String(), fmt.Sprintf("not after %d polls: %v", polls, perr), false)
+		r.Key("no recovery within %s", p.RecoveryMax)
+		return r
+	}
+	observed := recovered.End.Sub(lastCharge)
+	r.Fact("observed_recovery_s_after_last_charge", seconds(observed))
+	r.Fact("observed_recovery_request_sent_s_after_last_charge", rel(recovered.Start))
+	// Not before: the admitting decision happened no later than its response; if even that
+	// precedes the earliest departure, usage provably left early.
+	r.Check("not admitted before the charge could leave (response ≥ charge sent + window)",
+		fmt.Sprintf("≥ %.3fs after the last charge", rel(plan.Earliest)), fmt.Sprintf("%.3fs", rel(recovered.End)),
+		!recovered.End.Before(plan.Earliest))
+	if recovered.Start.Before(plan.Earliest) {
+		r.Fact("note", "the admitting request was sent before the earliest departure and answered after it: consistent, not provably on time")
+	}
+	r.Check("admitted within window + bucket + margin of the charge",
+		fmt.Sprintf("≤ %.3fs after the last charge", rel(plan.Latest)), fmt.Sprintf("sent %.3fs", rel(recovered.Start)),
+		!recovered.Start.After(plan.Latest))
+	r.Check("recovered within RecoveryMax", p.RecoveryMax.String(), observed.Round(time.Millisecond).String(), observed <= p.RecoveryMax)
+	r.Key("recovered %.2fs after the last charge (theory %.2f–%.2fs)", seconds(observed), rel(plan.Earliest), rel(plan.Latest))
+	return r
+}
