@@ -69,8 +69,9 @@ var (
 	ruleNameRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	namespaceRE = regexp.MustCompile(`^[A-Za-z0-9:._-]{1,128}$`)
 	envNameRE   = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
-	strategies  = "fixed, max_tokens, input_plus_max_tokens or model_scaled"
 )
+
+const strategies = "fixed, max_tokens, input_plus_max_tokens or model_scaled"
 
 // LoadPolicy decodes a policy document strictly and compiles it. getenv resolves ${ENV_VAR}
 // references (nil means os.LookupEnv). The error lists every problem found, each with its path.
@@ -453,13 +454,13 @@ func (c *compiler) estimation(path string, r *Rule, cr *CompiledRule, minCap int
 			c.fail(ep+"."+f, "not accepted by strategy %s; remove it", e.Strategy)
 		}
 	}
-	cr.Multiplier = c.factor(ep+".multiplier", e.Multiplier)
+	cr.Multiplier = c.factor(ep+".multiplier", e.Multiplier, DefaultMultiplier)
 	if e.Strategy == StrategyModelScaled {
-		cr.DefaultMultiplier = c.factor(ep+".default_multiplier", e.DefaultMultiplier)
+		cr.DefaultMultiplier = c.factor(ep+".default_multiplier", e.DefaultMultiplier, DefaultMultiplier)
 		cr.ModelMultipliers = c.modelMultipliers(ep+".model_multipliers", e.ModelMultipliers)
 	}
 	if e.Strategy == StrategyInputPlusMaxTokens {
-		cr.BytesPerToken = c.factor(ep+".bytes_per_token", e.BytesPerToken)
+		cr.BytesPerToken = c.factor(ep+".bytes_per_token", e.BytesPerToken, DefaultBytesPerToken)
 	}
 	if e.FallbackEstimate == nil {
 		// Required for every strategy, unlike upstream: see Estimate.
@@ -500,12 +501,8 @@ func (c *compiler) tokens(path, noun string, n, minCap int64, minAt string) bool
 	return false
 }
 
-// factor validates an optional multiplier-like number, defaulting to 1 (4 for bytes_per_token).
-func (c *compiler) factor(path string, v *float64) float64 {
-	def := DefaultMultiplier
-	if strings.HasSuffix(path, ".bytes_per_token") {
-		def = DefaultBytesPerToken
-	}
+// factor validates an optional multiplier-like number: absent means def.
+func (c *compiler) factor(path string, v *float64, def float64) float64 {
 	if v == nil {
 		return def
 	}
