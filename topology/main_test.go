@@ -1,0 +1,168 @@
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+)
+
+// testBinary is the quotaqual binary built once for all tests.
+var testBinary string
+
+// TestMain builds the quotaqual binary (outside the namespace, where the module cache and the
+// network are), then re-executes the test binary inside its own user+net+mount+pid namespaces
+// exactly like `quotaqual run` does, so the netns tests use real namespaces, also without
+// root. Everything the tests start dies with that namespace at the latest.
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	if !Inside() {
+		dir, err := os.MkdirTemp("", "quotaqual-topology-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "quotaqual")
+		build := exec.Command("go", "build", "-o", bin, "../cmd/quotaqual")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building the quotaqual binary for the topology tests:", err)
+			return 1
+		}
+		os.Setenv("QQ_TEST_BINARY", bin)
+		engine, reason := Detect()
+		if engine == EngineNetns {
+			_, code, err := ReexecIntoNamespace(NewRunID(), nil)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			return code
+		}
+		os.Setenv("QQ_TEST_NO_NETNS", reason)
+	} else if _, _, err := ReexecIntoNamespace(InsideRunID(), nil); err != nil {
+		fmt.Fprintln(os.Stderr, "preparing the namespace:", err)
+		return 1
+	}
+	testBinary = os.Getenv("QQ_TEST_BINARY")
+	return m.Run()
+}
+
+func newSpec(t *testing.T, mode string) Spec {
+	t.Helper()
+	id := NewRunID()
+	p, err := fixtures.ProfileByName("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := fixtures.NewDeployment(id, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Spec{RunID: id, WorkDir: t.TempDir(), Binary: testBinary, Deployment: d, DenyMode: mode, Stdout: testWriter{t}}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// chat sends one walkthrough request to a gateway from the client host and returns the status
+// and the provider site that served it.
+func chat(t *testing.T, topo Topology, gateway string, d *fixtures.Deployment) (int, string) {
+	t.Helper()
+	cred, ok := d.Credential("", fixtures.Subjects[0])
+	if !ok {
+		t.Fatal("no walkthrough credential")
+	}
+	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
+	req.SetBasicAuth(cred.Username, cred.Password)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := topo.Client().Do(req)
+	if err != nil {
+		t.Fatalf("chat via %s: %v", gateway, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+}
+
+// getStatus fetches url with the observer client.
+func getStatus(topo Topology, url string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := topo.Observer().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// pidsFromTeardown extracts the pids Down reported.
+func pidsFromTeardown(td Teardown) []int {
+	var out []int
+	for _, r := range td.Removed {
+		f := strings.Fields(r)
+		if len(f) == 4 && f[0] == "process" && f[2] == "pid" {
+			if n, err := strconv.Atoi(f[3]); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// livePIDs lists the processes of this run (carrying its run id) that are neither gone nor
+// zombies.
+func livePIDs(runID string) []int {
+	var out []int
+	for _, p := range FindRunProcesses(runID) {
+		if !zombieOrGone(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// waitStoreBack polls chat until the gateway decides with the store again (200, or 429 once
+// the polling has used the budget up) or the deadline passes.
+func waitStoreBack(t *testing.T, topo Topology, gateway string, d *fixtures.Deployment, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, _ := chat(t, topo, gateway, d)
+		if code == http.StatusOK || code == http.StatusTooManyRequests {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("chat via %s still %d after %s", gateway, code, within)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

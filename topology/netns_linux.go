@@ -1,0 +1,495 @@
+//go:build linux
+
+package topology
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+)
+
+// The private network of a netns run. Every run lives in its own user and network namespace
+// (see reexec.go), so these fixed names and addresses never collide between parallel runs:
+// there is no shared subnet to hash into and nothing to allocate.
+const (
+	bridgeName   = "qqbr0"
+	bridgeSubnet = "198.18.0.0/24" // inside 198.18.0.0/15, the benchmarking range (RFC 2544)
+	prefixLen    = 24
+)
+
+// netnsAddrs are the fixed addresses of each host (the observer is the bridge itself).
+var netnsAddrs = map[string]string{
+	HostObserver:        "198.18.0.1",
+	HostClient:          "198.18.0.10",
+	HostGatewayA:        "198.18.0.11",
+	HostGatewayB:        "198.18.0.12",
+	HostProviderWest:    "198.18.0.21",
+	HostProviderCentral: "198.18.0.22",
+	HostProviderEast:    "198.18.0.23",
+	HostValkey:          "198.18.0.31",
+}
+
+// vethCodes name each host's bridge-side veth (interface names have at most 15 bytes).
+var vethCodes = map[string]string{
+	HostClient: "cl", HostGatewayA: "ga", HostGatewayB: "gb",
+	HostProviderWest: "pw", HostProviderCentral: "pc", HostProviderEast: "pe", HostValkey: "vk",
+}
+
+// netnsPorts are the same on every host: each host has its own address.
+var netnsPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+
+type netnsTopo struct {
+	base
+	prefix string // "qq-<runid-short>-"
+	policy Policy
+	home   netns.NsHandle // the harness's own ("fabric"/observer) namespace
+	client *http.Client
+
+	nmu        sync.Mutex
+	handles    map[string]netns.NsHandle // open host namespaces
+	partitions map[[2]string]bool
+}
+
+func newNetns(spec Spec) (Topology, error) {
+	if !Inside() {
+		return nil, errors.New("the netns topology must run inside its own namespaces: call topology.ReexecIntoNamespace at the start of the command (or use --topology process)")
+	}
+	if err := prepareInside(); err != nil {
+		return nil, err
+	}
+	for _, bin := range []string{"ip", "nft", "nsenter"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return nil, fmt.Errorf("the netns topology needs %s on PATH (.ci/install-deps installs it)", bin)
+		}
+	}
+	home, err := netns.GetFromPath("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("opening the harness's own network namespace: %w", err)
+	}
+	t := &netnsTopo{
+		base:       newBase(spec, EngineNetns),
+		prefix:     "qq-" + shortRunID(spec.RunID) + "-",
+		policy:     DefaultPolicy(netnsPorts),
+		home:       home,
+		handles:    map[string]netns.NsHandle{},
+		partitions: map[[2]string]bool{},
+	}
+	t.ports = netnsPorts
+	t.observer = &http.Client{Transport: newTransport(nil)}
+	t.client = &http.Client{Transport: newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return t.dialFrom(ctx, HostClient, network, addr, 2*time.Second)
+	})}
+	t.inValkeyNet = func(f func() error) error { return t.onThreadIn(HostValkey, f) }
+	return t, nil
+}
+
+// shortRunID keeps namespace names readable: the run id's last 12 characters.
+func shortRunID(id string) string {
+	if len(id) > 12 {
+		id = strings.TrimLeft(id[len(id)-12:], "-")
+	}
+	return id
+}
+
+func (t *netnsTopo) Engine() string            { return EngineNetns }
+func (t *netnsTopo) Client() *http.Client      { return t.client }
+func (t *netnsTopo) nsName(host string) string { return t.prefix + host }
+func (t *netnsTopo) nsPath(host string) string { return "/run/netns/" + t.nsName(host) }
+func (t *netnsTopo) hostAddr(host string) string {
+	return netnsAddrs[host]
+}
+func (t *netnsTopo) url(host string, port int) string {
+	return "http://" + net.JoinHostPort(t.hostAddr(host), strconv.Itoa(port))
+}
+
+// wrap is the argv prefix that runs a command in host's network namespace.
+func (t *netnsTopo) wrap(host string) []string {
+	return []string{"nsenter", "--net=" + t.nsPath(host), "--"}
+}
+
+func (t *netnsTopo) Up(ctx context.Context) (err error) {
+	start := time.Now()
+	if err := t.mkdirs(); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_, _ = t.Down(context.Background())
+		}
+	}()
+	if err := t.buildNetwork(ctx); err != nil {
+		return err
+	}
+	t.spec.progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(Hosts), bridgeName, bridgeSubnet, t.spec.DenyMode, elapsedSince(start))
+
+	if err := t.startValkey(ctx, valkeyproc.Options{
+		Host: t.hostAddr(HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(HostValkey),
+	}); err != nil {
+		return fmt.Errorf("starting valkey: %w", err)
+	}
+	t.mu.Lock()
+	t.valkeyAt = net.JoinHostPort(t.hostAddr(HostValkey), strconv.Itoa(netnsPorts.Valkey))
+	t.mu.Unlock()
+
+	var provs []*component
+	var provAddrs []fixtures.ProviderAddr
+	for _, host := range Providers {
+		site := siteOf(host)
+		argv := append(t.wrap(host), t.spec.Binary)
+		argv = append(argv, t.spec.Deployment.ProviderArgs(site,
+			":"+strconv.Itoa(netnsPorts.ProviderData), ":"+strconv.Itoa(netnsPorts.ProviderAdmin))...)
+		provs = append(provs, &component{
+			host: host, argv: argv, env: componentEnv(t.spec.RunID), logPath: t.logPath(host),
+			readyURL: t.url(host, netnsPorts.ProviderAdmin) + "/healthz",
+		})
+		ep := ProviderEndpoint{Name: host, Site: site,
+			DataURL: t.url(host, netnsPorts.ProviderData), AdminURL: t.url(host, netnsPorts.ProviderAdmin)}
+		t.mu.Lock()
+		t.providers[host] = ep
+		t.mu.Unlock()
+		provAddrs = append(provAddrs, fixtures.ProviderAddr{Site: site, URL: ep.DataURL})
+	}
+	var gws []*component
+	for _, host := range Gateways {
+		cfg, err := t.gatewayConfig(host, fixtures.Addresses{
+			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
+			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
+			ValkeyAddr:  t.valkeyAt,
+			Providers:   provAddrs,
+		})
+		if err != nil {
+			return err
+		}
+		gws = append(gws, &component{
+			host: host, argv: append(t.wrap(host), t.spec.Binary, "gateway", "--config", cfg),
+			env:     componentEnv(t.spec.RunID, t.spec.Deployment.GatewayEnv(t.valkeyAt)...),
+			logPath: t.logPath(host), readyURL: t.url(host, netnsPorts.GatewayAdmin) + "/readyz",
+		})
+		t.mu.Lock()
+		t.gateways[host] = GatewayEndpoint{Name: host,
+			DataURL: t.url(host, netnsPorts.GatewayData), AdminURL: t.url(host, netnsPorts.GatewayAdmin)}
+		t.mu.Unlock()
+	}
+	// Providers and gateways start together: a gateway needs Valkey to be ready, not the
+	// providers (it reaches them per request).
+	if err := t.startAndWait(ctx, append(provs, gws...)); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.up = true
+	t.mu.Unlock()
+	t.spec.progress("netns topology up in %s", elapsedSince(start))
+	return nil
+}
+
+// buildNetwork creates the bridge in the harness's namespace, one namespace per host with a
+// veth into the bridge, and loads each host's nftables ruleset (before any component starts).
+func (t *netnsTopo) buildNetwork(ctx context.Context) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "link set lo up\nlink add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
+		bridgeName, t.hostAddr(HostObserver), prefixLen, bridgeName, bridgeName)
+	for _, h := range Hosts {
+		fmt.Fprintf(&b, "netns add %s\n", t.nsName(h))
+		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", vethCodes[h], t.nsName(h))
+		fmt.Fprintf(&b, "link set qv-%s master %s up\n", vethCodes[h], bridgeName)
+	}
+	if err := run(ctx, b.String(), "ip", "-batch", "-"); err != nil {
+		return fmt.Errorf("building the bridge and namespaces: %w", err)
+	}
+	errs := make([]error, len(Hosts))
+	var wg sync.WaitGroup
+	for i, h := range Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := fmt.Sprintf("link set lo up\naddr add %s/%d dev eth0\nlink set eth0 up\n", t.hostAddr(h), prefixLen)
+			if err := run(ctx, cfg, "ip", "-n", t.nsName(h), "-batch", "-"); err != nil {
+				errs[i] = fmt.Errorf("addressing %s: %w", h, err)
+				return
+			}
+			rules, err := CompileNFT(t.policy, h, netnsAddrs, t.spec.DenyMode)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if err := run(ctx, rules, append(t.wrap(h), "nft", "-f", "-")...); err != nil {
+				errs[i] = fmt.Errorf("loading the nftables ruleset of %s: %w", h, err)
+				return
+			}
+			hd, err := netns.GetFromPath(t.nsPath(h))
+			if err != nil {
+				errs[i] = fmt.Errorf("opening the namespace of %s: %w", h, err)
+				return
+			}
+			t.nmu.Lock()
+			t.handles[h] = hd
+			t.nmu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// run executes argv with stdin, returning its output in the error when it fails.
+func run(ctx context.Context, stdin string, argv ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+func (t *netnsTopo) handle(host string) (netns.NsHandle, error) {
+	t.nmu.Lock()
+	defer t.nmu.Unlock()
+	h, ok := t.handles[host]
+	if !ok {
+		return 0, fmt.Errorf("no namespace for host %q (is the topology up?)", host)
+	}
+	return h, nil
+}
+
+// onThreadIn runs f on a fresh OS thread switched into host's network namespace, so sockets
+// f creates (and processes it starts) belong there. The thread is switched back afterwards; if
+// that fails it is left locked and dies with the goroutine, as Go does with tainted threads.
+func (t *netnsTopo) onThreadIn(host string, f func() error) error {
+	ns, err := t.handle(host)
+	if err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			ch <- fmt.Errorf("entering the namespace of %s: %w", host, err)
+			return
+		}
+		ferr := f()
+		if err := netns.Set(t.home); err != nil {
+			ch <- errors.Join(ferr, fmt.Errorf("leaving the namespace of %s: %w", host, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		ch <- ferr
+	}()
+	return <-ch
+}
+
+// dialFrom opens a TCP connection that originates from host (the observer dials from the
+// harness's own namespace).
+func (t *netnsTopo) dialFrom(ctx context.Context, host, network, addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if host == HostObserver {
+		return d.DialContext(ctx, network, addr)
+	}
+	var conn net.Conn
+	err := t.onThreadIn(host, func() error {
+		var err error
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
+}
+
+func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
+	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
+	ip, ok := netnsAddrs[to]
+	if _, fok := netnsAddrs[from]; !ok || !fok || to == HostObserver {
+		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
+		return res
+	}
+	start := time.Now()
+	conn, err := t.dialFrom(ctx, from, "tcp", net.JoinHostPort(ip, strconv.Itoa(port)), probeTimeout)
+	res.Elapsed = time.Since(start)
+	if err != nil {
+		res.Error = connectError(err)
+		return res
+	}
+	conn.Close()
+	res.Reached = true
+	return res
+}
+
+// connectError reduces a dial error to its cause: "connection refused", "i/o timeout", ...
+func connectError(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "i/o timeout"
+	}
+	return err.Error()
+}
+
+func (t *netnsTopo) checkPair(host, peer string) error {
+	if _, ok := netnsAddrs[host]; !ok || host == HostObserver {
+		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(Hosts, ", "))
+	}
+	if _, ok := netnsAddrs[peer]; !ok || peer == HostObserver {
+		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(Hosts, ", "))
+	}
+	if host == peer {
+		return fmt.Errorf("cannot partition %s from itself", host)
+	}
+	return nil
+}
+
+// Partition adds each side's address to the other side's partition set: both directions,
+// and since the set is matched before the established accept, live connections die too.
+func (t *netnsTopo) Partition(ctx context.Context, host, peer string) error {
+	return t.setPartition(ctx, host, peer, true)
+}
+
+func (t *netnsTopo) Heal(ctx context.Context, host, peer string) error {
+	return t.setPartition(ctx, host, peer, false)
+}
+
+func (t *netnsTopo) setPartition(ctx context.Context, host, peer string, on bool) error {
+	if err := t.checkPair(host, peer); err != nil {
+		return err
+	}
+	key := [2]string{host, peer}
+	if peer < host {
+		key = [2]string{peer, host}
+	}
+	t.nmu.Lock()
+	defer t.nmu.Unlock()
+	if t.partitions[key] == on {
+		return nil
+	}
+	if err := run(ctx, nftPartitionCmd(on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...); err != nil {
+		return fmt.Errorf("partition %s from %s: %w", host, peer, err)
+	}
+	if err := run(ctx, nftPartitionCmd(on, t.hostAddr(host)), append(t.wrap(peer), "nft", "-f", "-")...); err != nil {
+		// Undo the first half so the two sides agree.
+		_ = run(ctx, nftPartitionCmd(!on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...)
+		return fmt.Errorf("partition %s from %s: %w", peer, host, err)
+	}
+	if on {
+		t.partitions[key] = true
+	} else {
+		delete(t.partitions, key)
+	}
+	return nil
+}
+
+func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
+	start := time.Now()
+	t.mu.Lock()
+	if t.downOnce {
+		td := t.teardown
+		t.mu.Unlock()
+		return td, nil
+	}
+	t.downOnce = true
+	t.mu.Unlock()
+	var td Teardown
+	t.stopAll(ctx, &td)
+
+	// Sockets and handles keep a namespace alive: let go of them first.
+	t.client.CloseIdleConnections()
+	t.observer.CloseIdleConnections()
+	t.nmu.Lock()
+	for h, hd := range t.handles {
+		hd.Close()
+		delete(t.handles, h)
+	}
+	t.nmu.Unlock()
+	// Delete whatever namespaces of this run exist (also after a half-built Up).
+	entries, _ := os.ReadDir("/run/netns")
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), t.prefix) {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	if len(names) > 0 {
+		var b strings.Builder
+		for _, n := range names {
+			fmt.Fprintf(&b, "netns del %s\n", n)
+		}
+		if err := run(ctx, b.String(), "ip", "-force", "-batch", "-"); err != nil {
+			td.Errors = append(td.Errors, err.Error())
+		}
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join("/run/netns", n)); err == nil {
+				td.Errors = append(td.Errors, "netns "+n+" still present")
+			} else {
+				td.Removed = append(td.Removed, "netns "+n)
+			}
+		}
+	}
+	if _, err := net.InterfaceByName(bridgeName); err == nil {
+		if err := run(ctx, "", "ip", "link", "del", bridgeName); err != nil {
+			td.Errors = append(td.Errors, err.Error())
+		} else {
+			td.Removed = append(td.Removed, "bridge "+bridgeName)
+		}
+	}
+	td.Elapsed = elapsedSince(start)
+	t.mu.Lock()
+	t.teardown, t.up = td, false
+	t.mu.Unlock()
+	if len(td.Errors) > 0 {
+		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
+	}
+	return td, nil
+}
+
+func (t *netnsTopo) Capabilities() Capabilities {
+	return Capabilities{NetworkPolicy: true, Partition: true}
+}
+
+// Policy returns the network policy this topology enforces.
+func (t *netnsTopo) Policy() Policy { return t.policy }
+
+func (t *netnsTopo) Facts() map[string]any {
+	f := t.baseFacts()
+	nsn := map[string]string{}
+	for _, h := range Hosts {
+		nsn[h] = t.nsName(h)
+	}
+	addrs := map[string]string{}
+	for h, a := range netnsAddrs {
+		addrs[h] = a
+	}
+	var rules []string
+	for _, r := range t.policy.Rules {
+		rules = append(rules, fmt.Sprintf("%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
+	}
+	f["deny_mode"] = t.spec.DenyMode
+	f["addresses"] = addrs
+	f["bridge"] = bridgeName
+	f["bridge_subnet"] = bridgeSubnet
+	f["namespaces"] = nsn
+	f["network_policy"] = rules
+	f["isolation"] = "one unprivileged user+net+mount+pid namespace per run; one network namespace per host; nftables ingress policy per host"
+	return f
+}

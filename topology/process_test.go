@@ -1,0 +1,84 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestProcessEngine(t *testing.T) {
+	spec := newSpec(t, "")
+	ctx := context.Background()
+	topo, err := New(EngineProcess, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := topo.Up(ctx); err != nil {
+		topo.Down(ctx)
+		t.Fatal(err)
+	}
+	upTime := time.Since(start)
+	t.Cleanup(func() { topo.Down(context.Background()) })
+
+	for _, g := range Gateways {
+		if code, err := getStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
+			t.Errorf("%s readyz: %d %v", g, code, err)
+		}
+		if code, _ := chat(t, topo, g, spec.Deployment); code != http.StatusOK {
+			t.Errorf("chat via %s: %d", g, code)
+		}
+	}
+	for _, p := range Providers {
+		if code, err := getStatus(topo, topo.Provider(p).AdminURL+"/healthz"); err != nil || code != http.StatusOK {
+			t.Errorf("%s healthz: %d %v", p, code, err)
+		}
+	}
+	if err := topo.Partition(ctx, HostGatewayA, HostValkey); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Partition on process: %v, want ErrUnsupported", err)
+	}
+	if r := topo.Probe(ctx, HostClient, HostValkey, topo.Ports().Valkey); r.Supported || r.Error == "" {
+		t.Errorf("Probe on process: %+v, want unsupported with a reason", r)
+	}
+	if c := topo.Capabilities(); c.NetworkPolicy || c.Partition || c.NetworkPolicyReason == "" {
+		t.Errorf("capabilities %+v", c)
+	}
+
+	if err := topo.RestartGateway(ctx, HostGatewayA); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := chat(t, topo, HostGatewayA, spec.Deployment); code != http.StatusOK {
+		t.Errorf("chat after restart: %d", code)
+	}
+	if err := topo.StopValkey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := chat(t, topo, HostGatewayB, spec.Deployment); code != http.StatusServiceUnavailable {
+		t.Errorf("chat with valkey stopped: %d, want 503", code)
+	}
+	if err := topo.StartValkey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway's store client reconnects on its own schedule: admission must recover
+	// within a deadline.
+	waitStoreBack(t, topo, HostGatewayB, spec.Deployment, 10*time.Second)
+
+	start = time.Now()
+	td, err := topo.Down(ctx)
+	downTime := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("process engine: up %s, down %s; removed %v", upTime.Round(time.Millisecond), downTime.Round(time.Millisecond), td.Removed)
+	if n := len(pidsFromTeardown(td)); n != 6 {
+		t.Errorf("teardown removed %d processes, want 6: %v", n, td.Removed)
+	}
+	if live := livePIDs(spec.RunID); len(live) > 0 {
+		t.Errorf("processes of run %s still alive after Down: %v", spec.RunID, live)
+	}
+	if td2, err := topo.Down(ctx); err != nil || len(td2.Errors) > 0 {
+		t.Errorf("second Down: %v %v", td2, err)
+	}
+}

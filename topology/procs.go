@@ -1,0 +1,246 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Deadlines of the process lifecycle. Nothing waits without one.
+const (
+	readyTimeout = 15 * time.Second       // a component must be ready within this
+	readyPoll    = 20 * time.Millisecond  // readiness poll interval
+	stopGrace    = 5 * time.Second        // SIGTERM to SIGKILL
+	killWait     = 2 * time.Second        // SIGKILL to giving up
+	probeTimeout = 1 * time.Second        // Probe's connect timeout
+	httpPollWait = 500 * time.Millisecond // one readiness request
+)
+
+// component is one gateway or provider process. Its argv and environment are fixed when it is
+// created, so a restart runs exactly the same thing again.
+type component struct {
+	host     string
+	argv     []string // full argv including any namespace wrapper
+	env      []string // full environment (secrets only here, never in argv)
+	logPath  string
+	readyURL string // polled until it answers 200
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// start launches the process with its output appended to its log. The child gets SIGKILL if
+// the thread that started it dies (Pdeathsig); on the netns engine the pid namespace also
+// takes it down with the harness.
+func (c *component) start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != nil {
+		select {
+		case <-c.done:
+		default:
+			return fmt.Errorf("%s is already running", c.host)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(c.logPath), 0o700); err != nil {
+		return fmt.Errorf("log directory of %s: %w", c.host, err)
+	}
+	log, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("log file of %s: %w", c.host, err)
+	}
+	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	cmd.Env = c.env
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("starting %s: %w", c.host, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(done)
+	}()
+	c.cmd, c.done = cmd, done
+	return nil
+}
+
+// pid of the running process, 0 when none.
+func (c *component) pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
+func (c *component) exited() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return c.done
+}
+
+// waitReady polls readyURL with client until it answers 200, the process exits, or the
+// deadline passes.
+func (c *component) waitReady(ctx context.Context, client *http.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	done := c.exited()
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	var last string
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, httpPollWait)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, c.readyURL, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				rcancel()
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		rcancel()
+		select {
+		case <-done:
+			return &exitedEarlyError{host: c.host, log: c.logPath, tail: logTail(c.logPath)}
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s within %s (last answer: %s); see %s", c.host, c.readyURL, readyTimeout, last, c.logPath)
+		case <-tick.C:
+		}
+	}
+}
+
+// exitedEarlyError says the process ended before it was ready (for instance a port taken
+// between picking and binding it).
+type exitedEarlyError struct{ host, log, tail string }
+
+func (e *exitedEarlyError) Error() string {
+	return fmt.Sprintf("%s exited during start-up; see %s: %s", e.host, e.log, e.tail)
+}
+
+// stop sends SIGTERM, waits up to stopGrace (or ctx), then SIGKILL and waits up to killWait. It
+// returns the pid it stopped (0 when nothing was running).
+func (c *component) stop(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.mu.Unlock()
+	if cmd == nil || done == nil {
+		return 0, nil
+	}
+	pid := cmd.Process.Pid
+	select {
+	case <-done:
+		return 0, nil
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	grace := time.NewTimer(stopGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return pid, nil
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	_ = cmd.Process.Kill()
+	kill := time.NewTimer(killWait)
+	defer kill.Stop()
+	select {
+	case <-done:
+		return pid, nil
+	case <-kill.C:
+		// Reaped late or a zombie whose parent reaps slowly: SIGKILL cannot be ignored, so
+		// it is dead for our purposes.
+		if zombieOrGone(pid) {
+			return pid, nil
+		}
+		return pid, fmt.Errorf("%s (pid %d) did not exit after SIGKILL", c.host, pid)
+	}
+}
+
+// zombieOrGone reports whether pid no longer exists or is a zombie.
+func zombieOrGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// Field 3 follows the command name in parentheses, which may contain spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// copyLogs copies every *.log of src into dst.
+func copyLogs(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(src, "*.log"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o600); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// componentEnv is the environment of every component: the harness's own minus the namespace
+// marker, plus the run id (so `down` can find leftovers) and any extra variables.
+func componentEnv(runID string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, envInside+"=") || strings.HasPrefix(kv, envFDs+"=") || strings.HasPrefix(kv, EnvRunID+"=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, EnvRunID+"="+runID)
+	return append(env, extra...)
+}
