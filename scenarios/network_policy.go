@@ -26,16 +26,17 @@ type probeSpec struct {
 	Why      string
 }
 
-// policyProbes lists the probes of the scenario. Positive controls, one or more from every host
-// that is the source of a negative control:
+// policyProbes lists the probes of the scenario, following topology.DefaultPolicy (a unit
+// test holds the two in agreement). Positive controls, one or more from every host that is the
+// source of a negative control:
 //   - gateway-a, gateway-b → valkey and → each provider's data port (the policy's allowances);
 //   - client → each gateway's data port;
-//   - each provider → its own data port: the policy allows no egress target for a provider,
-//     but it accepts loopback, so this proves the probe runs and connects from that host; the
-//     gateways' probes of the same provider prove the host is on the network.
+//   - each provider → its own data port: the policy allows a provider no egress target, but a
+//     host always reaches itself, so this proves the probe runs and connects from that host;
+//     the gateways' probes of the same provider prove the host is on the network.
 //
 // Negative controls: client → valkey, client → each provider's data port, each provider →
-// valkey.
+// valkey, and client → the admin ports of gateway-a and provider-west (observer only).
 func policyProbes(ports topology.Ports) []probeSpec {
 	var ps []probeSpec
 	for _, gw := range topology.Gateways {
@@ -46,7 +47,7 @@ func policyProbes(ports topology.Ports) []probeSpec {
 		ps = append(ps, probeSpec{topology.HostClient, gw, ports.GatewayData, true, "gateways accept the client"})
 	}
 	for _, pr := range topology.Providers {
-		ps = append(ps, probeSpec{pr, pr, ports.ProviderData, true, "loopback: the probe works from this host"})
+		ps = append(ps, probeSpec{pr, pr, ports.ProviderData, true, "a host reaches itself: the probe works from this host"})
 	}
 	ps = append(ps, probeSpec{topology.HostClient, topology.HostValkey, ports.Valkey, false, "valkey accepts only the gateways"})
 	for _, pr := range topology.Providers {
@@ -55,6 +56,10 @@ func policyProbes(ports topology.Ports) []probeSpec {
 	for _, pr := range topology.Providers {
 		ps = append(ps, probeSpec{pr, topology.HostValkey, ports.Valkey, false, "valkey accepts only the gateways"})
 	}
+	ps = append(ps,
+		probeSpec{topology.HostClient, topology.HostGatewayA, ports.GatewayAdmin, false, "admin ports accept only the observer"},
+		probeSpec{topology.HostClient, topology.HostProviderWest, ports.ProviderAdmin, false, "admin ports accept only the observer"},
+	)
 	return ps
 }
 

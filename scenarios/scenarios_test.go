@@ -403,7 +403,13 @@ func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T)
 			}
 		}
 	}
-	if negatives != 7 {
-		t.Errorf("%d negatives, want 7 (client→valkey, client→3 providers, 3 providers→valkey)", negatives)
+	if negatives != 9 {
+		t.Errorf("%d negatives, want 9 (client→valkey, client→3 providers, 3 providers→valkey, client→2 admin ports)", negatives)
+	}
+	pol := topology.DefaultPolicy(topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379})
+	for _, s := range specs {
+		if got := pol.Allows(s.From, s.To, s.Port); got != s.Allowed {
+			t.Errorf("%s → %s:%d: scenario expects allowed=%v, topology.DefaultPolicy says %v", s.From, s.To, s.Port, s.Allowed, got)
+		}
 	}
 }

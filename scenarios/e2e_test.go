@@ -1,0 +1,197 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+var e2eScenarios = flag.String("scenarios", "", "comma-separated scenarios for the end-to-end test (default: all nine)")
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// quotaqualBinary builds the quotaqual binary once per test process: the gateways and providers
+// the topology starts are exactly what ships.
+func quotaqualBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "quotaqual-scenarios-bin-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "quotaqual")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/quotaqual/quotaqual/cmd/quotaqual")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/quotaqual: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// processRun brings up the process topology for a deployment of every scenario (backend as
+// given), runs list and tears down. Component logs are kept when the test fails.
+func processRun(t *testing.T, backend string, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+	t.Helper()
+	bin := quotaqualBinary(t)
+	p, err := fixtures.ProfileByName("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := topology.NewRunID()
+	d, err := fixtures.NewDeployment(runID, p, Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Backend = backend
+	work, err := os.MkdirTemp("", "quotaqual-scenarios-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := topology.New(topology.EngineProcess, topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := topo.Up(ctx); err != nil {
+		t.Fatalf("topology up: %v", err)
+	}
+	defer func() {
+		if _, err := topo.Down(context.Background()); err != nil {
+			t.Errorf("topology down: %v", err)
+		}
+		if !t.Failed() {
+			_ = os.RemoveAll(work)
+		} else {
+			t.Logf("component logs kept in %s", filepath.Join(work, "logs"))
+		}
+	}()
+	var recs []evidence.RequestRecord
+	env := &Env{Topo: topo, Deployment: d, Profile: p,
+		Record:   func(r evidence.RequestRecord) { recs = append(recs, r) },
+		Progress: func(s string) { t.Log(s) },
+	}
+	start := time.Now()
+	results := Run(ctx, env, list)
+	t.Logf("%d scenarios in %s, %d requests recorded", len(results), time.Since(start).Round(time.Millisecond), len(recs))
+	return results, recs, d
+}
+
+func describe(r evidence.ScenarioResult) string {
+	var failed []string
+	for _, a := range r.Assertions {
+		if !a.OK {
+			failed = append(failed, fmt.Sprintf("  %s: expected %v, observed %v", a.Name, a.Expected, a.Observed))
+		}
+	}
+	facts, _ := json.Marshal(r.Facts)
+	return fmt.Sprintf("%s: %s — %s\n%s\nfacts: %s", r.Name, r.Status, r.Reason, strings.Join(failed, "\n"), facts)
+}
+
+// TestQualificationOnProcessTopology runs the scenarios against real processes on loopback: a
+// valkey-server, two gateways and three providers started from the freshly built binary. On
+// this engine network-policy has no isolation to prove and must report skipped, with the reason.
+func TestQualificationOnProcessTopology(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts valkey-server, two gateways and three providers; not in -short")
+	}
+	list := All()
+	if *e2eScenarios != "" {
+		var err error
+		if list, err = Select(strings.Split(*e2eScenarios, ",")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	results, recs, d := processRun(t, fixtures.BackendValkey, list)
+	if len(results) != len(list) {
+		t.Fatalf("%d results for %d scenarios", len(results), len(list))
+	}
+	for _, r := range results {
+		want := evidence.Passed
+		if r.Name == "network-policy" {
+			want = evidence.Skipped
+		}
+		if r.Status != want {
+			t.Errorf("want %s, got %s", want, describe(r))
+			continue
+		}
+		facts, _ := json.Marshal(r.Facts)
+		t.Logf("%s: %s — %s\nfacts: %s", r.Name, r.Status, r.KeyFact, facts)
+		if r.Status == evidence.Skipped && !strings.Contains(r.Reason, "loopback") {
+			t.Errorf("%s skipped without the topology's reason: %q", r.Name, r.Reason)
+		}
+	}
+	// The request log holds labels, never a credential.
+	b, _ := json.Marshal(recs)
+	for _, s := range d.Secrets() {
+		if strings.Contains(string(b), s) {
+			t.Errorf("a generated secret appears in the request records")
+		}
+	}
+}
+
+// TestScenariosFailOnSeparateMemoryBackends proves the scenarios can fail: gateways that each
+// keep their own in-memory ledger share no budget, lose it on restart and never notice Valkey
+// going away. shared-budget, gateway-restart and valkey-outage must each fail, on the
+// assertion that names the broken invariant.
+func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"shared-budget", "gateway-restart", "valkey-outage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, _, _ := processRun(t, fixtures.BackendMemory, list)
+	wantFailed := map[string]string{
+		"shared-budget":   "admitted == predicted from settled usage",
+		"gateway-restart": "still denied on the restarted gateway-a",
+		"valkey-outage":   "→ 503",
+	}
+	for _, r := range results {
+		if r.Status != evidence.Failed {
+			t.Errorf("%s passed on separate memory backends: %s", r.Name, describe(r))
+			continue
+		}
+		found := false
+		for _, a := range r.Assertions {
+			if !a.OK && strings.Contains(a.Name, wantFailed[r.Name]) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s failed, but not on %q: %s", r.Name, wantFailed[r.Name], describe(r))
+		}
+		t.Logf("%s failed as it must: %s", r.Name, firstLine(r.Reason))
+	}
+}
