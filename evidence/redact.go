@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"regexp"
+	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Redactor removes credentials from everything written to the bundle. It knows two kinds of
@@ -57,6 +59,8 @@ func (r *Redactor) pass(b []byte) []byte {
 			return out
 		}
 	}
+	// Known secrets first over the whole input, so one holding a newline is found too.
+	b = r.lit.replace(b)
 	var out []byte
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
@@ -94,7 +98,7 @@ func (r *Redactor) jsonDoc(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	lit := r.lit.replace(b)
-	if json.Valid(lit) {
+	if unchanged := len(lit) == len(b) && &lit[0] == &b[0]; unchanged || json.Valid(lit) {
 		return r.jsonValue(lit), true
 	}
 	return r.lit.replace(r.jsonValue(b)), true
@@ -127,8 +131,8 @@ func (r *Redactor) jsonValue(b []byte) []byte {
 				j++
 			}
 			isKey := j < len(b) && b[j] == ':'
-			var s string
-			if err := json.Unmarshal(lit, &s); err != nil {
+			s, err := decodeJSONString(lit)
+			if err != nil {
 				out = append(out, lit...)
 				i = end
 				continue
@@ -172,6 +176,16 @@ func (r *Redactor) jsonValue(b []byte) []byte {
 	return out
 }
 
+// decodeJSONString decodes a JSON string literal; one without escapes is its own content.
+func decodeJSONString(lit []byte) (string, error) {
+	if len(lit) >= 2 && bytes.IndexByte(lit, '\\') < 0 && utf8.Valid(lit) {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(lit, &s)
+	return s, err
+}
+
 func appendJSONString(out, orig []byte, before, after string) []byte {
 	if before == after {
 		return append(out, orig...)
@@ -207,41 +221,51 @@ func (r *Redactor) stringContent(s string) string {
 var (
 	// URL userinfo: scheme://userinfo@ — the whole userinfo goes, scheme and host stay.
 	reUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#@"'<>\\]+)@`)
-	// An identifier followed by ':' or '=' (optionally closing a quote, possibly escaped).
-	reKeyDelim = regexp.MustCompile(`([A-Za-z0-9_.\-]+)((?:\\*["'])?)[ \t]*([:=])[ \t]*`)
 	// Options whose value follows a space: requirepass x, --password x.
-	reSpaceOpt = regexp.MustCompile(`(?i)(?:^|[\s"'])-{0,2}(requirepass|masterauth|password|passwd|pass|token|secret)[ \t]+`)
+	reSpaceOpt = regexp.MustCompile(`(?i)(?:^|[\s"'])(?:-{0,2}(?:requirepass|masterauth)|--(?:password|passwd|pass|token|secret|api-key|apikey))[ \t]+`)
 	// Bearer and Basic credentials anywhere.
 	reScheme = regexp.MustCompile(`(?i)\b(bearer|basic)([ \t]+)([A-Za-z0-9\-._~+/]+=*)`)
 )
 
-// text redacts one line of non-JSON text for credential-shaped content.
+// text redacts one line of non-JSON text for credential-shaped content. Each rule runs only when
+// a cheap keyword test says it can apply, so plain log lines cost a lowercase copy and a few
+// substring searches.
 func (r *Redactor) text(l []byte) []byte {
-	if !mayHoldCredential(l) {
-		return l
+	lower := asciiLower(nil, l)
+	if bytes.Contains(l, []byte("://")) && bytes.IndexByte(l, '@') >= 0 {
+		if nl := reUserinfo.ReplaceAll(l, []byte("${1}"+Marker+"@")); !bytes.Equal(nl, l) {
+			l, lower = nl, asciiLower(lower, nl)
+		}
 	}
-	l = reUserinfo.ReplaceAll(l, []byte("${1}"+Marker+"@"))
-	l = redactKeyValues(l)
-	l = redactSpaceOptions(l)
-	l = redactSchemes(l)
+	if nl := redactKeyValues(l, lower); len(nl) != len(l) || !bytes.Equal(nl, l) {
+		l, lower = nl, asciiLower(lower, nl)
+	}
+	if bytes.Contains(lower, []byte("requirepass")) || bytes.Contains(lower, []byte("masterauth")) || bytes.Contains(lower, []byte("--")) {
+		if nl := redactSpaceOptions(l); !bytes.Equal(nl, l) {
+			l, lower = nl, asciiLower(lower, nl)
+		}
+	}
+	if bytes.Contains(lower, []byte("bearer")) || bytes.Contains(lower, []byte("basic")) {
+		l = redactSchemes(l)
+	}
 	return l
 }
 
-// mayHoldCredential is a cheap prefilter so plain log lines skip the regular expressions.
-func mayHoldCredential(l []byte) bool {
-	if bytes.Contains(l, []byte("://")) {
-		return true
-	}
-	lower := bytes.ToLower(l)
-	for _, w := range credentialWords {
-		if bytes.Contains(lower, []byte(w)) {
-			return true
+// asciiLower lowercases ASCII letters only, so byte offsets in the result match the input.
+func asciiLower(dst, b []byte) []byte {
+	dst = append(dst[:0], b...)
+	for i, c := range dst {
+		if c >= 'A' && c <= 'Z' {
+			dst[i] = c + 'a' - 'A'
 		}
 	}
-	return false
+	return dst
 }
 
-var credentialWords = []string{"pass", "pwd", "secret", "token", "key", "auth", "cookie", "bearer", "basic", "credential"}
+// keyWords are lowercase substrings one of which every secret key holds (see secretKeySuffixes);
+// they anchor the search for `key: value` pairs.
+var keyWords = [][]byte{[]byte("pass"), []byte("pwd"), []byte("secret"), []byte("token"), []byte("key"),
+	[]byte("authorization"), []byte("cookie"), []byte("masterauth")}
 
 // secretKeySuffixes are matched against a key lowercased with '-', '_' and '.' removed, after an
 // optional trailing "sha256"/"hash"/"digest": "password", "ValkeyPassword", "password_sha256",
@@ -280,44 +304,122 @@ func isSecretKey(k string) bool {
 	return false
 }
 
+func isIdentByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// keyValue is a secret key and its value found in a line.
+type keyValue struct {
+	keyStart, keyEnd int // the identifier
+	quoted           bool
+	quoteLen         int // backslashes + quote before the value (quoted values only)
+	valStart, valEnd int // the value, quotes included
+	delim            byte
+}
+
+// findKeyValues returns the secret-named `key: value` / `key=value` / `"key": "value"` pairs of
+// l in order (lower is l lowercased by asciiLower). Each keyword occurrence anchors one candidate
+// identifier; an identifier counts when it is a secret key followed by ':' or '=' (optionally
+// closing a quote, possibly escaped) and a value.
+func findKeyValues(l, lower []byte) []keyValue {
+	var starts []int
+	for _, w := range keyWords {
+		for off := 0; ; {
+			i := bytes.Index(lower[off:], w)
+			if i < 0 {
+				break
+			}
+			p := off + i
+			s := p
+			for s > 0 && isIdentByte(l[s-1]) {
+				s--
+			}
+			starts = append(starts, s)
+			off = p + len(w)
+		}
+	}
+	if len(starts) == 0 {
+		return nil
+	}
+	sort.Ints(starts)
+	var out []keyValue
+	last := -1
+	for _, s := range starts {
+		if s == last {
+			continue
+		}
+		last = s
+		e := s
+		for e < len(l) && isIdentByte(l[e]) {
+			e++
+		}
+		if !isSecretKey(string(l[s:e])) {
+			continue
+		}
+		j := e
+		// optional closing quote of the key, possibly escaped
+		k := j
+		for k < len(l) && l[k] == '\\' {
+			k++
+		}
+		if k < len(l) && (l[k] == '"' || l[k] == '\'') {
+			j = k + 1
+		} else if k != j {
+			continue
+		}
+		for j < len(l) && (l[j] == ' ' || l[j] == '\t') {
+			j++
+		}
+		if j >= len(l) || (l[j] != ':' && l[j] != '=') {
+			continue
+		}
+		delim := l[j]
+		j++
+		for j < len(l) && (l[j] == ' ' || l[j] == '\t') {
+			j++
+		}
+		ve := valueEnd(l, j, delim)
+		if ve < 0 {
+			continue
+		}
+		kv := keyValue{keyStart: s, keyEnd: e, valStart: j, valEnd: ve, delim: delim}
+		n := 0
+		for j+n < len(l) && l[j+n] == '\\' {
+			n++
+		}
+		if j+n < len(l) && (l[j+n] == '"' || l[j+n] == '\'') {
+			kv.quoted = true
+			kv.quoteLen = n + 1
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 // redactKeyValues handles `key: value`, `key=value`, `"key": "value"` and their escaped-JSON
 // forms for secret keys. A quoted value loses its content (quotes stay); an unquoted value after
 // ':' loses the rest of the line (YAML, HTTP headers), after '=' up to the next separator.
-func redactKeyValues(l []byte) []byte {
-	ms := reKeyDelim.FindAllSubmatchIndex(l, -1)
-	if ms == nil {
+func redactKeyValues(l, lower []byte) []byte {
+	kvs := findKeyValues(l, lower)
+	if kvs == nil {
 		return l
 	}
 	var out []byte
 	last := 0
-	for _, m := range ms {
-		if m[0] < last {
+	for _, kv := range kvs {
+		if kv.keyStart < last {
 			continue
 		}
-		key := string(l[m[2]:m[3]])
-		if !isSecretKey(key) {
-			continue
-		}
-		vs := m[1]
-		delim := l[m[6]]
-		ve := valueEnd(l, vs, delim)
-		if ve < 0 {
-			continue
-		}
-		qs, qe := vs, ve // the part replaced
-		if vs < len(l) && (l[vs] == '"' || l[vs] == '\'' || l[vs] == '\\') {
-			// quoted: keep the quotes (and their escapes)
-			n := 0
-			for vs+n < len(l) && l[vs+n] == '\\' {
-				n++
-			}
-			qs = vs + n + 1
-			qe = ve - n - 1
-			if qe < qs {
-				continue
+		qs, qe := kv.valStart, kv.valEnd
+		if kv.quoted {
+			qs += kv.quoteLen
+			if qe-kv.quoteLen >= qs && qe == len(l) && !endsWithQuote(l[qs:qe], kv.quoteLen) {
+				// unterminated quote: the rest of the line
+			} else {
+				qe -= kv.quoteLen
 			}
 		}
-		if qe <= qs {
+		if qe <= qs || string(l[qs:qe]) == Marker {
 			continue
 		}
 		out = append(out, l[last:qs]...)
@@ -328,6 +430,14 @@ func redactKeyValues(l []byte) []byte {
 		return l
 	}
 	return append(out, l[last:]...)
+}
+
+func endsWithQuote(v []byte, quoteLen int) bool {
+	if len(v) < quoteLen {
+		return false
+	}
+	c := v[len(v)-1]
+	return c == '"' || c == '\''
 }
 
 // valueEnd returns the end of the value starting at vs (quoted values include the closing quote),

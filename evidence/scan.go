@@ -174,41 +174,84 @@ func dedupe(fs []Finding) []Finding {
 var (
 	genAuthHeader = regexp.MustCompile(`(?i)\b(?:proxy-)?authorization\\*["']?[ \t]*[:=][ \t]*\\*["']?[ \t]*(?:basic|bearer)[ \t]+([^\s"'\\]+)`)
 	genUserinfo   = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.\-]*://([^\s/?#@"'<>\\:]*):([^\s/?#@"'<>\\]+)@`)
-	genJSONSecret = regexp.MustCompile(`(\\*)"([A-Za-z0-9_.\-]+)(\\*)"[ \t]*:[ \t]*(\\*)"`)
 )
 
 // scanGeneric finds credentials of any origin the redaction should have removed: an
 // Authorization header with a Basic or Bearer value, URL userinfo with a password, and a
-// secret-named JSON field with a string value — each unless the value is Marker.
+// secret-named JSON field with a non-empty string value — each unless the value is Marker. The
+// regular expressions run only on lines a keyword search (over an ASCII-lowercased copy) selects.
 func scanGeneric(f bundleFile) []Finding {
 	var out []Finding
 	b := f.data
-	for _, m := range genAuthHeader.FindAllSubmatchIndex(b, -1) {
-		if !bytes.HasPrefix(b[m[2]:], []byte(Marker)) {
-			out = append(out, Finding{File: f.rel, Line: lineAt(b, m[0]), Form: "authorization-header"})
+	lower := asciiLower(nil, b)
+	for _, ln := range linesWith(b, lower, []byte("authorization")) {
+		l := b[ln:lineEnd(b, ln)]
+		for _, m := range genAuthHeader.FindAllSubmatchIndex(l, -1) {
+			if !bytes.HasPrefix(l[m[2]:], []byte(Marker)) {
+				out = append(out, Finding{File: f.rel, Line: lineAt(b, ln+m[0]), Form: "authorization-header"})
+			}
 		}
 	}
-	for _, m := range genUserinfo.FindAllSubmatchIndex(b, -1) {
-		if string(b[m[4]:m[5]]) != Marker && string(b[m[2]:m[5]]) != Marker {
-			out = append(out, Finding{File: f.rel, Line: lineAt(b, m[0]), Form: "url-userinfo"})
+	for _, ln := range linesWith(b, lower, []byte("://")) {
+		l := b[ln:lineEnd(b, ln)]
+		if bytes.IndexByte(l, '@') < 0 {
+			continue
+		}
+		for _, m := range genUserinfo.FindAllSubmatchIndex(l, -1) {
+			if string(l[m[4]:m[5]]) != Marker && string(l[m[2]:m[5]]) != Marker {
+				out = append(out, Finding{File: f.rel, Line: lineAt(b, ln+m[0]), Form: "url-userinfo"})
+			}
 		}
 	}
-	for _, m := range genJSONSecret.FindAllSubmatchIndex(b, -1) {
-		if !isSecretKey(string(b[m[4]:m[5]])) {
+	// Every secret key holds one of keyWords; lines with none cannot hold a secret JSON field.
+	var cand []int
+	for _, w := range keyWords {
+		cand = append(cand, linesWith(b, lower, w)...)
+	}
+	sort.Ints(cand)
+	for i, ln := range cand {
+		if i > 0 && cand[i-1] == ln {
 			continue
 		}
-		vs := m[1]
-		if bytes.HasPrefix(b[vs:], []byte(Marker)) {
-			continue
+		le := lineEnd(b, ln)
+		l, ll := b[ln:le], lower[ln:le]
+		for _, kv := range findKeyValues(l, ll) {
+			if !kv.quoted || kv.delim != ':' || kv.keyStart == 0 || l[kv.keyStart-1] != '"' {
+				continue // JSON fields only: "key": "value"
+			}
+			v := l[kv.valStart+kv.quoteLen:]
+			if bytes.HasPrefix(v, []byte(Marker)) || kv.valEnd-kv.valStart <= 2*kv.quoteLen {
+				continue // redacted, or empty
+			}
+			out = append(out, Finding{File: f.rel, Line: lineAt(b, ln+kv.keyStart), Form: "json-secret-field"})
 		}
-		// An empty value ("password": "") is no credential.
-		n := m[9] - m[8]
-		if bytes.HasPrefix(b[vs:], append(bytes.Repeat([]byte{'\\'}, n), '"')) {
-			continue
-		}
-		out = append(out, Finding{File: f.rel, Line: lineAt(b, m[0]), Form: "json-secret-field"})
 	}
 	return out
+}
+
+// linesWith returns the start offsets of the lines of b whose lowercase copy contains w, in order.
+func linesWith(b, lower, w []byte) []int {
+	var out []int
+	for off := 0; off < len(lower); {
+		i := bytes.Index(lower[off:], w)
+		if i < 0 {
+			break
+		}
+		p := off + i
+		ls := bytes.LastIndexByte(b[:p], '\n') + 1
+		if len(out) == 0 || out[len(out)-1] != ls {
+			out = append(out, ls)
+		}
+		off = lineEnd(b, p) + 1
+	}
+	return out
+}
+
+func lineEnd(b []byte, from int) int {
+	if i := bytes.IndexByte(b[from:], '\n'); i >= 0 {
+		return from + i
+	}
+	return len(b)
 }
 
 // CanaryFile is canaries.json: what `evidence verify` needs to re-run the canary scan long after
@@ -336,21 +379,23 @@ func newHashedScanner(cf CanaryFile) (*hashedScanner, error) {
 func (hs *hashedScanner) scan(f bundleFile) []Finding {
 	var out []Finding
 	b := f.data
+	base := hs.base
 	for gi := range hs.lengths {
 		g := &hs.lengths[gi]
-		if len(b) < g.n {
+		n := g.n
+		if len(b) < n {
 			continue
 		}
+		pow, bits := g.pow, &g.bits
 		var h uint64
-		for i := 0; i < g.n; i++ {
-			h = h*hs.base + uint64(b[i])
+		for _, c := range b[:n] {
+			h = h*base + uint64(c)
 		}
+		in, outb := b[n:], b[:len(b)-n]
 		for i := 0; ; i++ {
-			pre := uint32(h >> 32)
-			k := pre >> 16
-			if g.bits[k/64]&(1<<(k%64)) != 0 {
-				if es, ok := g.byPre[pre]; ok {
-					sum := saltedHash(hs.salt, b[i:i+g.n])
+			if k := uint32(h >> 48); bits[k>>6]&(1<<(k&63)) != 0 {
+				if es, ok := g.byPre[uint32(h>>32)]; ok {
+					sum := saltedHash(hs.salt, b[i:i+n])
 					for _, e := range es {
 						if subtle.ConstantTimeCompare([]byte(sum), []byte(e.SHA256)) == 1 {
 							out = append(out, Finding{File: f.rel, Line: lineAt(b, i), Form: e.Form})
@@ -358,10 +403,10 @@ func (hs *hashedScanner) scan(f bundleFile) []Finding {
 					}
 				}
 			}
-			if i+g.n >= len(b) {
+			if i >= len(in) {
 				break
 			}
-			h = h*hs.base + uint64(b[i+g.n]) - uint64(b[i])*g.pow
+			h = h*base + uint64(in[i]) - uint64(outb[i])*pow
 		}
 	}
 	return out

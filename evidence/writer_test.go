@@ -188,3 +188,162 @@ func TestAddFileRejectsPathsOutsideTheBundle(t *testing.T) {
 		t.Error("adding the same file twice succeeded")
 	}
 }
+
+func TestPlantedSecretFailsFinishAndVerifyNamesTheFile(t *testing.T) {
+	forms := SecretForms(testPassVK)
+	for _, f := range forms {
+		t.Run(f.Name+"/"+f.Value[:3], func(t *testing.T) {
+			root := t.TempDir()
+			w := writeBundle(t, root, "run-leak")
+			// A component that wrote into the bundle behind the writer's back.
+			leak := filepath.Join(w.Dir(), "logs", "leaky.log")
+			if err := os.WriteFile(leak, []byte("line one\nvalue "+f.Value+" end\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := w.Finish(sampleManifest("run-leak"), sampleResults())
+			if err == nil {
+				t.Fatal("Finish succeeded with a planted secret")
+			}
+			if !strings.Contains(err.Error(), "logs/leaky.log") {
+				t.Errorf("Finish error does not name the file: %v", err)
+			}
+			if strings.Contains(err.Error(), testPassVK) || strings.Contains(err.Error(), f.Value) {
+				t.Errorf("Finish error holds the secret: %v", err)
+			}
+			if len(out.CanaryFindings) == 0 || out.CanaryFindings[0].File != "logs/leaky.log" || out.CanaryFindings[0].Line != 2 {
+				t.Errorf("findings = %v", out.CanaryFindings)
+			}
+			rep, err := Verify(w.Dir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() || len(rep.Findings) == 0 {
+				t.Fatalf("Verify passed a bundle holding %s: %+v", f.Name, rep)
+			}
+			for _, fd := range rep.Findings {
+				if fd.File != "logs/leaky.log" || fd.Line != 2 {
+					t.Errorf("Verify finding %v, want logs/leaky.log:2", fd)
+				}
+			}
+		})
+	}
+}
+
+func TestVerifyFindsGenericCredentialsWithoutCanaries(t *testing.T) {
+	root := t.TempDir()
+	w, err := NewWriter(root, "r", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Finish(sampleManifest("r"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ content, form string }{
+		{"Authorization: Basic Zm9vOmJhcg==\n", "authorization-header"},
+		{`{"headers":{"authorization":"Bearer abc"}}` + "\n", "authorization-header"},
+		{"redis://:pw@h:6379\n", "url-userinfo"},
+		{`{"password": "hunter2"}` + "\n", "json-secret-field"},
+		{`{"body":"{\"client_secret\":\"x\"}"}` + "\n", "json-secret-field"},
+	} {
+		p := filepath.Join(w.Dir(), "logs", "g.log")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(c.content), 0o644)
+		fs, err := Scan(w.Dir(), nil)
+		if err != nil || len(fs) == 0 || fs[0].Form != c.form || fs[0].File != "logs/g.log" {
+			t.Errorf("Scan(%q) = %v, %v; want %s first", c.content, fs, err, c.form)
+		}
+	}
+	for _, clean := range []string{"Authorization: [REDACTED]\n", `{"password":"[REDACTED]","password_env":"QQ_PASSWORD_1","token":""}` + "\n", "redis://[REDACTED]@h\n", "http://h:80/x\n"} {
+		p := filepath.Join(w.Dir(), "logs", "g.log")
+		os.WriteFile(p, []byte(clean), 0o644)
+		if fs, _ := Scan(w.Dir(), nil); len(fs) != 0 {
+			t.Errorf("Scan(%q) = %v, want nothing", clean, fs)
+		}
+	}
+}
+
+func TestVerifyFailsOnTampering(t *testing.T) {
+	cases := []struct {
+		name   string
+		tamper func(dir string)
+		check  func(r VerifyReport) bool
+	}{
+		{"changed file", func(d string) { os.WriteFile(filepath.Join(d, "metrics/gateway-a.prom"), []byte("x 1\n"), 0o644) },
+			func(r VerifyReport) bool { return len(r.Changed) == 1 && r.Changed[0] == "metrics/gateway-a.prom" }},
+		{"missing file", func(d string) { os.Remove(filepath.Join(d, SummaryFile)) },
+			func(r VerifyReport) bool { return len(r.Missing) == 1 && r.Missing[0] == SummaryFile }},
+		{"extra file", func(d string) { os.WriteFile(filepath.Join(d, "logs/new.log"), []byte("hi\n"), 0o644) },
+			func(r VerifyReport) bool { return len(r.Extra) == 1 && r.Extra[0] == "logs/new.log" }},
+		{"edited results", func(d string) {
+			b, _ := os.ReadFile(filepath.Join(d, ResultsFile))
+			os.WriteFile(filepath.Join(d, ResultsFile), []byte(strings.Replace(string(b), `"failed"`, `"passed"`, 1)), 0o644)
+		}, func(r VerifyReport) bool { return len(r.Changed) == 1 && r.Changed[0] == ResultsFile }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := writeBundle(t, t.TempDir(), "run-t")
+			if _, err := w.Finish(sampleManifest("run-t"), sampleResults()); err != nil {
+				t.Fatal(err)
+			}
+			c.tamper(w.Dir())
+			rep, err := Verify(w.Dir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() || !c.check(rep) {
+				t.Errorf("report = %+v", rep)
+			}
+		})
+	}
+}
+
+func TestPackedBundleVerifies(t *testing.T) {
+	root := t.TempDir()
+	w := writeBundle(t, root, "run-p")
+	if _, err := w.Finish(sampleManifest("run-p"), sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	tgz, err := w.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tgz != filepath.Join(root, "run-p.tar.gz") {
+		t.Errorf("Pack wrote %s", tgz)
+	}
+	rep, err := Verify(tgz)
+	if err != nil || !rep.OK() || rep.Files != 9 {
+		t.Fatalf("Verify(tar.gz) = %+v, %v", rep, err)
+	}
+	first, _ := os.ReadFile(tgz)
+	if _, err := w.Pack(); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(tgz)
+	if string(first) != string(second) {
+		t.Error("packing twice gave different bytes")
+	}
+	// A secret planted in a packed bundle is found inside the tarball too.
+	os.WriteFile(filepath.Join(w.Dir(), "logs/leak.log"), []byte(b64("x:"+testPassA)+"\n"), 0o644)
+	if err := PackDir(w.Dir(), tgz); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Scan(tgz, testSecrets)
+	if err != nil || len(fs) != 1 || fs[0].File != "logs/leak.log" {
+		t.Errorf("Scan(tar.gz) = %v, %v", fs, err)
+	}
+	rep, err = Verify(tgz)
+	if err != nil || rep.OK() || len(rep.Findings) != 1 || len(rep.Extra) != 1 {
+		t.Errorf("Verify(tampered tar.gz) = %+v, %v", rep, err)
+	}
+}
+
+func TestVerifyRejectsWhatIsNotABundle(t *testing.T) {
+	if _, err := Verify(t.TempDir()); err == nil {
+		t.Error("Verify of an empty directory succeeded")
+	}
+	f := filepath.Join(t.TempDir(), "x.tar.gz")
+	os.WriteFile(f, []byte("not gzip"), 0o644)
+	if _, err := Verify(f); err == nil {
+		t.Error("Verify of a non-tarball succeeded")
+	}
+}
