@@ -264,3 +264,10 @@ outer:
 	}
 	return out
 }
+
+// BucketWidth is the accounting bucket width of a window: one second for windows up to a
+// minute, window/60 rounded up to whole seconds beyond. Usage leaves a window up to one bucket
+// late, never early.
+func BucketWidth(window time.Duration) time.Duration {
+	return time.Duration(bucketWidthMs(window)) * time.Millisecond
+}

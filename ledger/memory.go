@@ -391,3 +391,11 @@ func (m *Memory) Inspect(_ context.Context, q *Quota, key string) (KeyState, err
 }
 
 var _ Ledger = (*Memory)(nil)
+
+// Tracked reports how many quota keys and live reservations the ledger holds (for metrics and
+// tests; reservations whose lease ran out count until a sweep reaches them).
+func (m *Memory) Tracked() (keys, reservations int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.keys), int(m.active.Load())
+}

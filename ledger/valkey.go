@@ -38,11 +38,6 @@ var (
 	inspectScript = loadScript("inspect")
 )
 
-const (
-	defaultNamespace    = "quotaqual"
-	defaultStoreTimeout = 300 * time.Millisecond
-)
-
 // ValkeyOptions configure the Valkey backend.
 type ValkeyOptions struct {
 	URL       string        // redis:// or rediss:// (also valkey://, valkeys://); may carry a password
@@ -90,13 +85,13 @@ type trackedKey struct {
 // malformed URL or namespace, and its errors never contain the URL or the password.
 func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 	if opts.Namespace == "" {
-		opts.Namespace = defaultNamespace
+		opts.Namespace = DefaultNamespace
 	}
 	if strings.ContainsAny(opts.Namespace, "{}") {
 		return nil, errors.New("valkey backend: namespace must not contain '{' or '}' (they delimit the hash tag)")
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = defaultStoreTimeout
+		opts.Timeout = DefaultTimeout
 	}
 	u, err := url.Parse(opts.URL)
 	if err != nil {
@@ -279,11 +274,20 @@ func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args [
 	if err != nil {
 		return nil, v.fail(op, err)
 	}
-	out, err := s.Exec(ctx, c, keys, args).AsIntSlice()
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		resp := s.Exec(ctx, c, keys, args)
+		out, err := resp.AsIntSlice()
+		if err == nil {
+			return out, nil
+		}
+		// A connection that died under us (a Valkey restart leaves one broken connection per
+		// pipe) fails the first call on it. Every script is idempotent by reservation id, so
+		// one retry on a fresh connection is safe; a timeout is not retried.
+		if attempt == 1 && resp.NonValkeyError() != nil && ctx.Err() == nil {
+			continue
+		}
 		return nil, v.fail(op, err)
 	}
-	return out, nil
 }
 
 // sweepLocalLocked forgets up to n expired keys and reservations (v.lmu held).

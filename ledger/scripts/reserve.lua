@@ -2,6 +2,8 @@
 -- budget: window_ms, capacity, width slot (1-based index into the widths).
 -- Returns {admitted, refusing budget (1-based, 0 when admitted), retry_after_ms,
 --          remaining_1, reset_ms_1, remaining_2, reset_ms_2, ...}.
+-- Idempotent by id: a retry of a call whose reply was lost finds its reservation live and
+-- reports it admitted again without holding the estimate twice.
 local est = tonumber(ARGV[base + 1])
 local lease = tonumber(ARGV[base + 2])
 local id = ARGV[base + 3]
@@ -10,6 +12,11 @@ local nb = tonumber(ARGV[base + 4])
 local swept = sweep()
 local buckets = prune()
 local reserved = reserved_tokens()
+local repeated = redis.call('HEXISTS', KEYS[1], id) == 1
+if repeated then
+  -- Already admitted (and held in reserved): check nothing more, write nothing.
+  reserved = reserved - est
+end
 
 local budgets = {}
 local admit = true
@@ -27,7 +34,7 @@ for i = 1, nb do
     end
   end
   b.settled = s
-  if s + reserved + est > b.cap then
+  if s + reserved + est > b.cap and not repeated then
     admit = false
   end
   budgets[i] = b
@@ -105,7 +112,9 @@ for i, b in ipairs(budgets) do
   end
 end
 
-if admit then
+if admit and repeated then
+  out[1] = 1
+elseif admit then
   out[1] = 1
   redis.call('HSET', KEYS[1], id, ARGV[base + 1])
   redis.call('HINCRBY', KEYS[1], '#', est)

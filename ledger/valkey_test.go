@@ -1,0 +1,437 @@
+package ledger_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/internal/valkeytest"
+	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/ledger/ledgertest"
+)
+
+var nsSeq atomic.Int64
+
+func newValkeyLedger(t *testing.T, url string, limits ledger.Limits, timeout time.Duration) (*ledger.Valkey, string) {
+	t.Helper()
+	ns := fmt.Sprintf("qq%d", nsSeq.Add(1))
+	v, err := ledger.NewValkey(ledger.ValkeyOptions{URL: url, Namespace: ns, Timeout: timeout, Limits: limits})
+	if err != nil {
+		t.Fatalf("NewValkey: %v", err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	return v, ns
+}
+
+func TestConformanceValkey(t *testing.T) {
+	srv := valkeytest.Start(t)
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
+		v, _ := newValkeyLedger(t, srv.URL(), ledgertest.Limits(t), time.Second)
+		return v
+	})
+}
+
+func rawClient(t *testing.T, srv *valkeyproc.Server) valkey.Client {
+	t.Helper()
+	opt, err := valkey.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := valkey.NewClient(opt)
+	if err != nil {
+		t.Fatalf("raw client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+var testQuota = &ledger.Quota{Rule: "valkey-only", Lease: 30 * time.Second, Budgets: []ledger.Budget{
+	{Window: 10 * time.Second, Capacity: 100}, {Window: time.Hour, Capacity: 1000},
+}}
+
+// until polls f (which may fail while Valkey comes back) until it reports done.
+func until(t *testing.T, within time.Duration, what string, f func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := f()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v (last error: %v)", what, within, last)
+}
+
+func TestValkeyKeysShareOneHashTagAndCarryTTLs(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	v, ns := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	ctx := t.Context()
+	q := &ledger.Quota{Rule: "ttl", Lease: 2 * time.Second, Budgets: []ledger.Budget{
+		{Window: 5 * time.Second, Capacity: 100}, {Window: 2 * time.Minute, Capacity: 1000},
+	}}
+	d, err := v.Reserve(ctx, q, "tenant", 10)
+	if err != nil || !d.Admitted {
+		t.Fatalf("reserve: %v %+v", err, d)
+	}
+	if _, err := v.Reserve(ctx, q, "tenant", 20); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 7, Known: true}); err != nil || !s.Applied {
+		t.Fatalf("settle: %v %+v", err, s)
+	}
+	raw := rawClient(t, srv)
+	keys, err := raw.Do(ctx, raw.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// :a (reservations), :d (deadlines), :s1 (1s buckets), :s2 (2s buckets of the 2m window)
+	if len(keys) != 4 {
+		t.Fatalf("keys %v; want 4 (:a, :d, :s1, :s2)", keys)
+	}
+	tag := ""
+	ttl := q.Budgets[1].Window + q.Lease + ledger.BucketWidth(q.Budgets[1].Window)
+	for _, k := range keys {
+		open, close := strings.Index(k, "{"), strings.Index(k, "}")
+		if open < 0 || close < open || !strings.HasPrefix(k, ns+":{") {
+			t.Fatalf("key %q has no hash tag after the namespace", k)
+		}
+		if tag == "" {
+			tag = k[open : close+1]
+		} else if k[open:close+1] != tag {
+			t.Fatalf("key %q: hash tag differs from %s: the scripts would CROSSSLOT on a cluster", k, tag)
+		}
+		if len(tag) != 34 {
+			t.Fatalf("hash tag %s; want 32 hex digits", tag)
+		}
+		pttl, err := raw.Do(ctx, raw.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl <= 0 || time.Duration(pttl)*time.Millisecond > ttl {
+			t.Fatalf("key %q PTTL %dms; want positive and at most %v (longest window + lease + bucket)", k, pttl, ttl)
+		}
+	}
+	if strings.Contains(strings.Join(keys, " "), "tenant") {
+		t.Fatalf("keys %v carry the raw quota key; want it hashed", keys)
+	}
+}
+
+// The upstream proof of concept's sweep wrote expired charges to keys admission never read.
+// Here the sweep's writes are checked directly: after expiry the hold is gone from the hash
+// admission reads and the estimate sits in the deadline's bucket of every width hash.
+func TestValkeyExpirySweepWritesTheKeysAdmissionReads(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	v, ns := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	ctx := t.Context()
+	q := &ledger.Quota{Rule: "sweep", Lease: time.Second, Budgets: []ledger.Budget{
+		{Window: 10 * time.Second, Capacity: 100}, {Window: 10 * time.Minute, Capacity: 100},
+	}}
+	if d, err := v.Reserve(ctx, q, "k", 60); err != nil || !d.Admitted {
+		t.Fatalf("reserve: %v %+v", err, d)
+	}
+	time.Sleep(1100 * time.Millisecond) // the lease
+	// Another gateway's instance (same store, same namespace) sweeps and must see the charge.
+	other, err := ledger.NewValkey(ledger.ValkeyOptions{URL: srv.URL(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	d, err := other.Reserve(ctx, q, "k", 41)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Admitted || d.Denial.Reason != ledger.ReasonWindowCapacity || d.Windows[0].Remaining != 40 || d.Windows[1].Remaining != 40 {
+		t.Fatalf("after expiry: %+v; want denied with 40 remaining in both windows (60 charged, nothing held)", d)
+	}
+	raw := rawClient(t, srv)
+	keys, _ := raw.Do(ctx, raw.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
+	var held string
+	buckets := map[string]map[string]string{}
+	for _, k := range keys {
+		switch {
+		case strings.HasSuffix(k, ":a"):
+			held, _ = raw.Do(ctx, raw.B().Hget().Key(k).Field("#").Build()).ToString()
+		case strings.Contains(k, "}:s"):
+			buckets[k], _ = raw.Do(ctx, raw.B().Hgetall().Key(k).Build()).AsStrMap()
+		}
+	}
+	if held != "0" && held != "" {
+		t.Fatalf("held tokens %q after expiry; want 0", held)
+	}
+	if len(buckets) != 2 {
+		t.Fatalf("bucket hashes %v; want one per width (1s and 10s)", buckets)
+	}
+	for k, b := range buckets {
+		if len(b) != 1 {
+			t.Fatalf("%s = %v; want one bucket holding the expired estimate", k, b)
+		}
+		for _, tokens := range b {
+			if tokens != "60" {
+				t.Fatalf("%s = %v; want 60 tokens", k, b)
+			}
+		}
+	}
+}
+
+func TestValkeyStateSurvivesRestartWithAOF(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	ctx := t.Context()
+	d, err := v.Reserve(ctx, testQuota, "k", 70)
+	if err != nil || !d.Admitted {
+		t.Fatalf("%v %+v", err, d)
+	}
+	if _, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 50, Known: true}); err != nil {
+		t.Fatal(err)
+	}
+	live, err := v.Reserve(ctx, testQuota, "k", 30)
+	if err != nil || !live.Admitted {
+		t.Fatalf("%v %+v", err, live)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var st ledger.KeyState
+	until(t, 5*time.Second, "inspect after restart", func() (bool, error) {
+		st, err = v.Inspect(ctx, testQuota, "k")
+		return err == nil, err
+	})
+	if st.ActiveReservations != 1 || st.ReservedTokens != 30 || st.Windows[0].Settled != 50 || st.Windows[1].Settled != 50 {
+		t.Fatalf("after restart %+v; want 1 reservation of 30 and 50 settled", st)
+	}
+	if d, err := v.Reserve(ctx, testQuota, "k", 21); err != nil || d.Admitted {
+		t.Fatalf("after restart reserve 21 = %+v, %v; want denied (50 + 30 + 21 > 100)", d, err)
+	}
+	if s, err := v.Settle(ctx, live.Reservation, ledger.Usage{Tokens: 30, Known: true}); err != nil || !s.Applied {
+		t.Fatalf("settle of the reservation made before the restart: %+v %v", s, err)
+	}
+}
+
+func TestValkeySurvivesScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	ctx := t.Context()
+	raw := rawClient(t, srv)
+	for i := range 3 {
+		if err := raw.Do(ctx, raw.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := v.Reserve(ctx, testQuota, "k", 10)
+		if err != nil || !d.Admitted {
+			t.Fatalf("round %d: reserve after SCRIPT FLUSH: %v %+v", i, err, d)
+		}
+		if err := raw.Do(ctx, raw.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := v.Renew(ctx, d.Reservation); err != nil || !ok {
+			t.Fatalf("round %d: renew after SCRIPT FLUSH: %v %v", i, ok, err)
+		}
+		raw.Do(ctx, raw.B().ScriptFlush().Build())
+		if s, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 5, Known: true}); err != nil || !s.Applied {
+			t.Fatalf("round %d: settle after SCRIPT FLUSH: %v %+v", i, err, s)
+		}
+		raw.Do(ctx, raw.B().ScriptFlush().Build())
+		if _, err := v.Inspect(ctx, testQuota, "k"); err != nil {
+			t.Fatalf("round %d: inspect after SCRIPT FLUSH: %v", i, err)
+		}
+	}
+}
+
+// failsClosed asserts that every operation fails with ErrStore within the timeout (+200ms) and
+// never admits.
+func failsClosed(t *testing.T, v ledger.Ledger, timeout time.Duration, r ledger.Reservation) {
+	t.Helper()
+	ctx := t.Context()
+	bound := timeout + 200*time.Millisecond
+	for i := range 3 {
+		began := time.Now()
+		d, err := v.Reserve(ctx, testQuota, "k", 10)
+		took := time.Since(began)
+		if err == nil || d.Admitted {
+			t.Fatalf("reserve %d with Valkey unavailable: %+v, %v; want an error and no admission", i, d, err)
+		}
+		if !errors.Is(err, ledger.ErrStore) {
+			t.Fatalf("error %v does not wrap ErrStore", err)
+		}
+		if took > bound {
+			t.Fatalf("reserve failed after %v; want within %v", took, bound)
+		}
+	}
+	for name, op := range map[string]func() error{
+		"renew":   func() error { _, err := v.Renew(ctx, r); return err },
+		"settle":  func() error { _, err := v.Settle(ctx, r, ledger.Usage{}); return err },
+		"inspect": func() error { _, err := v.Inspect(ctx, testQuota, "k"); return err },
+	} {
+		began := time.Now()
+		err := op()
+		if !errors.Is(err, ledger.ErrStore) || time.Since(began) > bound {
+			t.Fatalf("%s with Valkey unavailable: %v after %v; want ErrStore within %v", name, err, time.Since(began), bound)
+		}
+	}
+	// Invalid requests are still answered: they need no store.
+	if d, err := v.Reserve(ctx, testQuota, "", 10); err != nil || d.Denial == nil || d.Denial.Reason != ledger.ReasonInvalidKey {
+		t.Fatalf("invalid request with Valkey down: %+v %v", d, err)
+	}
+}
+
+func TestValkeyKilledFailsClosedInBoundedTimeAndRecovers(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	const timeout = 300 * time.Millisecond
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, timeout)
+	ctx := t.Context()
+	d, err := v.Reserve(ctx, testQuota, "k", 10)
+	if err != nil || !d.Admitted {
+		t.Fatalf("%v %+v", err, d)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	failsClosed(t, v, timeout, d.Reservation)
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 5*time.Second, "recovery after restart", func() (bool, error) {
+		d, err := v.Reserve(ctx, testQuota, "k", 10)
+		return err == nil && d.Admitted, err
+	})
+}
+
+// A frozen Valkey (SIGSTOP: the socket accepts, nothing answers) is the case a connect error
+// does not cover: only the per-call timeout bounds it.
+func TestValkeyUnresponsiveFailsClosedWithinTimeout(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	const timeout = 250 * time.Millisecond
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, timeout)
+	ctx := t.Context()
+	d, err := v.Reserve(ctx, testQuota, "k", 10)
+	if err != nil || !d.Admitted {
+		t.Fatalf("%v %+v", err, d)
+	}
+	pid := srv.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	cont := func() {
+		if !continued {
+			continued = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont)
+	failsClosed(t, v, timeout, d.Reservation)
+	cont()
+	until(t, 10*time.Second, "recovery after SIGCONT", func() (bool, error) {
+		d, err := v.Reserve(ctx, testQuota, "k", 10)
+		return err == nil && d.Admitted, err
+	})
+}
+
+func TestValkeyStartsBeforeValkeyDoes(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 200 * time.Millisecond
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, timeout) // must not fail: Valkey is down
+	failsClosed(t, v, timeout, ledger.Reservation{ID: "x", Key: "k", Quota: testQuota})
+	if err := srv.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 5*time.Second, "first admission once Valkey is up", func() (bool, error) {
+		d, err := v.Reserve(t.Context(), testQuota, "k", 10)
+		return err == nil && d.Admitted, err
+	})
+}
+
+func TestValkeyPasswordNeverInErrors(t *testing.T) {
+	t.Parallel()
+	const right, wrong = "right-canary-Pw7x", "wrong-canary-Qz9y"
+	srv := valkeytest.Start(t, valkeytest.WithPassword(right))
+	wrongURL := strings.Replace(srv.URL(), right, wrong, 1)
+	v, _ := newValkeyLedger(t, wrongURL, ledger.Limits{}, 300*time.Millisecond)
+	ctx := t.Context()
+	for range 2 {
+		_, err := v.Reserve(ctx, testQuota, "k", 10)
+		if err == nil || !errors.Is(err, ledger.ErrStore) {
+			t.Fatalf("reserve with a wrong password: %v; want an ErrStore error", err)
+		}
+		for _, secret := range []string{wrong, right, wrongURL} {
+			if strings.Contains(err.Error(), secret) || strings.Contains(fmt.Sprintf("%+v %#v", err, err), secret) {
+				t.Fatalf("error text carries a secret: %v", err)
+			}
+		}
+		t.Logf("wrong password: %v", err)
+	}
+	// The right password works.
+	ok, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	if d, err := ok.Reserve(ctx, testQuota, "k", 10); err != nil || !d.Admitted {
+		t.Fatalf("right password: %v %+v", err, d)
+	}
+	// A malformed URL is refused without echoing it.
+	for _, bad := range []string{
+		"redis://:" + right + "@127.0.0.1:notaport",
+		"http://:" + right + "@127.0.0.1:6379",
+		"redis://:" + right + "@127.0.0.1:6379/notadb",
+		"redis://:" + right + "@%zz",
+		"",
+	} {
+		_, err := ledger.NewValkey(ledger.ValkeyOptions{URL: bad})
+		if err == nil {
+			t.Fatalf("NewValkey accepted a malformed URL")
+		}
+		if strings.Contains(err.Error(), right) {
+			t.Fatalf("NewValkey error carries the password: %v", err)
+		}
+	}
+}
+
+// Two instances sharing one Valkey (two gateways) enforce one quota.
+func TestValkeyTwoInstancesShareOneQuota(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	a, ns := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	b, err := ledger.NewValkey(ledger.ValkeyOptions{URL: srv.URL(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := t.Context()
+	d, err := a.Reserve(ctx, testQuota, "k", 60)
+	if err != nil || !d.Admitted {
+		t.Fatalf("%v %+v", err, d)
+	}
+	if d, err := b.Reserve(ctx, testQuota, "k", 41); err != nil || d.Admitted {
+		t.Fatalf("second gateway reserve 41 = %+v %v; want denied (60 held by the first)", d, err)
+	}
+	if s, err := b.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 10, Known: true}); err != nil || !s.Applied {
+		t.Fatalf("settle through the other gateway: %+v %v", s, err)
+	}
+	if s, err := a.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 10, Known: true}); err != nil || s.Applied {
+		t.Fatalf("second settle through the first gateway: %+v %v; want a no-op", s, err)
+	}
+	if d, err := b.Reserve(ctx, testQuota, "k", 90); err != nil || !d.Admitted {
+		t.Fatalf("after settling 10: %+v %v; want 90 admitted", d, err)
+	}
+}
