@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,47 +19,70 @@ import (
 
 var e2eScenarios = flag.String("scenarios", "", "comma-separated scenarios for the end-to-end test (default: all nine)")
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
+// Set by TestMain outside the namespaces, read inside.
+const (
+	envTestBinary = "QQ_SCENARIOS_TEST_BINARY"
+	envNoNetns    = "QQ_SCENARIOS_NO_NETNS"
 )
 
-func TestMain(m *testing.M) {
+var binPath string
+
+// TestMain builds the quotaqual binary (outside any namespace, where the module cache is) and,
+// when this host allows unprivileged user+network namespaces, re-executes the test binary
+// inside its own namespaces exactly as `quotaqual run` does, so the netns end-to-end test uses
+// real namespaces without root; everything it starts dies with them. -short skips both.
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
 	flag.Parse()
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
+	if testing.Short() {
+		return m.Run()
 	}
-	os.Exit(code)
+	if !topology.Inside() {
+		dir, err := os.MkdirTemp("", "quotaqual-scenarios-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "quotaqual")
+		build := exec.Command("go", "build", "-o", bin, "github.com/quotaqual/quotaqual/cmd/quotaqual")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building the quotaqual binary for the scenario tests:", err)
+			return 1
+		}
+		os.Setenv(envTestBinary, bin)
+		if engine, reason := topology.Detect(); engine == topology.EngineNetns {
+			_, code, err := topology.ReexecIntoNamespace(topology.NewRunID(), nil)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			return code
+		} else {
+			os.Setenv(envNoNetns, reason)
+		}
+	} else if _, _, err := topology.ReexecIntoNamespace(topology.InsideRunID(), nil); err != nil {
+		fmt.Fprintln(os.Stderr, "preparing the namespace:", err)
+		return 1
+	}
+	binPath = os.Getenv(envTestBinary)
+	return m.Run()
 }
 
-// quotaqualBinary builds the quotaqual binary once per test process: the gateways and providers
-// the topology starts are exactly what ships.
 func quotaqualBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "quotaqual-scenarios-bin-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "quotaqual")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/quotaqual/quotaqual/cmd/quotaqual")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/quotaqual: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if binPath == "" {
+		t.Fatal("no quotaqual binary: TestMain builds it unless -short")
 	}
 	return binPath
 }
 
-// processRun brings up the process topology for a deployment of every scenario (backend as
+// topologyRun brings up a topology of engine for a deployment of every scenario (backend as
 // given), runs list and tears down. Component logs are kept when the test fails.
-func processRun(t *testing.T, backend string, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
 	t.Helper()
 	bin := quotaqualBinary(t)
 	p, err := fixtures.ProfileByName("quick")
@@ -77,7 +99,7 @@ func processRun(t *testing.T, backend string, list []Scenario) ([]evidence.Scena
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.New(topology.EngineProcess, topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d})
+	topo, err := topology.New(engine, topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +154,7 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	results, recs, d := processRun(t, fixtures.BackendValkey, list)
+	results, recs, d := topologyRun(t, topology.EngineProcess, fixtures.BackendValkey, list)
 	if len(results) != len(list) {
 		t.Fatalf("%d results for %d scenarios", len(results), len(list))
 	}
@@ -172,7 +194,7 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results, _, _ := processRun(t, fixtures.BackendMemory, list)
+	results, _, _ := topologyRun(t, topology.EngineProcess, fixtures.BackendMemory, list)
 	wantFailed := map[string]string{
 		"shared-budget":   "admitted == predicted from settled usage",
 		"gateway-restart": "still denied on the restarted gateway-a",
@@ -193,5 +215,38 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 			t.Errorf("%s failed, but not on %q: %s", r.Name, wantFailed[r.Name], describe(r))
 		}
 		t.Logf("%s failed as it must: %s", r.Name, firstLine(r.Reason))
+	}
+}
+
+// TestQualificationOnNetnsTopology runs all nine on the netns engine: every component in its
+// own network namespace behind the nftables policy, so network-policy runs and must pass.
+func TestQualificationOnNetnsTopology(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
+	}
+	if reason := os.Getenv(envNoNetns); reason != "" {
+		t.Skip("netns topology unavailable on this host: " + reason)
+	}
+	list := All()
+	if *e2eScenarios != "" {
+		var err error
+		if list, err = Select(strings.Split(*e2eScenarios, ",")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	results, recs, d := topologyRun(t, topology.EngineNetns, fixtures.BackendValkey, list)
+	for _, r := range results {
+		if r.Status != evidence.Passed {
+			t.Errorf("want passed, got %s", describe(r))
+			continue
+		}
+		facts, _ := json.Marshal(r.Facts)
+		t.Logf("%s: %s — %s\nfacts: %s", r.Name, r.Status, r.KeyFact, facts)
+	}
+	b, _ := json.Marshal(recs)
+	for _, s := range d.Secrets() {
+		if strings.Contains(string(b), s) {
+			t.Errorf("a generated secret appears in the request records")
+		}
 	}
 }

@@ -37,6 +37,10 @@ type probeSpec struct {
 //
 // Negative controls: client → valkey, client → each provider's data port, each provider →
 // valkey, and client → the admin ports of gateway-a and provider-west (observer only).
+//
+// A refused connection looks the same whether a policy refused it or nothing listens, so a
+// denial also counts only when a positive control reached the same target port: the gateways'
+// probes for valkey and the providers' data ports, the observer's for the admin ports.
 func policyProbes(ports topology.Ports) []probeSpec {
 	var ps []probeSpec
 	for _, gw := range topology.Gateways {
@@ -57,6 +61,8 @@ func policyProbes(ports topology.Ports) []probeSpec {
 		ps = append(ps, probeSpec{pr, topology.HostValkey, ports.Valkey, false, "valkey accepts only the gateways"})
 	}
 	ps = append(ps,
+		probeSpec{topology.HostObserver, topology.HostGatewayA, ports.GatewayAdmin, true, "admin ports accept the observer"},
+		probeSpec{topology.HostObserver, topology.HostProviderWest, ports.ProviderAdmin, true, "admin ports accept the observer"},
 		probeSpec{topology.HostClient, topology.HostGatewayA, ports.GatewayAdmin, false, "admin ports accept only the observer"},
 		probeSpec{topology.HostClient, topology.HostProviderWest, ports.ProviderAdmin, false, "admin ports accept only the observer"},
 	)
@@ -80,6 +86,8 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 	specs := policyProbes(env.Topo.Ports())
 	var facts []probeFact
 	positiveOK := map[string]bool{} // host → at least one positive control from it reached
+	listening := map[string]bool{}  // "host:port" → a positive control reached it
+	target := func(s probeSpec) string { return fmt.Sprintf("%s:%d", s.To, s.Port) }
 	results := make([]topology.ProbeResult, len(specs))
 	for i, s := range specs {
 		pctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
@@ -97,6 +105,9 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 		facts = append(facts, probeFact{s.From, s.To, s.Port, exp, pr.Reached, pr.Supported, pr.Error, ms(pr.Elapsed)})
 		if s.Allowed {
 			positiveOK[s.From] = positiveOK[s.From] || (pr.Supported && pr.Reached)
+			if s.From != s.To {
+				listening[target(s)] = listening[target(s)] || (pr.Supported && pr.Reached)
+			}
 		}
 	}
 	r.Fact("probes", facts)
@@ -109,8 +120,8 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 			continue
 		}
 		negatives++
-		backed := positiveOK[s.From]
-		ok := pr.Supported && !pr.Reached && backed
+		backed, live := positiveOK[s.From], listening[target(s)]
+		ok := pr.Supported && !pr.Reached && backed && live
 		if ok {
 			denied++
 		}
@@ -118,7 +129,11 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 		if !backed {
 			obs += fmt.Sprintf(" (no positive control from %s succeeded: the denial does not count)", s.From)
 		}
-		r.Check("negative control "+name+" denied ("+s.Why+")", "denied, with a positive control from "+s.From, obs, ok)
+		if !live {
+			obs += fmt.Sprintf(" (no positive control reached %s: it may not be listening, the denial does not count)", target(s))
+		}
+		r.Check("negative control "+name+" denied ("+s.Why+")",
+			fmt.Sprintf("denied, with positive controls from %s and to %s", s.From, target(s)), obs, ok)
 	}
 	r.Key("%d/%d denials backed by positive controls", denied, negatives)
 	return r

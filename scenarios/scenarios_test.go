@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -388,10 +389,13 @@ func TestBucketWidth(t *testing.T) {
 
 func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T) {
 	specs := policyProbes(topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379})
-	positive := map[string]bool{}
+	positive, listening := map[string]bool{}, map[string]bool{}
 	for _, s := range specs {
 		if s.Allowed {
 			positive[s.From] = true
+			if s.From != s.To {
+				listening[fmt.Sprintf("%s:%d", s.To, s.Port)] = true
+			}
 		}
 	}
 	negatives := 0
@@ -400,6 +404,9 @@ func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T)
 			negatives++
 			if !positive[s.From] {
 				t.Errorf("negative %s → %s has no positive control from %s", s.From, s.To, s.From)
+			}
+			if !listening[fmt.Sprintf("%s:%d", s.To, s.Port)] {
+				t.Errorf("negative %s → %s:%d has no positive control to the same port", s.From, s.To, s.Port)
 			}
 		}
 	}
