@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -121,34 +122,24 @@ type bucketTokens struct {
 	index, tokens int64
 }
 
-// windowView is the arithmetic's input for one budget: settled usage per bucket inside the
-// window's range, in any order.
+// windowView is the arithmetic's input for one budget: the settled usage the window counts
+// now, the newest non-empty bucket it counts (noBucket if none) and, for a refusing window
+// only, its non-empty buckets in any order.
 type windowView struct {
 	budget  checkedBudget
+	settled int64
+	newest  int64
 	buckets []bucketTokens
-}
-
-func (v windowView) settled() int64 {
-	var s int64
-	for _, b := range v.buckets {
-		s += b.tokens
-	}
-	return s
 }
 
 // resetMs is the time until every usage now counted in the window has left it: the newest
 // non-empty bucket's leave time; live reservations count as usage settled now.
 func (v windowView) resetMs(nowMs, reserved int64) int64 {
-	newest := int64(-1 << 62)
-	for _, b := range v.buckets {
-		if b.tokens > 0 && b.index > newest {
-			newest = b.index
-		}
-	}
+	newest := v.newest
 	if reserved > 0 {
 		newest = max(newest, floorDiv(nowMs, v.budget.widthMs))
 	}
-	if newest == -1<<62 {
+	if newest == noBucket {
 		return 0
 	}
 	return max(0, leaveMs(newest, v.budget.windowMs, v.budget.widthMs)-nowMs)
@@ -159,7 +150,7 @@ func (v windowView) resetMs(nowMs, reserved int64) int64 {
 // cannot make room because live reservations hold it, the answer is the time until the
 // earliest lease deadline (at least a second). earliestDeadline < 0 means none.
 func (v windowView) retryAfterMs(nowMs, reserved, estimate, earliestDeadlineMs int64) int64 {
-	need := v.settled() + reserved + estimate - v.budget.capacity
+	need := v.settled + reserved + estimate - v.budget.capacity
 	if need <= 0 {
 		return 0
 	}
@@ -182,17 +173,21 @@ func (v windowView) retryAfterMs(nowMs, reserved, estimate, earliestDeadlineMs i
 	return wait
 }
 
-// decide applies the admission rule to the views (one per budget, in the quota's order).
-// reserved is the tokens held by live reservations of the key. It returns the window states
-// and, when denied, the denial.
-func decide(q *Quota, views []windowView, nowMs, reserved, estimate, earliestDeadlineMs int64) ([]WindowState, *Denial) {
-	admit := true
+// fits reports whether estimate fits every window.
+func fits(views []windowView, reserved, estimate int64) bool {
 	for _, v := range views {
-		if v.settled()+reserved+estimate > v.budget.capacity {
-			admit = false
-			break
+		if v.settled+reserved+estimate > v.budget.capacity {
+			return false
 		}
 	}
+	return true
+}
+
+// decide applies the admission rule to the views (one per budget, in the quota's order).
+// reserved is the tokens held by live reservations of the key. It returns the window states
+// and, when denied, the denial (refusing windows' views must carry their buckets).
+func decide(q *Quota, views []windowView, nowMs, reserved, estimate, earliestDeadlineMs int64) ([]WindowState, *Denial) {
+	admit := fits(views, reserved, estimate)
 	held := reserved
 	if admit {
 		held += estimate
@@ -201,7 +196,7 @@ func decide(q *Quota, views []windowView, nowMs, reserved, estimate, earliestDea
 	var denial *Denial
 	var worstWait int64 = -1
 	for i, v := range views {
-		settled := v.settled()
+		settled := v.settled
 		states[i] = WindowState{
 			Window:    q.Budgets[i].Window,
 			Limit:     v.budget.capacity,
@@ -226,13 +221,28 @@ func decide(q *Quota, views []windowView, nowMs, reserved, estimate, earliestDea
 	return states, denial
 }
 
-// newReservationID is a random 128-bit hex id: unique across instances without a shared
-// sequence.
+// newReservationID is a random 128-bit hex id from crypto/rand: unique across instances
+// without a shared sequence. Random bytes are read in blocks (one read per 64 ids) to keep
+// the read off the per-request path.
 func newReservationID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics on an unusable source)
-	return hex.EncodeToString(b[:])
+	buf := idPool.Get().(*idBuf)
+	if buf.off+16 > len(buf.b) {
+		_, _ = rand.Read(buf.b[:]) // crypto/rand.Read never fails (it panics on an unusable source)
+		buf.off = 0
+	}
+	id := hex.EncodeToString(buf.b[buf.off : buf.off+16])
+	clear(buf.b[buf.off : buf.off+16]) // each random byte serves one id only
+	buf.off += 16
+	idPool.Put(buf)
+	return id
 }
+
+type idBuf struct {
+	b   [1024]byte
+	off int
+}
+
+var idPool = sync.Pool{New: func() any { return &idBuf{off: 1024} }}
 
 // settlement computes Settle's figures.
 func settlement(estimate int64, usage Usage) Settlement {

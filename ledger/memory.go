@@ -76,12 +76,29 @@ func (w *wheel) add(b, tokens int64) {
 
 // collect appends the non-empty buckets in lo..hi.
 func (w *wheel) collect(lo, hi int64, out []bucketTokens) []bucketTokens {
-	for b := lo; b <= hi; b++ {
-		if s := w.slot(b); w.idx[s] == b && w.val[s] != 0 {
+	for s, b := range w.idx {
+		if b >= lo && b <= hi && w.val[s] != 0 {
 			out = append(out, bucketTokens{index: b, tokens: w.val[s]})
 		}
 	}
 	return out
+}
+
+// sum is the usage in buckets lo..hi and the newest non-empty one among them (noBucket if
+// none).
+func (w *wheel) sum(lo, hi int64) (total, newest int64) {
+	newest = noBucket
+	for s, b := range w.idx {
+		if b >= lo && b <= hi {
+			if v := w.val[s]; v != 0 {
+				total += v
+				if v > 0 && b > newest {
+					newest = b
+				}
+			}
+		}
+	}
+	return total, newest
 }
 
 // empty reports whether no usage is left in the wheel's longest window.
@@ -188,12 +205,17 @@ func (k *memKey) earliestDeadline() int64 {
 	return e
 }
 
-func (k *memKey) views(bs []checkedBudget, nowMs int64) []windowView {
+// views reads the windows of bs; withBuckets also lists their buckets (for a denial).
+func (k *memKey) views(bs []checkedBudget, nowMs int64, withBuckets bool) []windowView {
 	views := make([]windowView, len(bs))
 	for i, b := range bs {
 		w := k.wheelFor(b.widthMs, b.windowMs)
 		lo, hi := windowRange(nowMs, b.windowMs, b.widthMs)
-		views[i] = windowView{budget: b, buckets: w.collect(lo, hi, nil)}
+		views[i].budget = b
+		views[i].settled, views[i].newest = w.sum(lo, hi)
+		if withBuckets {
+			views[i].buckets = w.collect(lo, hi, nil)
+		}
 	}
 	return views
 }
@@ -291,15 +313,14 @@ func (m *Memory) Reserve(_ context.Context, q *Quota, key string, estimate int64
 		}
 		k.ensureWheels(bs)
 		freed := k.sweep(nowMs)
-		views := k.views(bs, nowMs)
-		earliest := int64(-1)
-		states, denial := decide(q, views, nowMs, k.reserved, estimate, -1)
-		if denial != nil {
-			earliest = k.earliestDeadline()
-			states, denial = decide(q, views, nowMs, k.reserved, estimate, earliest)
+		views := k.views(bs, nowMs, false)
+		if !fits(views, k.reserved, estimate) {
+			views = k.views(bs, nowMs, true)
+			states, denial := decide(q, views, nowMs, k.reserved, estimate, k.earliestDeadline())
 			m.release(k, freed+1) // give the slot back too
 			return Decision{Windows: states, Denial: denial}, nil
 		}
+		states, _ := decide(q, views, nowMs, k.reserved, estimate, -1)
 		id := newReservationID()
 		deadline := nowMs + q.Lease.Milliseconds()
 		k.res[id] = memRes{estimate: estimate, deadlineMs: deadline}
@@ -381,8 +402,8 @@ func (m *Memory) Inspect(_ context.Context, q *Quota, key string) (KeyState, err
 	}
 	freed := k.sweep(nowMs)
 	k.ensureWheels(bs)
-	for i, v := range k.views(bs, nowMs) {
-		st.Windows[i].Settled = v.settled()
+	for i, v := range k.views(bs, nowMs, false) {
+		st.Windows[i].Settled = v.settled
 	}
 	st.ActiveReservations = len(k.res)
 	st.ReservedTokens = k.reserved

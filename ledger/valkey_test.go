@@ -435,3 +435,50 @@ func TestValkeyTwoInstancesShareOneQuota(t *testing.T) {
 		t.Fatalf("after settling 10: %+v %v; want 90 admitted", d, err)
 	}
 }
+
+// The same scripts run on Valkey Cluster: a one-node cluster owning every slot refuses any
+// script whose keys span slots (CROSSSLOT), so a full reserve/renew/settle/inspect cycle with
+// several bucket widths proves every key of a quota key shares one slot.
+func TestValkeyScriptsRunOnACluster(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t, func(o *valkeyproc.Options) {
+		o.ExtraArgs = append(o.ExtraArgs, "--cluster-enabled", "yes")
+	})
+	raw := rawClient(t, srv)
+	ctx := t.Context()
+	if err := raw.Do(ctx, raw.B().Arbitrary("CLUSTER", "ADDSLOTSRANGE", "0", "16383").Build()).Error(); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	until(t, 10*time.Second, "cluster_state:ok", func() (bool, error) {
+		info, err := raw.Do(ctx, raw.B().ClusterInfo().Build()).ToString()
+		return strings.Contains(info, "cluster_state:ok"), err
+	})
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+	q := &ledger.Quota{Rule: "cluster", Lease: 30 * time.Second, Budgets: []ledger.Budget{
+		{Window: 10 * time.Second, Capacity: 100}, {Window: 2 * time.Hour, Capacity: 500}, {Window: 24 * time.Hour, Capacity: 1000},
+	}}
+	for _, key := range []string{"alice", "bob", "a:{b}"} {
+		var d ledger.Decision
+		until(t, 10*time.Second, "reserve on the cluster", func() (bool, error) {
+			var err error
+			d, err = v.Reserve(ctx, q, key, 60)
+			return err == nil, err
+		})
+		if !d.Admitted {
+			t.Fatalf("%s: %+v", key, d)
+		}
+		if ok, err := v.Renew(ctx, d.Reservation); err != nil || !ok {
+			t.Fatalf("renew: %v %v", ok, err)
+		}
+		if s, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 50, Known: true}); err != nil || !s.Applied {
+			t.Fatalf("settle: %+v %v", s, err)
+		}
+		st, err := v.Inspect(ctx, q, key)
+		if err != nil || st.Windows[2].Settled != 50 {
+			t.Fatalf("inspect: %+v %v", st, err)
+		}
+		if d, err := v.Reserve(ctx, q, key, 51); err != nil || d.Admitted {
+			t.Fatalf("reserve 51 after 50 settled under 100: %+v %v", d, err)
+		}
+	}
+}

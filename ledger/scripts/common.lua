@@ -45,7 +45,7 @@ end
 -- sweep charges every reservation whose lease ran out (deadline <= now) at its estimate, in
 -- the bucket of its deadline, and frees its hold. Returns true when it changed anything.
 local function sweep()
-  local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES')
+  local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', idx(now), 'WITHSCORES')
   if #exp == 0 then
     return false
   end
@@ -61,9 +61,9 @@ local function sweep()
       redis.call('HDEL', KEYS[1], exp[i])
     end
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', idx(now))
   if freed ~= 0 then
-    redis.call('HINCRBY', KEYS[1], '#', -freed)
+    redis.call('HINCRBY', KEYS[1], '#', idx(-freed))
   end
   return true
 end

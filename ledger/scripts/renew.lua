@@ -8,6 +8,6 @@ if not redis.call('ZSCORE', KEYS[2], id) then
   end
   return { 0 }
 end
-redis.call('ZADD', KEYS[2], 'XX', now + lease, id)
+redis.call('ZADD', KEYS[2], 'XX', idx(now + lease), id)
 touch()
 return { 1, now + lease }

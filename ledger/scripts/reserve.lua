@@ -117,8 +117,8 @@ if admit and repeated then
 elseif admit then
   out[1] = 1
   redis.call('HSET', KEYS[1], id, ARGV[base + 1])
-  redis.call('HINCRBY', KEYS[1], '#', est)
-  redis.call('ZADD', KEYS[2], now + lease, id)
+  redis.call('HINCRBY', KEYS[1], '#', ARGV[base + 1])
+  redis.call('ZADD', KEYS[2], idx(now + lease), id)
   touch()
 elseif swept then
   touch()

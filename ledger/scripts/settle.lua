@@ -12,7 +12,7 @@ if not est then
 end
 redis.call('HDEL', KEYS[1], id)
 redis.call('ZREM', KEYS[2], id)
-redis.call('HINCRBY', KEYS[1], '#', -tonumber(est))
+redis.call('HINCRBY', KEYS[1], '#', idx(-tonumber(est)))
 local charged = est
 if ARGV[base + 2] == '1' then
   charged = ARGV[base + 3]
