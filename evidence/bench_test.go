@@ -16,9 +16,12 @@ func benchRecord(i int) RequestRecord {
 		Usage: &Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15}, Latency: 3 * time.Millisecond}
 }
 
+// generatedSecrets are shaped like a run's: three subject passwords and the Valkey password.
+var generatedSecrets = []string{"Zk3p9QzL7mWv2Rt8sYb4nXa1", "Qm8r2VtL0pXs7NcY4wKe6HaJ", "Lp4xW9sT2qRv7MnB3cZk8YdF", "Ht6nC1vX8bQz3LpR5sWm0JkG"}
+
 // BenchmarkRequest measures one requests.jsonl record: marshal, redact, buffered write.
 func BenchmarkRequest(b *testing.B) {
-	w, err := NewWriter(b.TempDir(), "bench", []string{testPassA, testPassVK, "another-generated-secret-1", "another-generated-secret-2"})
+	w, err := NewWriter(b.TempDir(), "bench", generatedSecrets)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +50,7 @@ func benchLog(size int) []byte {
 }
 
 func BenchmarkRedactLog(b *testing.B) {
-	r := NewRedactor([]string{testPassA, testPassVK, "another-generated-secret-1", "another-generated-secret-2"})
+	r := NewRedactor(generatedSecrets)
 	log := benchLog(4 << 20)
 	b.SetBytes(int64(len(log)))
 	for b.Loop() {
@@ -59,7 +62,7 @@ func BenchmarkRedactLog(b *testing.B) {
 // over a bundle holding 4 MiB of logs.
 func BenchmarkVerifyScan(b *testing.B) {
 	root := b.TempDir()
-	w, err := NewWriter(root, "bench", []string{testPassA, testPassVK, "another-generated-secret-1", "another-generated-secret-2"})
+	w, err := NewWriter(root, "bench", generatedSecrets)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,7 +91,7 @@ func BenchmarkScanLiteral(b *testing.B) {
 	os.MkdirAll(dir, 0o755)
 	log := benchLog(4 << 20)
 	os.WriteFile(filepath.Join(dir, "a.log"), log, 0o644)
-	secrets := []string{testPassA, testPassVK, "another-generated-secret-1", "another-generated-secret-2"}
+	secrets := generatedSecrets
 	b.SetBytes(int64(len(log)))
 	for b.Loop() {
 		if _, err := Scan(dir, secrets); err != nil {
@@ -100,8 +103,7 @@ func BenchmarkScanLiteral(b *testing.B) {
 // BenchmarkHashedScan measures only the salted-hash canary scan of 4 MiB, with four generated
 // 24-character secrets (three subject passwords and the Valkey password, as a run has).
 func BenchmarkHashedScan(b *testing.B) {
-	secrets := []string{"Zk3p9QzL7mWv2Rt8sYb4nXa1", "Qm8r2VtL0pXs7NcY4wKe6HaJ", "Lp4xW9sT2qRv7MnB3cZk8YdF", "Ht6nC1vX8bQz3LpR5sWm0JkG"}
-	cf, err := NewCanaryFile(secrets)
+	cf, err := NewCanaryFile(generatedSecrets)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package evidence
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"net/url"
 	"strings"
 	"testing"
@@ -47,6 +48,7 @@ func FuzzRedact(f *testing.F) {
 	f.Add("Authorization: Basic ", "\n", "hunter2hunter2", uint8(11), uint8(2))
 	f.Add("", "", "x\x00y\xffzzzzzz", uint8(3), uint8(0))
 	f.Add("{\"password\": ", "}", "0123456789", uint8(15), uint8(1))
+	f.Add(`{"a":[`, `]}`, "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(16), uint8(0))
 	f.Fuzz(func(t *testing.T, prefix, suffix, secret string, form, k uint8) {
 		if len(secret) < minSecretLen || len(secret) > 64 || len(prefix)+len(suffix) > 4096 {
 			t.Skip()
@@ -64,6 +66,10 @@ func FuzzRedact(f *testing.F) {
 		}
 		if twice := r.String(once); twice != once {
 			t.Fatalf("not idempotent\n once:  %q\n twice: %q", once, twice)
+		}
+		// With a generated (alphanumeric) secret, a JSON object or array (a JSONL line) stays valid.
+		if looksJSON([]byte(in)) && json.Valid([]byte(in)) && strings.Trim(secret, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == "" && !json.Valid([]byte(once)) {
+			t.Fatalf("valid JSON became invalid\n in:  %q\n out: %q", in, once)
 		}
 	})
 }

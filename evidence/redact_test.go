@@ -55,6 +55,7 @@ func TestRedactorRedacts(t *testing.T) {
 		{"yaml list item", "- token: abc", "- token: [REDACTED]"},
 		{"yaml password_env kept", "  password_env: QQ_PASSWORD_1", "  password_env: QQ_PASSWORD_1"},
 		{"yaml password_sha256", "password_sha256: 9f86d0818", "password_sha256: [REDACTED]"},
+		{"credential label kept", "wrong-password: 401 on both gateways", "wrong-password: 401 on both gateways"},
 		// key=value
 		{"kv password", "login password=hunter2 user=a", "login password=[REDACTED] user=a"},
 		{"kv pwd", "pwd=xyz&user=a", "pwd=[REDACTED]&user=a"},

@@ -112,9 +112,6 @@ func readTarball(p string) ([]bundleFile, error) {
 			return nil, fmt.Errorf("evidence: %s: entry %q is not a regular file", p, h.Name)
 		}
 		name := path.Clean(h.Name)
-		if i := strings.IndexByte(name, '/'); i >= 0 {
-			name = name[i+1:]
-		}
 		if !filepath.IsLocal(filepath.FromSlash(name)) {
 			return nil, fmt.Errorf("evidence: %s: entry %q escapes the bundle", p, h.Name)
 		}
@@ -127,6 +124,21 @@ func readTarball(p string) ([]bundleFile, error) {
 			return nil, fmt.Errorf("evidence: read %s from %s: %w", h.Name, p, err)
 		}
 		files = append(files, bundleFile{rel: name, data: b})
+	}
+	// Pack puts everything under <run-id>/; strip that directory when every entry shares it.
+	if len(files) > 0 {
+		top, _, ok := strings.Cut(files[0].rel, "/")
+		for _, f := range files {
+			if !ok || !strings.HasPrefix(f.rel, top+"/") {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			for i := range files {
+				files[i].rel = files[i].rel[len(top)+1:]
+			}
+		}
 	}
 	return files, nil
 }

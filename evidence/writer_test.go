@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"encoding/xml"
 	"os"
@@ -345,5 +346,52 @@ func TestVerifyRejectsWhatIsNotABundle(t *testing.T) {
 	os.WriteFile(f, []byte("not gzip"), 0o644)
 	if _, err := Verify(f); err == nil {
 		t.Error("Verify of a non-tarball succeeded")
+	}
+}
+
+func TestVerifyFindsBase64OfASecretAtEveryAlignment(t *testing.T) {
+	for k := 0; k < 3; k++ {
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			w, err := NewWriter(t.TempDir(), "r", testSecrets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blob := enc.EncodeToString([]byte(strings.Repeat("u", 3+k) + ":" + testPassVK + "..."))
+			os.WriteFile(filepath.Join(w.Dir(), "blob.txt"), []byte("data "+blob+"\n"), 0o644)
+			if _, err := w.Finish(sampleManifest("r"), nil); err == nil {
+				t.Errorf("offset %d: Finish passed a bundle holding base64 of a secret", k)
+			}
+			rep, err := Verify(w.Dir())
+			if err != nil || len(rep.Findings) == 0 || rep.Findings[0].File != "blob.txt" {
+				t.Errorf("offset %d: Verify = %+v, %v", k, rep, err)
+			}
+		}
+	}
+}
+
+func TestAddFileFromRedactsLongLinesAndBigFiles(t *testing.T) {
+	w, err := NewWriter(t.TempDir(), "r", testSecrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for sb.Len() < 3*maxLineLen {
+		sb.WriteString("k=v password=" + testPassA + " x " + testPassVK + ", ")
+	}
+	sb.WriteString("\nlast line token=abc")
+	src := filepath.Join(t.TempDir(), "long.log")
+	os.WriteFile(src, []byte(sb.String()), 0o644)
+	if err := w.AddFileFrom("logs/long.log", src); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(w.Dir(), "logs/long.log"))
+	if strings.Contains(string(got), testPassA) || strings.Contains(string(got), testPassVK) {
+		t.Error("secret left in a streamed long line")
+	}
+	if !strings.HasSuffix(string(got), "last line token=[REDACTED]") {
+		t.Errorf("last line = %q", string(got[len(got)-40:]))
+	}
+	if _, err := w.Finish(sampleManifest("r"), nil); err != nil {
+		t.Fatal(err)
 	}
 }
