@@ -90,3 +90,31 @@ func KillRunProcesses(ctx context.Context, runID string, grace time.Duration) Te
 	td.Elapsed = elapsedSince(start)
 	return td
 }
+
+// FindRuns maps each run id found in the environment of a readable process (other than this
+// one) to its processes: what `quotaqual down` without --run-id lists.
+func FindRuns() map[string][]int {
+	prefix := []byte(EnvRunID + "=")
+	self := os.Getpid()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	out := map[string][]int{}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join(d, "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if id, ok := bytes.CutPrefix(kv, prefix); ok && ValidateRunID(string(id)) == nil {
+				if !zombieOrGone(pid) {
+					out[string(id)] = append(out[string(id)], pid)
+				}
+				break
+			}
+		}
+	}
+	return out
+}

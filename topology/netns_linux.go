@@ -63,6 +63,8 @@ type netnsTopo struct {
 	home   netns.NsHandle // the harness's own ("fabric"/observer) namespace
 	client *http.Client
 
+	claimed bool // holds activeNetns
+
 	nmu        sync.Mutex
 	handles    map[string]netns.NsHandle // open host namespaces
 	partitions map[[2]string]bool
@@ -125,9 +127,20 @@ func (t *netnsTopo) wrap(host string) []string {
 	return []string{"nsenter", "--net=" + t.nsPath(host), "--"}
 }
 
+// activeNetns guards the one netns topology a process may have up at a time: the bridge and
+// veth names live in the process's own network namespace.
+var activeNetns sync.Mutex
+
 func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	start := time.Now()
+	if !activeNetns.TryLock() {
+		return errors.New("another netns topology is up in this process: take it down first (one per process)")
+	}
+	t.mu.Lock()
+	t.claimed = true
+	t.mu.Unlock()
 	if err := t.mkdirs(); err != nil {
+		t.release()
 		return err
 	}
 	defer func() {
@@ -431,7 +444,15 @@ func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
 	}
 	sort.Strings(names)
 	if len(names) > 0 {
+		// Delete the bridge-side veths first: that removes both ends at once, while a
+		// deleted namespace (and the veth end in it) is cleaned up by the kernel
+		// asynchronously, which would make the names collide with the next Up.
 		var b strings.Builder
+		for _, h := range Hosts {
+			if _, err := net.InterfaceByName("qv-" + vethCodes[h]); err == nil {
+				fmt.Fprintf(&b, "link del qv-%s\n", vethCodes[h])
+			}
+		}
 		for _, n := range names {
 			fmt.Fprintf(&b, "netns del %s\n", n)
 		}
@@ -457,10 +478,21 @@ func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
 	t.mu.Lock()
 	t.teardown, t.up = td, false
 	t.mu.Unlock()
+	t.release()
 	if len(td.Errors) > 0 {
 		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
 	}
 	return td, nil
+}
+
+// release gives up activeNetns if this topology holds it.
+func (t *netnsTopo) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.claimed {
+		t.claimed = false
+		activeNetns.Unlock()
+	}
 }
 
 func (t *netnsTopo) Capabilities() Capabilities {

@@ -31,6 +31,11 @@ type Spec struct {
 	Deployment *fixtures.Deployment
 	DenyMode   string    // DenyReject (default) or DenyDrop
 	Stdout     io.Writer // optional progress lines
+
+	// Docker engine only: images to run instead of the ones it builds when missing (see
+	// docker_image.go), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
+	ValkeyImage    string
+	QuotaqualImage string
 }
 
 func (s *Spec) validate() error {

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+func init() { subcommands = append(subcommands, newDownCmd) }
+
+func newDownCmd() *cobra.Command {
+	var runID string
+	cmd := &cobra.Command{
+		Use:   "down [--run-id ID]",
+		Short: "Remove what a crashed run left behind — only what that run created",
+		Long: `down removes the leftovers of a run that did not tear itself down.
+
+A netns run cannot leave anything behind: its namespaces, bridge, firewall rules and
+processes all live inside the run's own user, network, mount and pid namespaces, and the
+kernel removes them when the run's process tree ends. down still checks that no process of
+that run is left.
+
+A process run's gateways, providers and Valkey carry the run id in their environment
+(` + topology.EnvRunID + `); down stops exactly those (SIGTERM, then SIGKILL after 5s) and nothing
+else. Without --run-id it lists the runs that still have processes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			if runID == "" {
+				runs := topology.FindRuns()
+				if len(runs) == 0 {
+					fmt.Fprintln(out, "no quotaqual run has processes left")
+					return nil
+				}
+				ids := make([]string, 0, len(runs))
+				for id := range runs {
+					ids = append(ids, id)
+				}
+				sort.Strings(ids)
+				fmt.Fprintln(out, "runs with processes left (remove one with quotaqual down --run-id ID):")
+				for _, id := range ids {
+					fmt.Fprintf(out, "  %s  pids %v\n", id, runs[id])
+				}
+				return nil
+			}
+			if err := topology.ValidateRunID(runID); err != nil {
+				return withCode(ExitUsage, err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			td := topology.KillRunProcesses(ctx, runID, 5*time.Second)
+			fmt.Fprintln(out, "netns runs leave nothing behind: their namespaces die with the run's process tree.")
+			if len(td.Removed) == 0 && len(td.Errors) == 0 {
+				fmt.Fprintf(out, "run %s: no process left\n", runID)
+				return nil
+			}
+			for _, r := range td.Removed {
+				fmt.Fprintln(out, "stopped", r)
+			}
+			if len(td.Errors) > 0 {
+				return withCode(ExitFailed, fmt.Errorf("%s", strings.Join(td.Errors, "; ")))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run whose leftovers to remove")
+	return cmd
+}

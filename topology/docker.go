@@ -1,0 +1,1155 @@
+package topology
+
+// The docker engine: every component in its own container (testcontainers-go) on private,
+// run-scoped Docker networks. Network policy is network membership:
+//
+//	qq-<run>-edge      internal  client, gateway-a, gateway-b
+//	qq-<run>-backend   internal  valkey, gateway-a, gateway-b
+//	qq-<run>-provider  internal  gateway-a, gateway-b, provider-west, -central, -east
+//	qq-<run>-admin     bridge with inter-container traffic off (enable_icc=false): gateways and
+//	                   providers; carries only the ports published for the harness
+//
+// Admin listeners bind the container's address on the admin network only (the config names
+// the alias <host>-admin, resolved inside the container), so the client reaches a gateway's
+// data port on the edge network but not its admin port, and no container reaches another's
+// admin port (icc off): admin ports accept only the observer, as in DefaultPolicy. Data ports
+// listen on all of a container's addresses, so membership is coarser than the policy in one
+// place: a provider or Valkey could open a gateway's data port (no scenario depends on it).
+//
+// The harness (observer) runs outside the containers and reaches them in one of two ways:
+//   - published (default): the gateways' data and admin ports and the providers' admin ports
+//     are published on 127.0.0.1 with random host ports (re-read after a restart); Observer()
+//     and Client() are plain HTTP clients to them, so the client vantage of HTTP is the host
+//     via the published ports (the dedicated client container is the vantage of Probe).
+//   - exec: when the harness cannot reach the daemon's published ports (it runs inside the
+//     netns engine's namespaces, as the topology and scenario tests do, or in a container of
+//     its own), every connection is a `quotaqual relay` started by docker exec: Client()
+//     connects from inside the client container over the edge network (the true client
+//     vantage) and Observer() from inside the target container. Chosen automatically (exec
+//     when Inside()), or set QUOTAQUAL_DOCKER_ACCESS=published|exec.
+//
+// Probe(from, to, port) runs `quotaqual probe` inside the from container (scratch images have
+// no shell). The target is the to host's name when they share a network, otherwise its address
+// on its home network (Docker drops or cannot route it: a timeout or an unreachable network).
+// Valkey's image has no quotaqual binary: probes from valkey are unsupported (none is needed).
+//
+// Levers: RestartGateway stops and starts the container; StopValkey/StartValkey stop and start
+// Valkey's container (AOF on a run-scoped volume, so state survives); Partition(gateway,
+// valkey) disconnects the gateway from the backend network and Heal reconnects it with the
+// same alias. Every container, network and volume carries org.quotaqual.run-id=<run> and
+// org.quotaqual.managed=true; Down (and DockerCleanup, for `quotaqual down --run-id`) removes
+// them by those labels, so nothing depends on testcontainers' reaper (disabled here:
+// TESTCONTAINERS_RYUK_DISABLED=true unless set otherwise).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+)
+
+// EngineDocker is the docker engine's name.
+const EngineDocker = "docker"
+
+// EnvDockerAccess overrides how the harness reaches the containers: "published" or "exec".
+const EnvDockerAccess = "QUOTAQUAL_DOCKER_ACCESS"
+
+const (
+	accessPublished = "published"
+	accessExec      = "exec"
+)
+
+// Docker network roles.
+const (
+	dnetEdge     = "edge"
+	dnetBackend  = "backend"
+	dnetProvider = "provider"
+	dnetAdmin    = "admin"
+)
+
+var dockerNetRoles = []string{dnetEdge, dnetBackend, dnetProvider, dnetAdmin}
+
+// dockerMembership lists each host's networks, home network first (the address other hosts
+// are probed at when they share no network).
+var dockerMembership = map[string][]string{
+	HostClient:          {dnetEdge},
+	HostGatewayA:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
+	HostGatewayB:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
+	HostProviderWest:    {dnetProvider, dnetAdmin},
+	HostProviderCentral: {dnetProvider, dnetAdmin},
+	HostProviderEast:    {dnetProvider, dnetAdmin},
+	HostValkey:          {dnetBackend},
+}
+
+// dockerPorts are the in-container ports, the same for every host (each has its own address).
+var dockerPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+
+// Deadlines of the docker engine.
+const (
+	dockerReadyTimeout  = 60 * time.Second // a container's component must be ready within this
+	dockerStopTimeout   = 5 * time.Second  // graceful stop before SIGKILL
+	dockerValkeyConf    = "/etc/valkey/valkey.conf"
+	dockerGatewayConf   = "/etc/quotaqual/gateway.yaml"
+	valkeyReadyLogLine  = "Ready to accept connections"
+	dockerRelayDeadline = 10 * time.Second // exec relay set-up
+)
+
+type dockerTopo struct {
+	spec   Spec
+	access string
+	policy Policy
+
+	mu         sync.Mutex
+	cli        *testcontainers.DockerClient
+	valkeyImg  string
+	qqImg      string
+	nets       map[string]string // role → network name
+	netIDs     map[string]string // role → network id
+	volume     string
+	ctrs       map[string]*testcontainers.DockerContainer
+	gateways   map[string]GatewayEndpoint
+	providers  map[string]ProviderEndpoint
+	partitions map[string]bool // gateway → disconnected from backend
+	pubHost    string          // host of published ports
+	valkeyVer  string          // from Valkey's start-up log
+	downOnce   bool
+	teardown   Teardown
+
+	client   *http.Client
+	observer *http.Client
+}
+
+var dockerInitOnce sync.Once
+
+func newDocker(spec Spec) (*dockerTopo, error) {
+	dockerInitOnce.Do(func() {
+		// The reaper (ryuk) image cannot be pulled without a registry, and Down removes
+		// everything by label anyway.
+		if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+			os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+		}
+		if os.Getenv("QUOTAQUAL_DOCKER_DEBUG") == "" {
+			tclog.SetDefault(tclog.NewNoopLogger())
+		}
+	})
+	access := os.Getenv(EnvDockerAccess)
+	switch access {
+	case "":
+		access = accessPublished
+		if Inside() {
+			access = accessExec
+		}
+	case accessPublished, accessExec:
+	default:
+		return nil, fmt.Errorf("%s=%q is unknown: use %q or %q", EnvDockerAccess, access, accessPublished, accessExec)
+	}
+	t := &dockerTopo{
+		spec:       spec,
+		access:     access,
+		policy:     DefaultPolicy(dockerPorts),
+		nets:       map[string]string{},
+		netIDs:     map[string]string{},
+		volume:     dockerName(spec.RunID, "valkey-data"),
+		ctrs:       map[string]*testcontainers.DockerContainer{},
+		gateways:   map[string]GatewayEndpoint{},
+		providers:  map[string]ProviderEndpoint{},
+		partitions: map[string]bool{},
+		pubHost:    "127.0.0.1",
+	}
+	for _, r := range dockerNetRoles {
+		t.nets[r] = dockerName(spec.RunID, r)
+	}
+	if access == accessPublished {
+		t.observer = &http.Client{Transport: newTransport(nil)}
+		t.client = &http.Client{Transport: newTransport(nil)}
+	} else {
+		t.observer = &http.Client{Transport: newTransport(t.observerDial)}
+		t.client = &http.Client{Transport: newTransport(func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return t.relayDial(ctx, HostClient, addr)
+		})}
+	}
+	return t, nil
+}
+
+func dockerName(runID, what string) string { return "qq-" + runID + "-" + what }
+
+func (t *dockerTopo) labels(host string) map[string]string {
+	l := map[string]string{LabelManaged: "true", LabelRunID: t.spec.RunID}
+	if host != "" {
+		l[labelHost] = host
+	}
+	return l
+}
+
+func (t *dockerTopo) Engine() string         { return EngineDocker }
+func (t *dockerTopo) Client() *http.Client   { return t.client }
+func (t *dockerTopo) Observer() *http.Client { return t.observer }
+func (t *dockerTopo) Ports() Ports           { return dockerPorts }
+func (t *dockerTopo) ValkeyAddr() string {
+	return net.JoinHostPort(HostValkey, strconv.Itoa(dockerPorts.Valkey))
+}
+
+// Policy returns the network policy the membership implements.
+func (t *dockerTopo) Policy() Policy { return t.policy }
+
+func (t *dockerTopo) Gateway(name string) GatewayEndpoint {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gateways[name]
+}
+
+func (t *dockerTopo) Provider(name string) ProviderEndpoint {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.providers[name]
+}
+
+func (t *dockerTopo) Capabilities() Capabilities {
+	return Capabilities{NetworkPolicy: true, Partition: true,
+		PartitionReason: "docker partitions disconnect a gateway from the backend network: gateway↔valkey only"}
+}
+
+func (t *dockerTopo) logDir() string { return filepath.Join(t.spec.WorkDir, "logs") }
+
+func (t *dockerTopo) ctr(host string) *testcontainers.DockerContainer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ctrs[host]
+}
+
+// dockerClient connects to the engine testcontainers finds (DOCKER_HOST, the socket, ...).
+func dockerClient(ctx context.Context) (*testcontainers.DockerClient, error) {
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no Docker engine answers (%w): start Docker or use another topology", err)
+	}
+	return cli, nil
+}
+
+func (t *dockerTopo) Up(ctx context.Context) (err error) {
+	start := time.Now()
+	for _, d := range []string{t.logDir(), filepath.Join(t.spec.WorkDir, "config")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("topology: work directory: %w", err)
+		}
+	}
+	cli, err := dockerClient(ctx)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cli = cli
+	t.mu.Unlock()
+	defer func() {
+		if err != nil {
+			_, _ = t.Down(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := t.images(ctx); err != nil {
+		return err
+	}
+	t.spec.progress("images: %s, %s", t.qqImg, t.valkeyImg)
+	if err := t.createNetworks(ctx); err != nil {
+		return err
+	}
+	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: t.volume, Labels: t.labels(HostValkey)}); err != nil {
+		return fmt.Errorf("creating volume %s: %w", t.volume, err)
+	}
+	t.spec.progress("docker networks %s, %s, %s, %s and volume %s (harness access: %s)",
+		t.nets[dnetEdge], t.nets[dnetBackend], t.nets[dnetProvider], t.nets[dnetAdmin], t.volume, t.access)
+
+	// Valkey first: the gateways need it to be ready.
+	if err := t.startValkeyContainer(ctx); err != nil {
+		return err
+	}
+	// Providers, the client and the gateways in parallel.
+	var provAddrs []fixtures.ProviderAddr
+	for _, h := range Providers {
+		provAddrs = append(provAddrs, fixtures.ProviderAddr{Site: siteOf(h),
+			URL: "http://" + net.JoinHostPort(h, strconv.Itoa(dockerPorts.ProviderData))})
+	}
+	hosts := append(append([]string{HostClient}, Providers...), Gateways...)
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch {
+			case h == HostClient:
+				errs[i] = t.startQuotaqual(ctx, h, []string{"sleep"}, nil, nil, nil)
+			case isGateway(h):
+				errs[i] = t.startGateway(ctx, h, provAddrs)
+			default:
+				args := t.spec.Deployment.ProviderArgs(siteOf(h), ":"+strconv.Itoa(dockerPorts.ProviderData),
+					net.JoinHostPort(h+"-admin", strconv.Itoa(dockerPorts.ProviderAdmin)))
+				errs[i] = t.startQuotaqual(ctx, h, args, nil, nil, []int{dockerPorts.ProviderAdmin})
+			}
+			if errs[i] == nil && h != HostClient {
+				errs[i] = t.waitReady(ctx, h)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	t.spec.progress("docker topology up in %s", elapsedSince(start))
+	return nil
+}
+
+// images resolves (and builds when missing) the two images.
+func (t *dockerTopo) images(ctx context.Context) error {
+	t.valkeyImg = t.spec.ValkeyImage
+	if t.valkeyImg == "" {
+		t.valkeyImg = DefaultValkeyImage
+		if err := EnsureValkeyImage(ctx); err != nil {
+			return err
+		}
+	}
+	t.qqImg = t.spec.QuotaqualImage
+	if t.qqImg == "" {
+		img, err := EnsureQuotaqualImage(ctx, t.spec.Binary)
+		if err != nil {
+			return err
+		}
+		t.qqImg = img
+	}
+	return nil
+}
+
+func (t *dockerTopo) createNetworks(ctx context.Context) error {
+	for _, role := range dockerNetRoles {
+		opts := client.NetworkCreateOptions{Driver: "bridge", Labels: t.labels(""), Internal: role != dnetAdmin}
+		if role == dnetAdmin {
+			// Only the harness reaches the admin network (through published ports).
+			opts.Options = map[string]string{"com.docker.network.bridge.enable_icc": "false"}
+		}
+		res, err := t.cli.NetworkCreate(ctx, t.nets[role], opts)
+		if err != nil {
+			return fmt.Errorf("creating docker network %s: %w (Docker may have run out of address pools: remove unused networks)", t.nets[role], err)
+		}
+		t.mu.Lock()
+		t.netIDs[role] = res.ID
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// request is the container request common to every host: run-scoped name and labels, the
+// host's networks with its aliases, published ports bound to the loopback.
+func (t *dockerTopo) request(host, image string, publish []int) testcontainers.GenericContainerRequest {
+	var networks []string
+	aliases := map[string][]string{}
+	roles := slices.Clone(dockerMembership[host])
+	// Create on the admin network when there is one (the only non-internal one), so it is the
+	// one that carries the published ports and the default route.
+	if slices.Contains(roles, dnetAdmin) {
+		roles = append([]string{dnetAdmin}, slices.DeleteFunc(roles, func(r string) bool { return r == dnetAdmin })...)
+	}
+	for _, r := range roles {
+		n := t.nets[r]
+		networks = append(networks, n)
+		if r == dnetAdmin {
+			aliases[n] = []string{host + "-admin"}
+		} else {
+			aliases[n] = []string{host}
+		}
+	}
+	var exposed []string
+	for _, p := range publish {
+		exposed = append(exposed, strconv.Itoa(p)+"/tcp")
+	}
+	return testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Name:           dockerName(t.spec.RunID, host),
+			Image:          image,
+			Labels:         t.labels(host),
+			Networks:       networks,
+			NetworkAliases: aliases,
+			ExposedPorts:   exposed,
+			Hostname:       host,
+			HostConfigModifier: func(hc *container.HostConfig) {
+				hc.PortBindings = network.PortMap{}
+				for _, p := range publish {
+					port, _ := network.PortFrom(uint16(p), network.TCP)
+					hc.PortBindings[port] = []network.PortBinding{{HostIP: netip.MustParseAddr("127.0.0.1")}}
+				}
+			},
+		},
+		Started: true,
+		Logger:  tclog.NewNoopLogger(),
+	}
+}
+
+// startQuotaqual starts a container of the quotaqual image running args.
+func (t *dockerTopo) startQuotaqual(ctx context.Context, host string, args []string, env map[string]string, files []testcontainers.ContainerFile, publish []int) error {
+	req := t.request(host, t.qqImg, publish)
+	req.Cmd = args
+	req.Env = env
+	req.Files = files
+	return t.run(ctx, host, req)
+}
+
+func (t *dockerTopo) run(ctx context.Context, host string, req testcontainers.GenericContainerRequest) error {
+	c, err := testcontainers.GenericContainer(ctx, req)
+	if dc, ok := c.(*testcontainers.DockerContainer); ok && dc != nil {
+		t.mu.Lock()
+		t.ctrs[host] = dc
+		t.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("starting the %s container: %w", host, err)
+	}
+	return nil
+}
+
+func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []fixtures.ProviderAddr) error {
+	cfg, err := t.spec.Deployment.GatewayConfig(host, fixtures.Addresses{
+		DataListen:  ":" + strconv.Itoa(dockerPorts.GatewayData),
+		AdminListen: net.JoinHostPort(host+"-admin", strconv.Itoa(dockerPorts.GatewayAdmin)),
+		ValkeyAddr:  t.ValkeyAddr(),
+		Providers:   provs,
+	})
+	if err != nil {
+		return err
+	}
+	// The config holds no secret; keep a copy next to the logs as the other engines do.
+	_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", host+".yaml"), cfg, 0o600)
+	env := map[string]string{EnvRunID: t.spec.RunID}
+	for _, kv := range t.spec.Deployment.GatewayEnv(t.ValkeyAddr()) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	files := []testcontainers.ContainerFile{{Reader: bytes.NewReader(cfg), ContainerFilePath: dockerGatewayConf, FileMode: 0o444}}
+	return t.startQuotaqual(ctx, host, []string{"gateway", "--config", dockerGatewayConf}, env, files,
+		[]int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin})
+}
+
+func (t *dockerTopo) startValkeyContainer(ctx context.Context) error {
+	// The password goes in the config file (copied into the container), never on a command line.
+	conf := strings.Join([]string{
+		"port " + strconv.Itoa(dockerPorts.Valkey),
+		"bind * -::*",
+		"protected-mode no",
+		"dir /data",
+		"save \"\"",
+		"appendonly yes",
+		"appendfsync always",
+		"loglevel notice",
+		"requirepass " + t.spec.Deployment.ValkeyPassword,
+		"",
+	}, "\n")
+	req := t.request(HostValkey, t.valkeyImg, nil)
+	req.Cmd = []string{"valkey-server", dockerValkeyConf}
+	req.Files = []testcontainers.ContainerFile{{Reader: strings.NewReader(conf), ContainerFilePath: dockerValkeyConf, FileMode: 0o444}}
+	req.Mounts = testcontainers.ContainerMounts{{
+		Source: testcontainers.GenericVolumeMountSource{Name: t.volume},
+		Target: "/data",
+	}}
+	if err := t.run(ctx, HostValkey, req); err != nil {
+		return err
+	}
+	if err := t.waitValkey(ctx, 1); err != nil {
+		return err
+	}
+	v := t.valkeyVersion()
+	t.mu.Lock()
+	t.valkeyVer = v
+	t.mu.Unlock()
+	return nil
+}
+
+// waitValkey waits until Valkey's log says "Ready to accept connections" for the n-th time
+// (once per start), or its container stops.
+func (t *dockerTopo) waitValkey(ctx context.Context, n int) error {
+	c := t.ctr(HostValkey)
+	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
+	defer cancel()
+	for {
+		logs, err := t.containerLog(ctx, c.GetContainerID())
+		if err == nil && bytes.Count(logs, []byte(valkeyReadyLogLine)) >= n {
+			return nil
+		}
+		if st, serr := c.State(ctx); serr == nil && !st.Running {
+			return fmt.Errorf("valkey container exited (code %d): %s", st.ExitCode, lastLines(logs, 5))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("valkey not ready within %s: %s", dockerReadyTimeout, lastLines(logs, 5))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// containerLog returns a container's whole log (stdout and stderr interleaved by stream).
+func (t *dockerTopo) containerLog(ctx context.Context, id string) ([]byte, error) {
+	rc, err := t.cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	w := &lockedWriter{w: &out}
+	if _, err := stdcopy.StdCopy(w, w, rc); err != nil {
+		return out.Bytes(), err
+	}
+	return out.Bytes(), nil
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// refreshEndpoints (re)reads a host's endpoints: published host ports change when a container
+// restarts.
+func (t *dockerTopo) refreshEndpoints(ctx context.Context, host string) error {
+	c := t.ctr(host)
+	url := func(port int) (string, error) {
+		if t.access == accessExec {
+			if isGateway(host) && port == dockerPorts.GatewayData {
+				return "http://" + net.JoinHostPort(host, strconv.Itoa(port)), nil
+			}
+			return "http://" + net.JoinHostPort(host+"-admin", strconv.Itoa(port)), nil
+		}
+		p, err := c.MappedPort(ctx, strconv.Itoa(port)+"/tcp")
+		if err != nil {
+			return "", fmt.Errorf("published port %d of %s: %w", port, host, err)
+		}
+		return "http://" + net.JoinHostPort(t.pubHost, p.Port()), nil
+	}
+	if isGateway(host) {
+		data, err := url(dockerPorts.GatewayData)
+		if err != nil {
+			return err
+		}
+		admin, err := url(dockerPorts.GatewayAdmin)
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		t.gateways[host] = GatewayEndpoint{Name: host, DataURL: data, AdminURL: admin}
+		t.mu.Unlock()
+		return nil
+	}
+	admin, err := url(dockerPorts.ProviderAdmin)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.providers[host] = ProviderEndpoint{Name: host, Site: siteOf(host), AdminURL: admin,
+		DataURL: "http://" + net.JoinHostPort(host, strconv.Itoa(dockerPorts.ProviderData))}
+	t.mu.Unlock()
+	return nil
+}
+
+// waitReady reads the host's endpoints and polls its readiness (gateways /readyz, providers
+// /healthz on the admin port) through the observer until it answers 200.
+func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
+	if err := t.refreshEndpoints(ctx, host); err != nil {
+		return err
+	}
+	readyURL := t.Provider(host).AdminURL + "/healthz"
+	if isGateway(host) {
+		readyURL = t.Gateway(host).AdminURL + "/readyz"
+	}
+	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
+	defer cancel()
+	c := t.ctr(host)
+	var last string
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, readyURL, nil)
+		resp, err := t.observer.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				rcancel()
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		rcancel()
+		if st, serr := c.State(ctx); serr == nil && !st.Running {
+			logs, _ := t.containerLog(ctx, c.GetContainerID())
+			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, lastLines(logs, 5))
+		}
+		select {
+		case <-ctx.Done():
+			logs, _ := t.containerLog(context.WithoutCancel(ctx), c.GetContainerID())
+			return fmt.Errorf("%s not ready at %s within %s (last answer: %s): %s", host, readyURL, dockerReadyTimeout, last, lastLines(logs, 5))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (t *dockerTopo) RestartGateway(ctx context.Context, name string) error {
+	if !isGateway(name) {
+		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+	}
+	c := t.ctr(name)
+	if c == nil {
+		return errors.New("the docker topology is not up: bring it up first")
+	}
+	stop := dockerStopTimeout
+	if err := c.Stop(ctx, &stop); err != nil {
+		return fmt.Errorf("restarting %s: stop: %w", name, err)
+	}
+	if err := c.Start(ctx); err != nil {
+		return fmt.Errorf("restarting %s: start: %w", name, err)
+	}
+	t.client.CloseIdleConnections()
+	t.observer.CloseIdleConnections()
+	if err := t.waitReady(ctx, name); err != nil {
+		return fmt.Errorf("restarting %s: %w", name, err)
+	}
+	return nil
+}
+
+func (t *dockerTopo) StopValkey(ctx context.Context) error {
+	c := t.ctr(HostValkey)
+	if c == nil {
+		return errors.New("valkey is not running: bring the topology up first")
+	}
+	stop := dockerStopTimeout
+	if err := c.Stop(ctx, &stop); err != nil {
+		return fmt.Errorf("stopping valkey: %w", err)
+	}
+	return nil
+}
+
+func (t *dockerTopo) StartValkey(ctx context.Context) error {
+	c := t.ctr(HostValkey)
+	if c == nil {
+		return errors.New("valkey was never started: bring the topology up first")
+	}
+	if st, err := c.State(ctx); err == nil && st.Running {
+		return nil
+	}
+	logs, _ := t.containerLog(ctx, c.GetContainerID())
+	n := bytes.Count(logs, []byte(valkeyReadyLogLine))
+	if err := c.Start(ctx); err != nil {
+		return fmt.Errorf("starting valkey: %w", err)
+	}
+	return t.waitValkey(ctx, n+1)
+}
+
+// partitionPair checks that {host, peer} is a gateway and valkey and returns the gateway.
+func partitionPair(host, peer string) (string, error) {
+	switch {
+	case isGateway(host) && peer == HostValkey:
+		return host, nil
+	case host == HostValkey && isGateway(peer):
+		return peer, nil
+	}
+	for _, h := range []string{host, peer} {
+		if _, ok := dockerMembership[h]; !ok {
+			return "", fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(Hosts, ", "))
+		}
+	}
+	return "", fmt.Errorf("partition %s from %s: %w: docker partitions disconnect a gateway from the backend network, so only a gateway and valkey can be partitioned", host, peer, ErrUnsupported)
+}
+
+func (t *dockerTopo) Partition(ctx context.Context, host, peer string) error {
+	gw, err := partitionPair(host, peer)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.partitions[gw] {
+		return nil
+	}
+	c := t.ctrs[gw]
+	if c == nil || t.cli == nil {
+		return errors.New("the docker topology is not up: bring it up first")
+	}
+	if _, err := t.cli.NetworkDisconnect(ctx, t.netIDs[dnetBackend], client.NetworkDisconnectOptions{Container: c.GetContainerID(), Force: true}); err != nil {
+		return fmt.Errorf("partition %s from valkey: disconnecting it from %s: %w", gw, t.nets[dnetBackend], err)
+	}
+	t.partitions[gw] = true
+	return nil
+}
+
+func (t *dockerTopo) Heal(ctx context.Context, host, peer string) error {
+	gw, err := partitionPair(host, peer)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.partitions[gw] {
+		return nil
+	}
+	c := t.ctrs[gw]
+	if _, err := t.cli.NetworkConnect(ctx, t.netIDs[dnetBackend], client.NetworkConnectOptions{
+		Container: c.GetContainerID(), EndpointConfig: &network.EndpointSettings{Aliases: []string{gw}},
+	}); err != nil {
+		return fmt.Errorf("heal %s and valkey: reconnecting it to %s: %w", gw, t.nets[dnetBackend], err)
+	}
+	delete(t.partitions, gw)
+	return nil
+}
+
+// probeTarget is the address a probe from → to dials inside the from container.
+func (t *dockerTopo) probeTarget(ctx context.Context, from, to string, port int) (string, error) {
+	p := strconv.Itoa(port)
+	if from == to {
+		return net.JoinHostPort(to, p), nil // the host's own name on its home network
+	}
+	t.mu.Lock()
+	partitioned := map[string]bool{}
+	for g := range t.partitions {
+		partitioned[g] = true
+	}
+	t.mu.Unlock()
+	on := func(h, role string) bool {
+		if role == dnetBackend && partitioned[h] {
+			return false
+		}
+		return slices.Contains(dockerMembership[h], role)
+	}
+	for _, role := range dockerMembership[to] {
+		if role != dnetAdmin && on(from, role) && on(to, role) {
+			return net.JoinHostPort(to, p), nil
+		}
+	}
+	// No shared network: the target's address on its home network.
+	c := t.ctr(to)
+	if c == nil {
+		return "", fmt.Errorf("no container for %s", to)
+	}
+	ins, err := c.Inspect(ctx)
+	if err != nil {
+		return "", err
+	}
+	home := t.nets[dockerMembership[to][0]]
+	if ep := ins.NetworkSettings.Networks[home]; ep != nil && ep.IPAddress.IsValid() {
+		return net.JoinHostPort(ep.IPAddress.String(), p), nil
+	}
+	return "", fmt.Errorf("%s has no address on %s", to, home)
+}
+
+func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
+	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
+	_, fok := dockerMembership[from]
+	_, tok := dockerMembership[to]
+	if !fok || !tok {
+		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
+		return res
+	}
+	if from == HostValkey {
+		res.Supported = false
+		res.Error = "the valkey image has no quotaqual binary to probe from"
+		return res
+	}
+	c := t.ctr(from)
+	if c == nil {
+		res.Error = "the docker topology is not up"
+		return res
+	}
+	addr, err := t.probeTarget(ctx, from, to, port)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	start := time.Now()
+	_, out, err := c.Exec(ctx, []string{quotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()}, tcexec.Multiplexed())
+	res.Elapsed = time.Since(start)
+	if err != nil {
+		res.Error = "exec in " + from + ": " + err.Error()
+		return res
+	}
+	b, _ := io.ReadAll(out)
+	var po struct {
+		Reached   bool   `json:"reached"`
+		Error     string `json:"error"`
+		ElapsedNS int64  `json:"elapsed_ns"`
+	}
+	line := lastLines(b, 1)
+	if err := json.Unmarshal([]byte(line), &po); err != nil {
+		res.Error = "probe output not understood: " + line
+		return res
+	}
+	res.Reached, res.Error = po.Reached, po.Error
+	if po.ElapsedNS > 0 {
+		res.Elapsed = time.Duration(po.ElapsedNS) // the connect itself, not the exec around it
+	}
+	return res
+}
+
+// observerDial (exec access) connects from inside the container the address names: the
+// observer reaches each component's own ports, as through a published port.
+func (t *dockerTopo) observerDial(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	h := strings.TrimSuffix(host, "-admin")
+	if _, ok := dockerMembership[h]; !ok || h == HostValkey {
+		return nil, fmt.Errorf("observer: no component answers at %s", addr)
+	}
+	return t.relayDial(ctx, h, addr)
+}
+
+// relayDial opens a connection to addr from inside host's container: docker exec of
+// `quotaqual relay --to addr`, its stdin/stdout being the connection.
+func (t *dockerTopo) relayDial(ctx context.Context, host, addr string) (net.Conn, error) {
+	c := t.ctr(host)
+	if c == nil || t.cli == nil {
+		return nil, fmt.Errorf("dial %s from %s: the docker topology is not up", addr, host)
+	}
+	ctx, cancel := context.WithTimeout(ctx, dockerRelayDeadline)
+	defer cancel()
+	ex, err := t.cli.ExecCreate(ctx, c.GetContainerID(), client.ExecCreateOptions{
+		Cmd:         []string{quotaqualInContainer, "relay", "--to", addr},
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s from %s: exec: %w", addr, host, err)
+	}
+	att, err := t.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s from %s: exec attach: %w", addr, host, err)
+	}
+	pr, pw := io.Pipe()
+	status := newFirstLine()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, status, att.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+		status.finish()
+	}()
+	select {
+	case line := <-status.ch:
+		if line != "connected" {
+			att.Close()
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New(strings.TrimPrefix(line, "error: ") + " (from " + host + ")")}
+		}
+	case <-ctx.Done():
+		att.Close()
+		return nil, fmt.Errorf("dial %s from %s: %w", addr, host, ctx.Err())
+	}
+	return &relayConn{Conn: att.Conn, r: pr}, nil
+}
+
+// firstLine captures the first line written to it (the relay's status on stderr).
+type firstLine struct {
+	mu   sync.Mutex
+	buf  []byte
+	sent bool
+	ch   chan string
+}
+
+func newFirstLine() *firstLine { return &firstLine{ch: make(chan string, 1)} }
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sent {
+		return len(p), nil
+	}
+	f.buf = append(f.buf, p...)
+	if i := bytes.IndexByte(f.buf, '\n'); i >= 0 {
+		f.sent = true
+		f.ch <- strings.TrimSpace(string(f.buf[:i]))
+	}
+	return len(p), nil
+}
+
+func (f *firstLine) finish() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.sent {
+		f.sent = true
+		msg := strings.TrimSpace(string(f.buf))
+		if msg == "" {
+			msg = "error: relay ended before connecting"
+		}
+		f.ch <- msg
+	}
+}
+
+// relayConn is the exec's hijacked connection: writes go to the relay's stdin, reads come
+// from its demultiplexed stdout.
+type relayConn struct {
+	net.Conn
+	r *io.PipeReader
+}
+
+func (c *relayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *relayConn) Close() error {
+	c.r.Close()
+	return c.Conn.Close()
+}
+
+func (t *dockerTopo) CollectLogs(dir string) error {
+	if err := t.snapshotLogs(context.Background()); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range Hosts {
+		b, err := os.ReadFile(filepath.Join(t.logDir(), h+".log"))
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, h+".log"), b, 0o600); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// snapshotLogs writes each existing container's log to WorkDir/logs/<host>.log, so the logs
+// outlive the containers.
+func (t *dockerTopo) snapshotLogs(ctx context.Context) error {
+	t.mu.Lock()
+	ctrs := make(map[string]*testcontainers.DockerContainer, len(t.ctrs))
+	for h, c := range t.ctrs {
+		ctrs[h] = c
+	}
+	cli := t.cli
+	t.mu.Unlock()
+	if cli == nil {
+		return nil
+	}
+	var errs []error
+	for h, c := range ctrs {
+		b, err := t.containerLog(ctx, c.GetContainerID())
+		if err != nil && len(b) == 0 {
+			continue // already gone: keep the last snapshot
+		}
+		if err := os.WriteFile(filepath.Join(t.logDir(), h+".log"), b, 0o600); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *dockerTopo) Down(ctx context.Context) (Teardown, error) {
+	start := time.Now()
+	t.mu.Lock()
+	if t.downOnce {
+		td := t.teardown
+		t.mu.Unlock()
+		return td, nil
+	}
+	t.downOnce = true
+	cli := t.cli
+	t.mu.Unlock()
+	t.client.CloseIdleConnections()
+	t.observer.CloseIdleConnections()
+	var td Teardown
+	if cli != nil {
+		if err := t.snapshotLogs(ctx); err != nil {
+			td.Errors = append(td.Errors, "saving container logs: "+err.Error())
+		}
+		ctd := dockerCleanup(ctx, cli, t.spec.RunID)
+		td.Removed = append(td.Removed, ctd.Removed...)
+		td.Errors = append(td.Errors, ctd.Errors...)
+	}
+	td.Elapsed = elapsedSince(start)
+	t.mu.Lock()
+	t.teardown = td
+	t.mu.Unlock()
+	if len(td.Errors) > 0 {
+		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
+	}
+	return td, nil
+}
+
+// DockerCleanup removes every container, network and volume labelled with runID (what a
+// docker run created, and nothing else), for `quotaqual down --run-id`. Without a Docker
+// engine there is nothing to remove: it returns an empty teardown.
+func DockerCleanup(ctx context.Context, runID string) (Teardown, error) {
+	start := time.Now()
+	if err := ValidateRunID(runID); err != nil {
+		return Teardown{}, err
+	}
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return Teardown{Elapsed: elapsedSince(start)}, nil
+	}
+	defer cli.Close()
+	td := dockerCleanup(ctx, cli, runID)
+	td.Elapsed = elapsedSince(start)
+	if len(td.Errors) > 0 {
+		return td, errors.New("docker cleanup: " + strings.Join(td.Errors, "; "))
+	}
+	return td, nil
+}
+
+func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID string) Teardown {
+	var td Teardown
+	var mu sync.Mutex
+	f := make(client.Filters).Add("label", LabelRunID+"="+runID).Add("label", LabelManaged+"=true")
+	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		td.Errors = append(td.Errors, "listing containers: "+err.Error())
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs.Items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := c.ID[:12]
+			if len(c.Names) > 0 {
+				name = strings.TrimPrefix(c.Names[0], "/")
+			}
+			_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				td.Errors = append(td.Errors, "removing container "+name+": "+err.Error())
+			} else {
+				td.Removed = append(td.Removed, "container "+name)
+			}
+		}()
+	}
+	wg.Wait()
+	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		td.Errors = append(td.Errors, "listing networks: "+err.Error())
+	}
+	for _, n := range ns.Items {
+		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil {
+			td.Errors = append(td.Errors, "removing network "+n.Name+": "+err.Error())
+		} else {
+			td.Removed = append(td.Removed, "network "+n.Name)
+		}
+	}
+	vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		td.Errors = append(td.Errors, "listing volumes: "+err.Error())
+	}
+	for _, v := range vs.Items {
+		if _, err := cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil {
+			td.Errors = append(td.Errors, "removing volume "+v.Name+": "+err.Error())
+		} else {
+			td.Removed = append(td.Removed, "volume "+v.Name)
+		}
+	}
+	slices.Sort(td.Removed)
+	return td
+}
+
+func (t *dockerTopo) Facts() map[string]any {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gws := map[string]any{}
+	for k, v := range t.gateways {
+		gws[k] = map[string]string{"data_url": v.DataURL, "admin_url": v.AdminURL}
+	}
+	prs := map[string]any{}
+	for k, v := range t.providers {
+		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
+	}
+	containers := map[string]string{}
+	for _, h := range Hosts {
+		containers[h] = dockerName(t.spec.RunID, h)
+	}
+	membership := map[string][]string{}
+	for h, roles := range dockerMembership {
+		for _, r := range roles {
+			membership[h] = append(membership[h], t.nets[r])
+		}
+	}
+	var rules []string
+	for _, r := range t.policy.Rules {
+		rules = append(rules, fmt.Sprintf("%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
+	}
+	return map[string]any{
+		"engine":          EngineDocker,
+		"run_id":          t.spec.RunID,
+		"valkey_addr":     net.JoinHostPort(HostValkey, strconv.Itoa(dockerPorts.Valkey)),
+		"valkey_image":    t.valkeyImg,
+		"valkey_version":  t.valkeyVer,
+		"quotaqual_image": t.qqImg,
+		"gateways":        gws,
+		"providers":       prs,
+		"containers":      containers,
+		"networks":        membership,
+		"volume":          t.volume,
+		"harness_access":  t.access,
+		"network_policy":  rules,
+		"ports": map[string]int{
+			"gateway_data": dockerPorts.GatewayData, "gateway_admin": dockerPorts.GatewayAdmin,
+			"provider_data": dockerPorts.ProviderData, "provider_admin": dockerPorts.ProviderAdmin,
+			"valkey": dockerPorts.Valkey,
+		},
+		"isolation": "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
+		"deny_mode": "docker (no route between networks: dropped or unreachable)",
+	}
+}
+
+// valkeyVersion reads the version from Valkey's start-up log ("Valkey version=8.0.1").
+func (t *dockerTopo) valkeyVersion() string {
+	c := t.ctr(HostValkey)
+	if c == nil || t.cli == nil {
+		return "unknown"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b, err := t.containerLog(ctx, c.GetContainerID())
+	if err != nil && len(b) == 0 {
+		return "unknown"
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if _, v, ok := strings.Cut(sc.Text(), "version="); ok {
+			if f := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,234 @@
+//go:build linux
+
+package topology
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func requireNetns(t *testing.T) {
+	t.Helper()
+	if reason := os.Getenv("QQ_TEST_NO_NETNS"); reason != "" {
+		t.Skip("netns unavailable here: " + reason)
+	}
+	if !Inside() {
+		t.Fatal("test binary is not inside its namespace")
+	}
+}
+
+// listening lists the ports each host serves on the netns engine.
+func listening(host string, p Ports) []int {
+	switch {
+	case isGateway(host):
+		return []int{p.GatewayData, p.GatewayAdmin}
+	case siteOf(host) != "":
+		return []int{p.ProviderData, p.ProviderAdmin}
+	case host == HostValkey:
+		return []int{p.Valkey}
+	}
+	return nil
+}
+
+func TestNetnsEngine(t *testing.T) {
+	requireNetns(t)
+	spec := newSpec(t, DenyReject)
+	ctx := context.Background()
+	topo, err := New(EngineNetns, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := topo.Up(ctx); err != nil {
+		topo.Down(ctx)
+		t.Fatal(err)
+	}
+	upTime := time.Since(start)
+	t.Cleanup(func() { topo.Down(context.Background()) })
+	P := topo.Ports()
+
+	t.Run("ready", func(t *testing.T) {
+		for _, g := range Gateways {
+			if code, err := getStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
+				t.Errorf("%s readyz from the observer: %d %v", g, code, err)
+			}
+			if code, _ := chat(t, topo, g, spec.Deployment); code != http.StatusOK {
+				t.Errorf("chat via %s from the client: %d", g, code)
+			}
+		}
+	})
+
+	// Every (from, to, port) among the hosts and the observer: reached exactly when the policy
+	// allows it and something listens there.
+	t.Run("probes match the policy", func(t *testing.T) {
+		pol := DefaultPolicy(P)
+		ports := []int{P.GatewayData, P.GatewayAdmin, P.ProviderData, P.ProviderAdmin, P.Valkey}
+		froms := append([]string{HostObserver}, Hosts...)
+		var n, reached int
+		for _, from := range froms {
+			for _, to := range Hosts {
+				for _, port := range ports {
+					want := pol.Allows(from, to, port) && contains(listening(to, P), port)
+					r := topo.Probe(ctx, from, to, port)
+					n++
+					if r.Reached {
+						reached++
+					}
+					if !r.Supported || r.Reached != want {
+						t.Errorf("probe %s -> %s:%d: reached=%v (%s, %s), policy says %v", from, to, port, r.Reached, r.Error, r.Elapsed, want)
+					}
+					if !r.Reached && r.Elapsed > 500*time.Millisecond {
+						t.Errorf("probe %s -> %s:%d took %s in reject mode", from, to, port, r.Elapsed)
+					}
+				}
+			}
+		}
+		t.Logf("%d probes, %d reached", n, reached)
+	})
+
+	t.Run("partition and heal", func(t *testing.T) {
+		if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); !r.Reached {
+			t.Fatalf("positive control failed: %+v", r)
+		}
+		if err := topo.Partition(ctx, HostGatewayA, HostValkey); err != nil {
+			t.Fatal(err)
+		}
+		if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); r.Reached {
+			t.Errorf("gateway-a reaches valkey through a partition: %+v", r)
+		}
+		if r := topo.Probe(ctx, HostGatewayB, HostValkey, P.Valkey); !r.Reached {
+			t.Errorf("partition of gateway-a cut gateway-b off too: %+v", r)
+		}
+		// The gateway's live Valkey connections die with the partition: it fails closed.
+		if code, _ := chat(t, topo, HostGatewayA, spec.Deployment); code != http.StatusServiceUnavailable {
+			t.Errorf("chat via partitioned gateway-a: %d, want 503", code)
+		}
+		if err := topo.Heal(ctx, HostGatewayA, HostValkey); err != nil {
+			t.Fatal(err)
+		}
+		if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); !r.Reached {
+			t.Errorf("heal did not restore gateway-a -> valkey: %+v", r)
+		}
+		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 10*time.Second)
+	})
+
+	t.Run("restart gateway", func(t *testing.T) {
+		if err := topo.RestartGateway(ctx, HostGatewayA); err != nil {
+			t.Fatal(err)
+		}
+		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 5*time.Second)
+	})
+
+	t.Run("stop and start valkey", func(t *testing.T) {
+		if err := topo.StopValkey(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := chat(t, topo, HostGatewayB, spec.Deployment); code != http.StatusServiceUnavailable {
+			t.Errorf("chat with valkey stopped: %d, want 503", code)
+		}
+		if err := topo.StartValkey(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitStoreBack(t, topo, HostGatewayB, spec.Deployment, 10*time.Second)
+	})
+
+	t.Run("facts and logs", func(t *testing.T) {
+		f := topo.Facts()
+		if f["engine"] != EngineNetns || f["run_id"] != spec.RunID || f["deny_mode"] != DenyReject || f["bridge_subnet"] != bridgeSubnet {
+			t.Errorf("facts: %s", mustJSON(f))
+		}
+		dir := t.TempDir()
+		if err := topo.CollectLogs(dir); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range append(append([]string{HostValkey}, Gateways...), Providers...) {
+			if _, err := os.Stat(filepath.Join(dir, h+".log")); err != nil {
+				t.Errorf("log of %s not collected: %v", h, err)
+			}
+		}
+	})
+
+	start = time.Now()
+	td, err := topo.Down(ctx)
+	downTime := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("netns engine: up %s, down %s; removed %v", upTime.Round(time.Millisecond), downTime.Round(time.Millisecond), td.Removed)
+	if n := len(pidsFromTeardown(td)); n != 6 {
+		t.Errorf("teardown stopped %d processes, want 6: %v", n, td.Removed)
+	}
+	var nsRemoved int
+	for _, r := range td.Removed {
+		if strings.HasPrefix(r, "netns ") {
+			nsRemoved++
+		}
+	}
+	if nsRemoved != len(Hosts) {
+		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(Hosts), td.Removed)
+	}
+	if live := livePIDs(spec.RunID); len(live) > 0 {
+		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)
+	}
+	if entries, _ := os.ReadDir("/run/netns"); len(entries) > 0 {
+		t.Errorf("namespaces left in /run/netns: %v", entries)
+	}
+}
+
+func TestNetnsDropMode(t *testing.T) {
+	requireNetns(t)
+	spec := newSpec(t, DenyDrop)
+	ctx := context.Background()
+	topo, err := New(EngineNetns, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Up(ctx); err != nil {
+		topo.Down(ctx)
+		t.Fatal(err)
+	}
+	defer topo.Down(ctx)
+	P := topo.Ports()
+	if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); !r.Reached {
+		t.Errorf("positive control: %+v", r)
+	}
+	r := topo.Probe(ctx, HostClient, HostValkey, P.Valkey)
+	if r.Reached || r.Error != "i/o timeout" || r.Elapsed < 900*time.Millisecond {
+		t.Errorf("drop mode: client -> valkey %+v, want an i/o timeout after ~1s", r)
+	}
+}
+
+func TestDetect(t *testing.T) {
+	engine, reason := Detect()
+	if reason == "" {
+		t.Error("Detect gave no reason")
+	}
+	if os.Getenv("QQ_TEST_NO_NETNS") == "" && engine != EngineNetns {
+		t.Errorf("Detect inside the namespace = %s (%s), want netns", engine, reason)
+	}
+	// auto resolves to what Detect says.
+	topo, err := New(EngineAuto, newSpec(t, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo.Engine() != engine {
+		t.Errorf("auto picked %s, Detect says %s", topo.Engine(), engine)
+	}
+	if _, err := New("docker-compose", newSpec(t, "")); err == nil {
+		t.Error("unknown engine accepted")
+	}
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
