@@ -482,3 +482,50 @@ func TestValkeyScriptsRunOnACluster(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenPicksTheConfiguredBackend(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t, valkeytest.WithPassword("open-canary-pw"))
+	policy := func(backend string) string {
+		return backend + `
+limits:
+  max_keys: 10
+rules:
+  - name: everyone
+    budgets: [{window: 10s, capacity: 100}]
+    reservation_timeout: 30s
+    reserved_tokens: 10
+`
+	}
+	env := func(name string) (string, bool) {
+		if name == "QQ_TEST_VALKEY_URL" {
+			return srv.URL(), true
+		}
+		return "", false
+	}
+	for _, c := range []struct{ name, backend, want string }{
+		{"memory by default", "", "memory"},
+		{"valkey from an environment variable", "backend: {kind: valkey, url: '${QQ_TEST_VALKEY_URL}', namespace: open-test, timeout: 500ms}", "valkey"},
+	} {
+		p, err := ledger.LoadPolicy([]byte(policy(c.backend)), env)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		l, err := ledger.Open(p)
+		if err != nil {
+			t.Fatalf("%s: Open: %v", c.name, err)
+		}
+		defer l.Close()
+		if l.Backend() != c.want {
+			t.Fatalf("%s: backend %q; want %q", c.name, l.Backend(), c.want)
+		}
+		q := p.Rules[0].Quota
+		d, err := l.Reserve(t.Context(), q, "subject", 10)
+		if err != nil || !d.Admitted {
+			t.Fatalf("%s: reserve: %+v %v", c.name, d, err)
+		}
+	}
+	if _, err := ledger.Open(nil); err == nil {
+		t.Fatal("Open(nil) succeeded")
+	}
+}

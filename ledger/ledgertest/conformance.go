@@ -431,10 +431,11 @@ func Run(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 
 	t.Run("renewal keeps a reservation alive past its original lease", func(t *testing.T) {
 		h := setup(t, ledger.Limits{})
-		q := quota("renew", time.Second, 30*time.Second, 100)
+		const lease = 1500 * time.Millisecond
+		q := quota("renew", lease, 30*time.Second, 100)
 		kept := h.admit(q, "k", 30)
 		lapsed := h.admit(q, "k", 20)
-		end := time.Now().Add(2200 * time.Millisecond)
+		end := time.Now().Add(2*lease + 200*time.Millisecond)
 		for time.Now().Before(end) {
 			if !h.renew(kept) {
 				t.Fatal("Renew of a live reservation reported not live")
