@@ -146,7 +146,7 @@ func (v *validator) fail(path, format string, args ...any) {
 func (v *validator) validate(c *Config) {
 	v.listenAddr("listen", c.Listen, "0.0.0.0:8080")
 	v.listenAddr("admin_listen", c.AdminListen, "0.0.0.0:9090")
-	if c.Listen != "" && c.Listen == c.AdminListen {
+	if c.Listen != "" && c.Listen == c.AdminListen && !strings.HasSuffix(c.Listen, ":0") {
 		v.fail("admin_listen", "is the same address as listen; the admin port must be separate (for example 0.0.0.0:9090)")
 	}
 	c.upstreamTimeout = v.timeout("upstream_timeout", c.UpstreamTimeout, DefaultUpstreamTimeout)
