@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/internal/ui"
+	"github.com/quotaqual/quotaqual/qualify"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+func init() { subcommands = append(subcommands, newRunCmd) }
+
+func newRunCmd() *cobra.Command {
+	var o qualify.Options
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the qualification and write an evidence bundle",
+		Long: `run brings up two consumer gateways, three provider stubs and a real Valkey on the chosen
+topology, runs the qualification scenarios, and writes a redacted, checksummed evidence
+bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or config,
+3 the topology could not be brought up.`,
+		Example: `  quotaqual run
+  quotaqual run --topology process --scenario shared-budget --scenario concurrency
+  quotaqual run --profile reference --bundle tar.gz --evidence-dir /tmp/evidence`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return withCode(ExitUsage, err)
+			}
+			if parentDone, code, err := enterTopologyNamespace(&o); err != nil {
+				return withCode(ExitTopology, err)
+			} else if parentDone {
+				// The run happened in the child; it already printed everything.
+				return withCode(code, nil)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			progress := ui.New(cmd.ErrOrStderr())
+			if !asJSON {
+				o.Reporter = progress
+			}
+			out := qualify.Run(ctx, o)
+			if asJSON {
+				printJSON(cmd, out)
+			} else {
+				printSummary(progress, out)
+			}
+			if out.Code != ExitOK {
+				var ue *qualify.UsageError
+				if errors.As(out.Err, &ue) {
+					return withCode(ExitUsage, out.Err)
+				}
+				return withCode(out.Code, out.Err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces) or process (loopback)")
+	f.StringVar(&o.Profile, "profile", "quick", "scenario parameters: quick (short window) or reference (the upstream 60 s window)")
+	f.StringArrayVar(&o.Scenarios, "scenario", nil, "run only this scenario (repeatable); see `quotaqual scenarios`")
+	f.StringVar(&o.EvidenceDir, "evidence-dir", "quotaqual-evidence", "directory that receives <run-id>/")
+	f.StringVar(&o.Bundle, "bundle", "", "also pack the bundle: tar.gz")
+	f.BoolVar(&o.Keep, "keep", false, "keep the topology up after the scenarios until interrupted")
+	f.StringVar(&o.RunID, "run-id", "", "run id (default: generated); namespaces keys, hosts and the bundle")
+	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON on stdout instead of progress and a table")
+	return cmd
+}
+
+func printSummary(p *ui.Progress, out qualify.Outcome) {
+	if len(out.Results) > 0 {
+		rows := make([][]string, 0, len(out.Results))
+		for _, r := range out.Results {
+			detail := r.KeyFact
+			if r.Status != evidence.Passed && r.Reason != "" {
+				detail = r.Reason
+			}
+			rows = append(rows, []string{r.Name, p.Verdict(string(r.Status)), ui.Truncate(detail, 90)})
+		}
+		p.Table([]string{"scenario", "verdict", "key fact"}, rows)
+	}
+	if out.BundleDir != "" {
+		p.Plain("evidence: %s", out.BundleDir)
+		if out.BundleTar != "" {
+			p.Plain("bundle:   %s", out.BundleTar)
+		}
+		p.Plain("summary:  %s", filepath.Join(out.BundleDir, "summary.md"))
+	}
+}
+
+func printJSON(cmd *cobra.Command, out qualify.Outcome) {
+	v := struct {
+		RunID     string                    `json:"run_id"`
+		Topology  string                    `json:"topology"`
+		ExitCode  int                       `json:"exit_code"`
+		Error     string                    `json:"error,omitempty"`
+		BundleDir string                    `json:"bundle_dir,omitempty"`
+		BundleTar string                    `json:"bundle_tar,omitempty"`
+		Results   []evidence.ScenarioResult `json:"results"`
+	}{out.RunID, out.Engine, out.Code, "", out.BundleDir, out.BundleTar, out.Results}
+	if out.Err != nil {
+		v.Error = out.Err.Error()
+	}
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "quotaqual: write JSON:", err)
+	}
+}
+
+// envEngineWhy carries auto's reason into the re-executed child.
+const envEngineWhy = "QUOTAQUAL_ENGINE_WHY"
+
+// enterTopologyNamespace resolves "auto" and, for netns, re-executes this command inside its
+// own user, network, mount and pid namespaces (topology.ReexecIntoNamespace), so the run can
+// build its private network without privileges and everything it creates dies with it. In the
+// outer process it returns parentDone with the child's exit code; in the child it returns
+// with o set to the netns engine and the run id the parent chose.
+func enterTopologyNamespace(o *qualify.Options) (parentDone bool, code int, err error) {
+	if topology.Inside() {
+		o.Topology, o.RunID = topology.EngineNetns, topology.InsideRunID()
+		o.EngineWhy = os.Getenv(envEngineWhy)
+		_, _, err := topology.ReexecIntoNamespace(o.RunID, nil)
+		return false, 0, err
+	}
+	if o.Topology == "" || o.Topology == topology.EngineAuto {
+		o.Topology, o.EngineWhy = topology.Detect()
+	}
+	if o.Topology != topology.EngineNetns {
+		return false, 0, nil
+	}
+	if o.RunID == "" {
+		o.RunID = topology.NewRunID()
+	}
+	if o.EngineWhy != "" {
+		os.Setenv(envEngineWhy, o.EngineWhy) // the child reports why auto chose netns
+	}
+	inside, code, err := topology.ReexecIntoNamespace(o.RunID, nil)
+	if err != nil || inside {
+		return false, 0, err
+	}
+	return true, code, nil
+}

@@ -1,0 +1,390 @@
+// Package qualify runs one qualification end to end: it generates the run's identity and
+// credentials, brings the topology up, runs the selected scenarios, collects metrics, configs
+// and logs, tears down what the run created, and writes the evidence bundle. It is the wiring
+// behind `quotaqual run`; the logic of each step lives in topology, scenarios and evidence.
+package qualify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/internal/version"
+	"github.com/quotaqual/quotaqual/scenarios"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// Options are what `quotaqual run` takes.
+type Options struct {
+	Topology    string   // auto, netns, process
+	Profile     string   // quick, reference
+	Scenarios   []string // empty: all, in order
+	EvidenceDir string   // default ./quotaqual-evidence
+	Bundle      string   // "" or "tar.gz"
+	Keep        bool     // leave the topology up (until the process exits)
+	RunID       string   // empty: generated
+	DenyMode    string   // reject (default) or drop
+	Binary      string   // the quotaqual binary to run as gateway and provider; default os.Executable
+	EngineWhy   string   // why auto chose the engine, for the manifest and progress
+	Reporter    Reporter // progress; nil: silent
+}
+
+// Reporter receives progress. The ui package implements it for terminals and plain logs.
+type Reporter interface {
+	Step(name string)
+	Done(verdict, detail string)
+	Note(format string, args ...any)
+}
+
+// Outcome is what a run produced.
+type Outcome struct {
+	RunID     string
+	Engine    string
+	BundleDir string
+	BundleTar string
+	Results   []evidence.ScenarioResult
+	Code      int   // process exit code: 0 passed, 1 failed, 2 usage, 3 topology
+	Err       error // why the run did not pass, when it did not
+}
+
+// Exit codes, matching cmd/quotaqual.
+const (
+	codeOK       = 0
+	codeFailed   = 1
+	codeUsage    = 2
+	codeTopology = 3
+)
+
+// UsageError marks bad options (exit code 2).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Validate checks options before anything is started, naming the flag and the fix.
+func (o *Options) Validate() error {
+	switch o.Topology {
+	case "", "auto", "netns", "process":
+	default:
+		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns or process", o.Topology)}
+	}
+	if o.Profile == "" {
+		o.Profile = "quick"
+	}
+	if _, err := fixtures.ProfileByName(o.Profile); err != nil {
+		return &UsageError{fmt.Errorf("--profile: %w", err)}
+	}
+	if _, err := scenarios.Select(o.Scenarios); err != nil {
+		return &UsageError{fmt.Errorf("--scenario: %w", err)}
+	}
+	switch o.Bundle {
+	case "", "dir", "tar.gz":
+	default:
+		return &UsageError{fmt.Errorf("--bundle %q is not a bundle format; use tar.gz (the directory is always written)", o.Bundle)}
+	}
+	switch o.DenyMode {
+	case "", "reject", "drop":
+	default:
+		return &UsageError{fmt.Errorf("--deny-mode %q is not a mode; use reject (fast) or drop (as most CNIs do)", o.DenyMode)}
+	}
+	if o.RunID != "" {
+		if err := topology.ValidateRunID(o.RunID); err != nil {
+			return &UsageError{fmt.Errorf("--run-id: %w", err)}
+		}
+	}
+	if o.EvidenceDir == "" {
+		o.EvidenceDir = "quotaqual-evidence"
+	}
+	return nil
+}
+
+// Run performs one qualification. It always tries to write the evidence bundle, even when the
+// topology cannot come up or ctx is cancelled (Ctrl-C), and always tears down what it started
+// unless Keep is set.
+func Run(ctx context.Context, o Options) Outcome {
+	if err := o.Validate(); err != nil {
+		return Outcome{Code: codeUsage, Err: err}
+	}
+	rep := o.Reporter
+	if rep == nil {
+		rep = silent{}
+	}
+	if o.RunID == "" {
+		o.RunID = topology.NewRunID()
+	}
+	out := Outcome{RunID: o.RunID}
+	profile, _ := fixtures.ProfileByName(o.Profile)
+	list, _ := scenarios.Select(o.Scenarios)
+	names := make([]string, len(list))
+	for i, s := range list {
+		names[i] = s.Name
+	}
+	started := time.Now()
+
+	fail := func(code int, err error) Outcome {
+		out.Code, out.Err = code, err
+		return out
+	}
+
+	binary := o.Binary
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fail(codeTopology, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err))
+		}
+		binary = exe
+	}
+	workDir, err := os.MkdirTemp("", "quotaqual-"+o.RunID+"-")
+	if err != nil {
+		return fail(codeTopology, fmt.Errorf("create the run's work directory: %w", err))
+	}
+	defer os.RemoveAll(workDir)
+
+	deployment, err := fixtures.NewDeployment(o.RunID, profile, names)
+	if err != nil {
+		return fail(codeTopology, fmt.Errorf("generate the run's credentials: %w", err))
+	}
+	writer, err := evidence.NewWriter(o.EvidenceDir, o.RunID, deployment.Secrets())
+	if err != nil {
+		return fail(codeUsage, fmt.Errorf("--evidence-dir: %w", err))
+	}
+	out.BundleDir = writer.Dir()
+
+	manifest := evidence.Manifest{
+		SchemaVersion:    "1",
+		RunID:            o.RunID,
+		QuotaqualVersion: version.String(),
+		ValkeyVersion:    valkeyproc.Version(""),
+		Profile:          profile.Name,
+		Started:          started,
+		ConfigDigests:    map[string]string{},
+		Verdicts:         map[string]evidence.Status{},
+	}
+
+	engine := o.Topology
+	if engine == "" {
+		engine = "auto"
+	}
+	rep.Step("topology up (" + engine + ")")
+	topo, err := topology.New(engine, topology.Spec{
+		RunID:      o.RunID,
+		WorkDir:    workDir,
+		Binary:     binary,
+		Deployment: deployment,
+		DenyMode:   o.DenyMode,
+	})
+	if err == nil {
+		out.Engine = topo.Engine()
+		manifest.Topology = topo.Engine()
+		if o.EngineWhy != "" {
+			rep.Note("auto: %s", o.EngineWhy)
+		}
+		err = topo.Up(ctx)
+	}
+	if err != nil {
+		rep.Done("failed", err.Error())
+		manifest.Topology = engine
+		manifest.Outcome = "topology-error"
+		if topo != nil {
+			manifest.TopologyFacts = topo.Facts()
+			td, _ := topo.Down(context.Background())
+			manifest.Teardown = td
+			collectLogs(topo, writer, workDir)
+		}
+		results := skippedAll(list, "topology could not be brought up: "+err.Error())
+		out.Results = results
+		finish(writer, &manifest, results, o.Bundle, &out)
+		return fail(codeTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
+	}
+	rep.Done("ok", fmt.Sprintf("engine %s, run %s", topo.Engine(), o.RunID))
+	manifest.TopologyFacts = topo.Facts()
+	if o.EngineWhy != "" {
+		manifest.TopologyFacts["engine_choice"] = o.EngineWhy
+	}
+
+	env := &scenarios.Env{
+		Topo:       topo,
+		Deployment: deployment,
+		Profile:    profile,
+		Record:     writer.Request,
+		Progress:   func(s string) { rep.Note("%s", s) },
+	}
+	// One scenario at a time so progress shows each as it runs; scenarios.Run turns a
+	// cancelled ctx into "interrupted" skips for whatever is left.
+	var results []evidence.ScenarioResult
+	for _, s := range list {
+		rep.Step(s.Name)
+		r := scenarios.Run(ctx, env, []scenarios.Scenario{s})
+		for _, x := range r {
+			rep.Done(string(x.Status), keyDetail(x))
+		}
+		results = append(results, r...)
+	}
+	out.Results = results
+
+	// Collect what the bundle needs while the components are still up.
+	rep.Step("collect metrics, configs and logs")
+	collectMetrics(topo, writer)
+	collectConfigs(workDir, writer, &manifest)
+	if o.Keep {
+		collectLogs(topo, writer, workDir)
+		rep.Done("ok", "topology kept up: stop this process (Ctrl-C) to tear it down")
+	} else {
+		td, derr := topo.Down(context.Background())
+		manifest.Teardown = td
+		collectLogs(topo, writer, workDir)
+		if derr != nil {
+			rep.Done("failed", "teardown: "+derr.Error())
+		} else {
+			rep.Done("ok", fmt.Sprintf("torn down (%d removed)", len(td.Removed)))
+		}
+	}
+
+	manifest.Outcome = "passed"
+	code := codeOK
+	for _, r := range results {
+		if r.Status == evidence.Failed {
+			manifest.Outcome, code = "failed", codeFailed
+		}
+	}
+	if ctx.Err() != nil {
+		manifest.Outcome, code = "interrupted", codeFailed
+		out.Err = errors.New("interrupted: the partial bundle was written")
+	}
+	if err := finish(writer, &manifest, results, o.Bundle, &out); err != nil {
+		manifest.Outcome, code = "failed", codeFailed
+		out.Err = err
+	}
+	if code == codeFailed && out.Err == nil {
+		out.Err = fmt.Errorf("one or more scenarios failed; see %s", filepath.Join(out.BundleDir, "summary.md"))
+	}
+	if o.Keep && ctx.Err() == nil {
+		<-ctx.Done()
+		td, _ := topo.Down(context.Background())
+		_ = td
+	}
+	out.Code = code
+	return out
+}
+
+// finish writes the bundle's closing files and packs it when asked.
+func finish(w *evidence.Writer, m *evidence.Manifest, results []evidence.ScenarioResult, bundle string, out *Outcome) error {
+	m.Ended = time.Now()
+	for _, r := range results {
+		m.Verdicts[r.Name] = r.Status
+	}
+	if _, err := w.Finish(*m, results); err != nil {
+		return fmt.Errorf("evidence: %w", err)
+	}
+	if bundle == "tar.gz" {
+		tar, err := w.Pack()
+		if err != nil {
+			return fmt.Errorf("evidence: pack: %w", err)
+		}
+		out.BundleTar = tar
+	}
+	return nil
+}
+
+func skippedAll(list []scenarios.Scenario, reason string) []evidence.ScenarioResult {
+	res := make([]evidence.ScenarioResult, len(list))
+	for i, s := range list {
+		res[i] = evidence.ScenarioResult{Name: s.Name, Summary: s.Summary, Invariant: s.Invariant,
+			Status: evidence.Skipped, Reason: reason, KeyFact: "not run"}
+	}
+	return res
+}
+
+func keyDetail(r evidence.ScenarioResult) string {
+	if r.Status == evidence.Passed {
+		return r.KeyFact
+	}
+	if r.Reason != "" {
+		return r.Reason
+	}
+	return r.KeyFact
+}
+
+// collectMetrics scrapes each gateway's /metrics once, at the end of the run.
+func collectMetrics(topo topology.Topology, w *evidence.Writer) {
+	client := topo.Observer()
+	for _, g := range topology.Gateways {
+		ep := topo.Gateway(g)
+		body, err := get(client, ep.AdminURL+"/metrics")
+		if err != nil {
+			body = []byte("# scrape failed: " + err.Error() + "\n")
+		}
+		_ = w.AddFile("metrics/"+g+".prom", body)
+	}
+}
+
+// collectConfigs copies the effective gateway configs (secrets are env references there, and
+// the writer redacts anyway) and records their digests.
+func collectConfigs(workDir string, w *evidence.Writer, m *evidence.Manifest) {
+	files, _ := filepath.Glob(filepath.Join(workDir, "config", "*"))
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		sum := sha256.Sum256(b)
+		m.ConfigDigests[filepath.Base(f)] = hex.EncodeToString(sum[:])
+		_ = w.AddFile("config/"+filepath.Base(f), b)
+	}
+}
+
+// collectLogs copies every component log into the bundle, redacted line by line.
+func collectLogs(topo topology.Topology, w *evidence.Writer, workDir string) {
+	dir := filepath.Join(workDir, "collected-logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	if err := topo.CollectLogs(dir); err != nil {
+		_ = w.AddFile("logs/collect-error.txt", []byte(err.Error()+"\n"))
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	sort.Strings(files)
+	for _, f := range files {
+		_ = w.AddFileFrom("logs/"+filepath.Base(f), f)
+	}
+}
+
+func get(c *http.Client, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return b, nil
+}
+
+type silent struct{}
+
+func (silent) Step(string)         {}
+func (silent) Done(string, string) {}
+func (silent) Note(string, ...any) {}
