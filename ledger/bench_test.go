@@ -1,0 +1,233 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/internal/valkeytest"
+	"github.com/quotaqual/quotaqual/ledger"
+)
+
+// Benchmarks for `make bench`. Every Valkey figure comes with a ratio to a raw EVALSHA of a
+// trivial script (`return 1`) through valkey-go, measured in the same benchmark function against
+// the same server, so a busy machine moves both sides. Nothing here asserts a time. Targets to
+// compare with (2 cores): memory ≤ 2 µs per reserve+settle; Valkey reserve p50 ≤ 1.5× the raw
+// EVALSHA p50; ≥ 40,000 reserve+settle pairs/s at 64 goroutines.
+//
+// Every key gets a capacity no benchmark can exhaust, so only the admit path is measured, and
+// every goroutine its own key (no contention on one key's hash slot in the script).
+
+func benchQuota() *ledger.Quota {
+	return &ledger.Quota{Rule: "bench", Budgets: []ledger.Budget{{Window: time.Minute, Capacity: 1 << 50}}, Lease: time.Minute}
+}
+
+var benchUsage = ledger.Usage{Tokens: 7, Known: true}
+
+// BenchmarkMemoryReserveSettle: one op is one admitted Reserve plus its Settle.
+func BenchmarkMemoryReserveSettle(b *testing.B) {
+	m := ledger.NewMemory(ledger.Limits{}, nil)
+	defer m.Close()
+	q, ctx := benchQuota(), context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := m.Reserve(ctx, q, "tenant", 10)
+		if err != nil || !d.Admitted {
+			b.Fatalf("reserve: %+v, %v", d, err)
+		}
+		if _, err := m.Settle(ctx, d.Reservation, benchUsage); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// trivialScript is the baseline: the cheapest script call there is.
+var trivialScript = valkey.NewLuaScript("return 1")
+
+type valkeyBench struct {
+	srv *valkeyproc.Server
+	raw valkey.Client // the baseline's own client, as the ledger has its own
+	ns  atomic.Int64
+}
+
+// newValkeyBench starts one server for all sub-benchmarks (append-only file off, as in the
+// platform notes' measurements).
+func newValkeyBench(b *testing.B) *valkeyBench {
+	off := false
+	srv := valkeytest.Start(b, func(o *valkeyproc.Options) { o.AppendOnly = &off })
+	opt, err := valkey.ParseURL(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := valkey.NewClient(opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(raw.Close)
+	return &valkeyBench{srv: srv, raw: raw}
+}
+
+// ledger returns a fresh Valkey ledger in a namespace of its own.
+func (vb *valkeyBench) ledger(b *testing.B, name string) *ledger.Valkey {
+	v, err := ledger.NewValkey(ledger.ValkeyOptions{URL: vb.srv.URL(), Namespace: fmt.Sprintf("bench-%s-%d", name, vb.ns.Add(1)),
+		Timeout: 2 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = v.Close() })
+	return v
+}
+
+func (vb *valkeyBench) evalsha(ctx context.Context) error {
+	return trivialScript.Exec(ctx, vb.raw, nil, nil).Error()
+}
+
+func pair(ctx context.Context, l ledger.Ledger, q *ledger.Quota, key string) error {
+	d, err := l.Reserve(ctx, q, key, 10)
+	if err != nil {
+		return err
+	}
+	if !d.Admitted {
+		return fmt.Errorf("benchmark key %s denied: %+v", key, d.Denial)
+	}
+	_, err = l.Settle(ctx, d.Reservation, benchUsage)
+	return err
+}
+
+// runConcurrent runs n calls of f spread over g goroutines (worker index w) and returns the
+// wall time they took.
+func runConcurrent(g, n int, f func(w int) error) (time.Duration, error) {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if err := f(w); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), firstErr
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// BenchmarkValkey: the raw EVALSHA baseline, reserve and settle latency at one goroutine, and
+// reserve+settle throughput at 1 and 64 goroutines, against one real valkey-server.
+func BenchmarkValkey(b *testing.B) {
+	vb := newValkeyBench(b)
+	ctx := context.Background()
+
+	// One op: one raw EVALSHA of `return 1`.
+	b.Run("evalsha-baseline", func(b *testing.B) {
+		var lat []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if err := vb.evalsha(ctx); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		slices.Sort(lat)
+		b.ReportMetric(micros(quantile(lat, .50)), "p50-µs")
+		b.ReportMetric(micros(quantile(lat, .99)), "p99-µs")
+	})
+
+	// One op: an EVALSHA, a Reserve and a Settle, back to back, each timed — interleaved so the
+	// baseline and the ledger see the same machine at the same moments. ns/op is dropped: it
+	// would be the sum of the three.
+	b.Run("latency/goroutines=1", func(b *testing.B) {
+		v, q := vb.ledger(b, "latency"), benchQuota()
+		for range 200 { // warm up: connections, script cache
+			if err := pair(ctx, v, q, "warm"); err != nil {
+				b.Fatal(err)
+			}
+			_ = vb.evalsha(ctx)
+		}
+		var base, res, set []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if err := vb.evalsha(ctx); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			d, err := v.Reserve(ctx, q, "tenant", 10)
+			t2 := time.Now()
+			if err != nil || !d.Admitted {
+				b.Fatalf("reserve: %+v, %v", d, err)
+			}
+			if _, err := v.Settle(ctx, d.Reservation, benchUsage); err != nil {
+				b.Fatal(err)
+			}
+			t3 := time.Now()
+			base, res, set = append(base, t1.Sub(t0)), append(res, t2.Sub(t1)), append(set, t3.Sub(t2))
+		}
+		for _, s := range [][]time.Duration{base, res, set} {
+			slices.Sort(s)
+		}
+		bp50, bp99 := quantile(base, .50), quantile(base, .99)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(micros(bp50), "evalsha-p50-µs")
+		b.ReportMetric(micros(bp99), "evalsha-p99-µs")
+		b.ReportMetric(micros(quantile(res, .50)), "reserve-p50-µs")
+		b.ReportMetric(micros(quantile(res, .99)), "reserve-p99-µs")
+		b.ReportMetric(micros(quantile(set, .50)), "settle-p50-µs")
+		b.ReportMetric(micros(quantile(set, .99)), "settle-p99-µs")
+		b.ReportMetric(float64(quantile(res, .50))/float64(bp50), "reserve-x-evalsha-p50")
+		b.ReportMetric(float64(quantile(res, .99))/float64(bp99), "reserve-x-evalsha-p99")
+		b.ReportMetric(float64(quantile(set, .50))/float64(bp50), "settle-x-evalsha-p50")
+		b.ReportMetric(float64(quantile(set, .99))/float64(bp99), "settle-x-evalsha-p99")
+	})
+
+	// One op: one reserve+settle pair, spread over g goroutines (each on its own key). The
+	// baseline: as many raw EVALSHAs as pairs, over the same g goroutines, just before. A pair is
+	// two script calls, so x-evalsha-throughput near 0.5 means the ledger costs what two trivial
+	// scripts cost.
+	for _, g := range []int{1, 64} {
+		b.Run(fmt.Sprintf("throughput/goroutines=%d", g), func(b *testing.B) {
+			v, q := vb.ledger(b, fmt.Sprintf("throughput%d", g)), benchQuota()
+			keys := make([]string, g)
+			for w := range keys {
+				keys[w] = fmt.Sprintf("tenant-%d", w)
+			}
+			n := max(b.N, 2000)
+			baseTime, err := runConcurrent(g, n, func(int) error { return vb.evalsha(ctx) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			pairTime, err := runConcurrent(g, b.N, func(w int) error { return pair(ctx, v, q, keys[w]) })
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			evalshaPerSec := float64(n) / baseTime.Seconds()
+			pairsPerSec := float64(b.N) / pairTime.Seconds()
+			b.ReportMetric(pairsPerSec, "pairs/s")
+			b.ReportMetric(evalshaPerSec, "evalsha/s")
+			b.ReportMetric(pairsPerSec/evalshaPerSec, "x-evalsha-throughput")
+		})
+	}
+}
