@@ -53,6 +53,12 @@ type ValkeyOptions struct {
 // a gateway may start before Valkey does; every call is bounded by the timeout and every
 // failure is an error wrapping ErrStore, never an admission.
 //
+// A call whose connection broke under it (the first call on each pipe after a Valkey restart)
+// is sent once more on a fresh connection within the same timeout. That is safe because every
+// script is idempotent by reservation id: a repeated Reserve finds its reservation and reports
+// it admitted without holding twice; a repeated Settle whose first attempt did apply reports
+// Applied false (the usage is charged exactly once either way).
+//
 // max_keys and max_active_reservations bound what this instance tracks: a local map of the
 // quota keys it wrote (forgotten when their store TTL would have run out) and of the
 // reservations it holds (forgotten when settled, found expired, or past their lease).
