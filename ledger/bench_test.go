@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,6 +89,37 @@ func (vb *valkeyBench) ledger(b *testing.B, name string) *ledger.Valkey {
 
 func (vb *valkeyBench) evalsha(ctx context.Context) error {
 	return trivialScript.Exec(ctx, vb.raw, nil, nil).Error()
+}
+
+// serverMicrosPerScript is the server's own time per script call since the last CONFIG
+// RESETSTAT (INFO commandstats, EVALSHA and EVAL together): what the store spends, without the
+// network and the client.
+func (vb *valkeyBench) serverMicrosPerScript(ctx context.Context) (float64, bool) {
+	info, err := vb.raw.Do(ctx, vb.raw.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return 0, false
+	}
+	var calls, usec float64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(val, 64)
+			switch k {
+			case "calls":
+				calls += f
+			case "usec":
+				usec += f
+			}
+		}
+	}
+	if calls == 0 {
+		return 0, false
+	}
+	return usec / calls, true
 }
 
 func pair(ctx context.Context, l ledger.Ledger, q *ledger.Quota, key string) error {
@@ -217,11 +250,17 @@ func BenchmarkValkey(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			if err := vb.raw.Do(ctx, vb.raw.B().ConfigResetstat().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
 			b.ResetTimer()
 			pairTime, err := runConcurrent(g, b.N, func(w int) error { return pair(ctx, v, q, keys[w]) })
 			b.StopTimer()
 			if err != nil {
 				b.Fatal(err)
+			}
+			if us, ok := vb.serverMicrosPerScript(ctx); ok {
+				b.ReportMetric(us, "server-µs/script")
 			}
 			evalshaPerSec := float64(n) / baseTime.Seconds()
 			pairsPerSec := float64(b.N) / pairTime.Seconds()
