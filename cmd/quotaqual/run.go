@@ -46,10 +46,9 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
+			// Progress goes to stderr in both modes, so stdout stays pure JSON with --json.
 			progress := ui.New(cmd.ErrOrStderr())
-			if !asJSON {
-				o.Reporter = progress
-			}
+			o.Reporter = progress
 			out := qualify.Run(ctx, o)
 			if asJSON {
 				printJSON(cmd, out)
@@ -75,7 +74,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.BoolVar(&o.Keep, "keep", false, "keep the topology up after the scenarios until interrupted")
 	f.StringVar(&o.RunID, "run-id", "", "run id (default: generated); namespaces keys, hosts and the bundle")
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
-	f.BoolVar(&asJSON, "json", false, "print the results as JSON on stdout instead of progress and a table")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON on stdout instead of the closing table (progress stays on stderr)")
 	return cmd
 }
 

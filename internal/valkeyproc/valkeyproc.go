@@ -22,14 +22,18 @@ import (
 
 // Options configure a server.
 type Options struct {
-	Binary     string   // default: valkey-server from PATH
-	Host       string   // bind address, default 127.0.0.1
-	Port       int      // 0: pick a free port on Host
-	Dir        string   // data directory (required): AOF, logs
-	Password   string   // requirepass; empty: none (and protected mode off for non-loopback binds)
-	AppendOnly *bool    // default true
-	Wrap       []string // command prefix, e.g. ["nsenter", "--net=/run/netns/valkey", "--"]
-	ExtraArgs  []string
+	Binary     string // default: valkey-server from PATH
+	Host       string // bind address, default 127.0.0.1
+	Port       int    // 0: pick a free port on Host
+	Dir        string // data directory (required): AOF, logs
+	Password   string // requirepass; empty: none (and protected mode off for non-loopback binds)
+	AppendOnly *bool  // default true
+	// FsyncAlways sets appendfsync always (an fsync per write, 1-3 ms each here). The default,
+	// everysec, is Valkey's own default and what production runs: a graceful stop (SIGTERM)
+	// still flushes everything; a crash (SIGKILL) may lose the last second.
+	FsyncAlways bool
+	Wrap        []string // command prefix, e.g. ["nsenter", "--net=/run/netns/valkey", "--"]
+	ExtraArgs   []string
 	// LogFile receives the server's output; default Dir/valkey.log.
 	LogFile string
 	// SysProcAttr for the child; default sets Pdeathsig so the server dies with its parent
@@ -152,13 +156,17 @@ func (s *Server) args() []string {
 	if *s.opts.AppendOnly {
 		aof = "yes"
 	}
+	fsync := "everysec"
+	if s.opts.FsyncAlways {
+		fsync = "always"
+	}
 	args := []string{
 		"--port", strconv.Itoa(s.opts.Port),
 		"--bind", s.opts.Host,
 		"--dir", s.opts.Dir,
 		"--save", "",
 		"--appendonly", aof,
-		"--appendfsync", "always",
+		"--appendfsync", fsync,
 		"--daemonize", "no",
 		"--loglevel", "notice",
 	}
