@@ -138,6 +138,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 
 	var admitted, denied, other int
+	otherKinds := map[string]int{} // "503 quota_store_unavailable" → count
 	var ivs []interval
 	var lastDecision time.Time // when the last denial was answered
 	firstAdmittedEnd := time.Time{}
@@ -156,6 +157,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 			}
 		default:
 			other++
+			otherKinds[fmt.Sprintf("%d %s", o.Status, o.ErrorType)]++
 		}
 	}
 	var sampledPeak, sampledActivePeak int64
@@ -170,6 +172,9 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	r.Fact("admitted", admitted)
 	r.Fact("denied_429", denied)
 	r.Fact("other_status", other)
+	if other > 0 {
+		r.Fact("other_status_kinds", otherKinds)
+	}
 	r.Fact("burst_duration_ms", ms(burstEnd.Sub(released)))
 	r.Fact("samples", len(samples))
 	r.Fact("sample_errors", sampleErrs)
@@ -182,6 +187,10 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	r.Fact("provider_calls_delta", d)
 	r.Fact("provider_distribution", SiteDelta(before, after))
 	if idleErr != nil {
+		// Reservations still held after every response: requests the gateway answered with
+		// an error after the store had reserved (a store reply past the timeout) hold their
+		// estimate until the lease expires — conservative, and worth seeing.
+		r.Fact("reservations_still_held_after_burst", fmt.Sprintf("%d reservations, %d tokens", idle.ActiveReservations, idle.ReservedTokens))
 		r.Error(idleErr)
 	} else {
 		r.Fact("settled_after_burst", idle.Settled())

@@ -112,12 +112,14 @@ func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evide
 		if _, err := topo.Down(context.Background()); err != nil {
 			t.Errorf("topology down: %v", err)
 		}
+	}()
+	t.Cleanup(func() {
 		if !t.Failed() {
 			_ = os.RemoveAll(work)
 		} else {
 			t.Logf("component logs kept in %s", filepath.Join(work, "logs"))
 		}
-	}()
+	})
 	var recs []evidence.RequestRecord
 	env := &Env{Topo: topo, Deployment: d, Profile: p,
 		Record:   func(r evidence.RequestRecord) { recs = append(recs, r) },

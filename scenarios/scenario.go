@@ -160,11 +160,28 @@ func (r *Result) Failed() bool {
 	return false
 }
 
+func (r *Result) anyCheckFailed() bool {
+	for _, a := range r.assertions {
+		if !a.OK {
+			return true
+		}
+	}
+	return false
+}
+
 // verdict computes status and reason. A result with no assertion cannot pass.
 func (r *Result) verdict() (evidence.Status, string) {
 	var reasons []string
+	unsupported := 0
 	for _, e := range r.errs {
 		reasons = append(reasons, e.Error())
+		if errors.Is(e, topology.ErrUnsupported) {
+			unsupported++
+		}
+	}
+	if unsupported > 0 && unsupported == len(r.errs) && !r.anyCheckFailed() {
+		// A lever this topology lacks: skipped with the reason, never passed.
+		return evidence.Skipped, strings.Join(reasons, "; ")
 	}
 	for _, a := range r.assertions {
 		if !a.OK {
@@ -222,9 +239,14 @@ func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResu
 		res.Assertions = append(res.Assertions, r.assertions...)
 		res.KeyFact = r.keyFact
 		res.Status, res.Reason = r.verdict()
-		if ctx.Err() != nil && res.Status == evidence.Passed {
-			// Cut short: what ran passed, but the verdict was not reached.
-			res.Status, res.Reason = evidence.Skipped, "interrupted while running: partial facts kept"
+		if ctx.Err() != nil && res.Status != evidence.Skipped {
+			// Cut short: the verdict was not reached, and checks that failed after the
+			// interruption failed because of it. Everything recorded is kept.
+			reason := "interrupted while running: partial facts and checks kept"
+			if res.Status == evidence.Failed {
+				reason += " (" + firstLine(res.Reason) + ")"
+			}
+			res.Status, res.Reason = evidence.Skipped, reason
 		}
 		if res.KeyFact == "" {
 			res.KeyFact = string(res.Status)

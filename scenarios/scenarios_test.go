@@ -139,6 +139,26 @@ func TestRun(t *testing.T) {
 			t.Fatalf("got %s %q", res[0].Status, res[0].Reason)
 		}
 	})
+	t.Run("a lever the topology lacks skips with its reason", func(t *testing.T) {
+		res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{fake("a", nil, func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			r.Check("before the lever", 200, 200, true)
+			return r.Error(fmt.Errorf("restarting gateway-a: %w: kind has no such lever", topology.ErrUnsupported))
+		})})
+		if res[0].Status != evidence.Skipped || !strings.Contains(res[0].Reason, "kind has no such lever") {
+			t.Fatalf("got %s %q", res[0].Status, res[0].Reason)
+		}
+	})
+	t.Run("a failed check is not hidden by a missing lever", func(t *testing.T) {
+		res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{fake("a", nil, func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			r.Check("before the lever", 429, 200, false)
+			return r.Error(fmt.Errorf("restarting gateway-a: %w", topology.ErrUnsupported))
+		})})
+		if res[0].Status != evidence.Failed {
+			t.Fatalf("got %s %q", res[0].Status, res[0].Reason)
+		}
+	})
 	t.Run("a result without assertions cannot pass", func(t *testing.T) {
 		res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{fake("a", nil, func(ctx context.Context, env *Env) *Result {
 			return env.NewResult()
@@ -187,6 +207,21 @@ func TestRun(t *testing.T) {
 			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "interrupted") {
 				t.Errorf("%s: %s %q", r.Name, r.Status, r.Reason)
 			}
+		}
+	})
+	t.Run("a scenario cut short by cancellation is skipped, not failed, with its checks kept", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		res := Run(ctx, testEnv(topology.Capabilities{}), []Scenario{
+			fake("first", nil, func(ctx context.Context, env *Env) *Result {
+				r := env.NewResult()
+				r.Check("before", 1, 1, true)
+				cancel()
+				r.Check("request after Ctrl-C", 200, 0, false)
+				return r
+			}),
+		})
+		if res[0].Status != evidence.Skipped || !strings.Contains(res[0].Reason, "interrupted") || len(res[0].Assertions) != 2 {
+			t.Fatalf("got %s %q with %d assertions", res[0].Status, res[0].Reason, len(res[0].Assertions))
 		}
 	})
 	t.Run("progress reports each scenario", func(t *testing.T) {
