@@ -211,6 +211,13 @@ func TestDetect(t *testing.T) {
 	if os.Getenv("QQ_TEST_NO_NETNS") == "" && engine != EngineNetns {
 		t.Errorf("Detect inside the namespace = %s (%s), want netns", engine, reason)
 	}
+	// The probe Detect runs outside works here too (a nested user namespace), so it is
+	// exercised even though Detect answers from the marker inside.
+	if os.Getenv("QQ_TEST_NO_NETNS") == "" {
+		if err := probeNamespaces(); err != nil {
+			t.Errorf("namespace probe: %v", err)
+		}
+	}
 	// auto resolves to what Detect says.
 	topo, err := New(EngineAuto, newSpec(t, ""))
 	if err != nil {

@@ -192,19 +192,28 @@ func Detect() (engine string, reason string) {
 			return EngineProcess, fmt.Sprintf("netns needs %s (package %s), which is not on PATH: install it (.ci/install-deps)", tool.bin, tool.pkg)
 		}
 	}
+	if err := probeNamespaces(); err != nil {
+		return EngineProcess, "this host does not allow unprivileged user+network namespaces (" + err.Error() + ")"
+	}
+	return EngineNetns, "unprivileged user, network, mount and pid namespaces work; ip, nft and nsenter present"
+}
+
+// probeNamespaces tries what the netns engine needs, in a throw-away process:
+// `unshare -Urnm --pid --fork --mount-proc true`.
+func probeNamespaces() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "unshare", "--user", "--map-root-user", "--net", "--mount",
 		"--pid", "--fork", "--mount-proc", "true").CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if msg == "" {
-			msg = err.Error()
-		}
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			msg = "timed out"
-		}
-		return EngineProcess, "this host does not allow unprivileged user+network namespaces (`unshare -Urnm --pid --fork --mount-proc true`: " + msg + ")"
+	if err == nil {
+		return nil
 	}
-	return EngineNetns, "unprivileged user, network, mount and pid namespaces work; ip, nft and nsenter present"
+	msg := strings.TrimSpace(string(out))
+	if msg == "" {
+		msg = err.Error()
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg = "timed out"
+	}
+	return fmt.Errorf("`unshare -Urnm --pid --fork --mount-proc true`: %s", msg)
 }
