@@ -112,6 +112,7 @@ func (b *base) startValkey(ctx context.Context, opts valkeyproc.Options) error {
 	// valkeyproc has no environment option: `env` puts the run id into the server's
 	// environment (and execs, so no extra process) for `quotaqual down` to find it.
 	opts.Wrap = append([]string{"env", EnvRunID + "=" + b.spec.RunID}, opts.Wrap...)
+	opts.SysProcAttr = componentAttr()
 	run := func() error {
 		s, err := valkeyproc.Start(ctx, opts)
 		if err != nil {

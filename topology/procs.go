@@ -62,7 +62,7 @@ func (c *component) start() error {
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
 	cmd.Env = c.env
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = componentAttr()
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("starting %s: %w", c.host, err)
@@ -75,6 +75,12 @@ func (c *component) start() error {
 	}()
 	c.cmd, c.done = cmd, done
 	return nil
+}
+
+// componentAttr: SIGKILL when the starting thread dies, and a process group of its own so a
+// Ctrl-C on the terminal reaches only the harness, which then tears down in order.
+func componentAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
 
 // pid of the running process, 0 when none.
