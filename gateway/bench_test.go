@@ -242,6 +242,7 @@ quota:
 	})
 	rss := procStatusKB(b, pid, "VmRSS")
 	hwm := procStatusKB(b, pid, "VmHWM")
+	b.ReportMetric(scrapeGauge(b, "http://"+gw.admin+"/metrics", "go_memstats_heap_inuse_bytes")/(1<<20), "heap-inuse-MiB")
 	b.ReportMetric(float64(base)/1024, "baseline-rss-MiB")
 	b.ReportMetric(float64(rss)/1024, "rss-MiB")
 	b.ReportMetric(float64(hwm)/1024, "peak-rss-MiB")
@@ -324,4 +325,22 @@ quota:
 	for _, rn := range renewers {
 		rn.stop()
 	}
+}
+
+// scrapeGauge reads one unlabelled sample from a Prometheus text exposition.
+func scrapeGauge(b *testing.B, url, name string) float64 {
+	b.Helper()
+	resp, err := testHTTP.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return -1
 }

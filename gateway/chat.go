@@ -224,6 +224,13 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 }
 
 // denyQuota writes the 429 (or the 400 for an estimate no window can ever hold).
+//
+// Header formats: Retry-After is whole seconds S = max(1, ceil(RetryAfter)); x-ratelimit-
+// reset-tokens is the same S written as a Go/OpenAI-style duration in whole seconds ("7s",
+// "61s" — never "1m1s", so clients can parse it with a trailing-"s" strip or
+// time.ParseDuration); x-ratelimit-limit-tokens is the rule's smallest window capacity
+// (Quota.Limit); x-ratelimit-remaining-tokens is the refusing window's remaining capacity (on
+// admitted responses: the smallest remaining capacity after the reservation).
 func (s *Server) denyQuota(w http.ResponseWriter, rec *requestRecord, rule *ledger.CompiledRule, est int64, d *ledger.Denial) {
 	if d == nil {
 		d = &ledger.Denial{Reason: ledger.ReasonWindowCapacity, Limit: rule.Quota.Limit()}

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,9 @@ func (s *Server) Start() error {
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          errLog,
 	}
+	// Config decoding (a YAML tree per credential) leaves garbage the runtime would otherwise
+	// keep resident; hand it back once before serving.
+	debug.FreeOSMemory()
 	go s.serve(s.dataSrv, s.dataLn)
 	go s.serve(s.adminSrv, s.adminLn)
 	s.ready.Store(true)
