@@ -77,11 +77,6 @@ func (c *component) start() error {
 	return nil
 }
 
-// componentAttr: SIGKILL when the starting thread dies, and a process group of its own so a
-// Ctrl-C on the terminal reaches only the harness, which then tears down in order.
-func componentAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-}
 
 // pid of the running process, 0 when none.
 func (c *component) pid() int {

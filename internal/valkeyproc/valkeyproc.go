@@ -36,8 +36,8 @@ type Options struct {
 	ExtraArgs   []string
 	// LogFile receives the server's output; default Dir/valkey.log.
 	LogFile string
-	// SysProcAttr for the child; default sets Pdeathsig so the server dies with its parent
-	// thread.
+	// SysProcAttr for the child; default (on Linux) sets Pdeathsig so the server dies with its
+	// parent thread.
 	SysProcAttr *syscall.SysProcAttr
 }
 
@@ -170,12 +170,24 @@ func (s *Server) args() []string {
 		"--daemonize", "no",
 		"--loglevel", "notice",
 	}
-	if s.opts.Password != "" {
-		args = append(args, "--requirepass", s.opts.Password)
-	} else {
+	if s.opts.Password == "" {
 		args = append(args, "--protected-mode", "no")
 	}
 	return append(args, s.opts.ExtraArgs...)
+}
+
+// writeConfig writes the settings that must not appear on a command line (the password) into
+// a file only the owner can read; valkey-server takes it as its first argument.
+func (s *Server) writeConfig() (string, error) {
+	path := filepath.Join(s.opts.Dir, "valkey-secrets.conf")
+	var body string
+	if s.opts.Password != "" {
+		body = "requirepass \"" + s.opts.Password + "\"\n"
+	}
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		return "", fmt.Errorf("valkeyproc: write config: %w", err)
+	}
+	return path, nil
 }
 
 // Restart starts the server if it is stopped and waits until it answers PING.
@@ -189,7 +201,12 @@ func (s *Server) Restart(ctx context.Context) error {
 			return nil
 		}
 	}
-	argv := append(append([]string{}, s.opts.Wrap...), s.opts.Binary)
+	conf, err := s.writeConfig()
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	argv := append(append([]string{}, s.opts.Wrap...), s.opts.Binary, conf)
 	argv = append(argv, s.args()...)
 	log, err := os.OpenFile(s.opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -200,7 +217,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = s.opts.SysProcAttr
 	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = dieWithParent()
 	}
 	if err := cmd.Start(); err != nil {
 		log.Close()

@@ -1,0 +1,9 @@
+package topology
+
+import "syscall"
+
+// componentAttr: SIGKILL when the starting thread dies, and a process group of its own so a
+// Ctrl-C on the terminal reaches only the harness, which then tears down in order.
+func componentAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+}
