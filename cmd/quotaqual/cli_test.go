@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,5 +266,69 @@ func TestInterruptTearsDownAndWritesThePartialBundle(t *testing.T) {
 	}
 	if left := topology.FindRunProcesses(runID); len(left) > 0 {
 		t.Errorf("processes of run %s still running after the interrupt: %v", runID, left)
+	}
+}
+
+func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
+	runID := fmt.Sprintf("up-%d", time.Now().UnixNano()%1e6)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "up", "--run-id", runID)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Read until the curl lines: the gateway URLs come first.
+	var printed strings.Builder
+	dataURL := ""
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		printed.WriteString(line + "\n")
+		if f := strings.Fields(line); dataURL == "" && len(f) >= 3 && f[0] == "gateway-a" && f[1] == "data" {
+			dataURL = f[2]
+		}
+		if strings.Contains(line, "Ctrl-C") {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if dataURL == "" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("up printed no gateway-a data URL:\n%s\nstderr:\n%s", printed.String(), stderr.String())
+	}
+	// Standard output is not a terminal here, so no password may be printed.
+	if strings.Contains(printed.String(), "application-a:") && !strings.Contains(printed.String(), "$QQ_PASSWORD_") {
+		t.Errorf("up printed a credential to a non-terminal:\n%s", printed.String())
+	}
+	// The forwarded port reaches a real gateway: no credentials is a 401 with WWW-Authenticate.
+	resp, err := http.Post(dataURL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"qwen3-0.6b","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Errorf("POST through up's forward: %v", err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("unauthenticated request through up: %s, WWW-Authenticate %q; want 401 with a challenge",
+				resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("up after Ctrl-C: %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+	if left := topology.FindRunProcesses(runID); len(left) > 0 {
+		t.Errorf("processes of run %s still running after up ended: %v", runID, left)
+	}
+	// down finds nothing left of this run and says so with exit 0.
+	if _, derr, code := quotaqual(t, 30*time.Second, "down", "--run-id", runID); code != 0 {
+		t.Errorf("down --run-id %s: exit %d: %s", runID, code, derr)
 	}
 }
