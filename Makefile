@@ -29,5 +29,14 @@ lint:
 run: deps build
 	./$(BIN) run
 
+# Container image for the docker topology: a static Linux binary on scratch, so nothing is
+# pulled (no registry needed). With a registry: docker build -f Dockerfile.multistage -t quotaqual:dev .
+# The local Valkey image (quotaqual-valkey:8) is built by docker/valkey/build.sh, or by the
+# topology itself when missing.
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$$(docker version --format '{{.Server.Arch}}') \
+		$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/image/quotaqual ./cmd/quotaqual
+	docker build -t quotaqual:$(VERSION) -t quotaqual:dev .
+
 clean:
 	rm -rf bin quotaqual-evidence

@@ -13,8 +13,10 @@ package topology
 // the alias <host>-admin, resolved inside the container), so the client reaches a gateway's
 // data port on the edge network but not its admin port, and no container reaches another's
 // admin port (icc off): admin ports accept only the observer, as in DefaultPolicy. Data ports
-// listen on all of a container's addresses, so membership is coarser than the policy in one
-// place: a provider or Valkey could open a gateway's data port (no scenario depends on it).
+// listen on all of a container's addresses, so membership is coarser than the policy in two
+// places (no scenario probes them; docker_test.go pins them): every host sharing a network
+// with a gateway (valkey, the providers, the other gateway) reaches its data port, and the
+// providers, sharing the provider network, reach each other's data port.
 //
 // The harness (observer) runs outside the containers and reaches them in one of two ways:
 //   - published (default): the gateways' data and admin ports and the providers' admin ports
@@ -144,10 +146,12 @@ type dockerTopo struct {
 
 var dockerInitOnce sync.Once
 
-func newDocker(spec Spec) (*dockerTopo, error) {
+// dockerInit prepares testcontainers once per process: no reaper (its image cannot be pulled
+// without a registry, and Down removes everything by label anyway) unless the user set
+// TESTCONTAINERS_RYUK_DISABLED, and its banner and progress lines off unless
+// QUOTAQUAL_DOCKER_DEBUG is set.
+func dockerInit() {
 	dockerInitOnce.Do(func() {
-		// The reaper (ryuk) image cannot be pulled without a registry, and Down removes
-		// everything by label anyway.
 		if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
 			os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 		}
@@ -155,6 +159,46 @@ func newDocker(spec Spec) (*dockerTopo, error) {
 			tclog.SetDefault(tclog.NewNoopLogger())
 		}
 	})
+}
+
+// DockerAvailable reports whether a Docker engine answers within two seconds.
+func DockerAvailable() bool {
+	_, err := dockerPing(context.Background())
+	return err == nil
+}
+
+// dockerPing returns the engine's version, or why no engine answers.
+func dockerPing(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cli, err := dockerClient(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return "", fmt.Errorf("the Docker engine did not answer: %w", err)
+	}
+	return v.Version, nil
+}
+
+// DetectAuto is Detect with the docker engine in between: netns when this host can build
+// namespaces, else docker when a Docker engine answers, else process — with the reason.
+func DetectAuto() (engine, reason string) {
+	engine, reason = Detect()
+	if engine != EngineProcess {
+		return engine, reason
+	}
+	v, err := dockerPing(context.Background())
+	if err != nil {
+		return EngineProcess, reason + "; docker: " + err.Error()
+	}
+	return EngineDocker, reason + "; a Docker engine answers (version " + v + "): containers on private networks"
+}
+
+func newDocker(spec Spec) (*dockerTopo, error) {
+	dockerInit()
 	access := os.Getenv(EnvDockerAccess)
 	switch access {
 	case "":
@@ -242,6 +286,7 @@ func (t *dockerTopo) ctr(host string) *testcontainers.DockerContainer {
 
 // dockerClient connects to the engine testcontainers finds (DOCKER_HOST, the socket, ...).
 func dockerClient(ctx context.Context) (*testcontainers.DockerClient, error) {
+	dockerInit()
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("no Docker engine answers (%w): start Docker or use another topology", err)
@@ -391,7 +436,6 @@ func (t *dockerTopo) request(host, image string, publish []int) testcontainers.G
 			Networks:       networks,
 			NetworkAliases: aliases,
 			ExposedPorts:   exposed,
-			Hostname:       host,
 			HostConfigModifier: func(hc *container.HostConfig) {
 				hc.PortBindings = network.PortMap{}
 				for _, p := range publish {
@@ -1015,7 +1059,7 @@ func DockerCleanup(ctx context.Context, runID string) (Teardown, error) {
 	if err := ValidateRunID(runID); err != nil {
 		return Teardown{}, err
 	}
-	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	cli, err := dockerClient(ctx)
 	if err != nil {
 		return Teardown{Elapsed: elapsedSince(start)}, nil
 	}

@@ -76,14 +76,19 @@ func New(engine string, spec Spec) (Topology, error) {
 	}
 	if engine == "" || engine == EngineAuto {
 		engine, _ = Detect()
+		if engine == EngineProcess && DockerAvailable() {
+			engine = EngineDocker
+		}
 	}
 	switch engine {
+	case EngineDocker:
+		return newDocker(spec)
 	case EngineProcess:
 		return newProcess(spec), nil
 	case EngineNetns:
 		return newNetns(spec)
 	default:
-		return nil, fmt.Errorf("topology %q is unknown: use auto, netns or process", engine)
+		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker or process", engine)
 	}
 }
 

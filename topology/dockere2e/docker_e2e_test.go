@@ -1,0 +1,408 @@
+// Package dockere2e_test runs the docker topology end to end against a real Docker engine.
+//
+// It lives in its own package because package topology's TestMain re-executes its tests
+// inside the netns engine's private namespaces, where neither the daemon's socket (/run is a
+// private tmpfs there) nor its published ports can be reached. Here the tests run on the
+// host, as `quotaqual run --topology docker` does.
+package dockere2e_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+var binary string
+
+// TestMain builds a static quotaqual binary for the image.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "quotaqual-docker-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "quotaqual")
+	build := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/quotaqual/quotaqual/cmd/quotaqual")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the quotaqual binary for the docker tests:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if topology.Inside() {
+		t.Skip("inside the netns engine's namespaces the Docker engine cannot be reached")
+	}
+	if !topology.DockerAvailable() {
+		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be tested here")
+	}
+}
+
+// images builds both images when missing and removes, at the end of the test, the ones this
+// test built.
+func images(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	hadValkey := imageExists(topology.DefaultValkeyImage)
+	if err := topology.EnsureValkeyImage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hadValkey {
+		t.Cleanup(func() { removeImage(t, topology.DefaultValkeyImage) })
+	}
+	tag, err := topology.EnsureQuotaqualImage(ctx, binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Content-addressed: a fresh binary is a fresh image; do not leave it behind.
+	t.Cleanup(func() { removeImage(t, tag) })
+	t.Logf("images %s and %s ready in %s", topology.DefaultValkeyImage, tag, time.Since(start).Round(time.Millisecond))
+	return tag
+}
+
+func imageExists(ref string) bool {
+	return exec.Command("docker", "image", "inspect", ref).Run() == nil
+}
+
+// removeImage removes ref unless a container still uses it (another run's).
+func removeImage(t *testing.T, ref string) {
+	if os.Getenv("QQ_DOCKER_KEEP") != "" {
+		return
+	}
+	if out, err := exec.Command("docker", "image", "rm", ref).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such image") {
+		t.Logf("leaving image %s: %s", ref, strings.TrimSpace(string(out)))
+	}
+}
+
+func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deployment, string) {
+	t.Helper()
+	id := topology.NewRunID()
+	p, err := fixtures.ProfileByName("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := fixtures.NewDeployment(id, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := topology.New(topology.EngineDocker, topology.Spec{
+		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d,
+		QuotaqualImage: qqImage, Stdout: testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv("QQ_DOCKER_KEEP") != "" {
+			t.Logf("QQ_DOCKER_KEEP: leaving run %s up (remove with quotaqual down --run-id %s)", id, id)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = topo.Down(ctx)
+		if td, err := topology.DockerCleanup(ctx, id); err != nil || len(td.Removed) > 0 {
+			t.Errorf("leftovers of run %s after Down: removed %v, error %v", id, td.Removed, err)
+		}
+	})
+	return topo, d, id
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// chat sends one walkthrough request of subject through a gateway with Client().
+func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
+	t.Helper()
+	cred, ok := d.Credential("", subject)
+	if !ok {
+		t.Fatalf("no walkthrough credential for %s", subject)
+	}
+	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
+	req.SetBasicAuth(cred.Username, cred.Password)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := topo.Client().Do(req)
+	if err != nil {
+		t.Errorf("chat via %s: %v", gateway, err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+}
+
+// eventually polls chat until want(status) or the deadline.
+func eventually(t *testing.T, what string, within time.Duration, f func() int, want func(int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := 0
+	for time.Now().Before(deadline) {
+		if last = f(); want(last) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("%s: last status %d after %s", what, last, within)
+}
+
+func decided(code int) bool { return code == http.StatusOK || code == http.StatusTooManyRequests }
+
+type probe struct {
+	from, to string
+	port     int
+}
+
+// policyProbes are the network-policy scenario's probes (positive and negative controls from
+// the same vantage points as on netns).
+func policyProbes(p topology.Ports) []probe {
+	var ps []probe
+	for _, gw := range topology.Gateways {
+		ps = append(ps, probe{gw, topology.HostValkey, p.Valkey})
+		for _, pr := range topology.Providers {
+			ps = append(ps, probe{gw, pr, p.ProviderData})
+		}
+		ps = append(ps, probe{topology.HostClient, gw, p.GatewayData})
+	}
+	for _, pr := range topology.Providers {
+		ps = append(ps, probe{pr, pr, p.ProviderData}, probe{topology.HostClient, pr, p.ProviderData}, probe{pr, topology.HostValkey, p.Valkey})
+	}
+	return append(ps,
+		probe{topology.HostClient, topology.HostValkey, p.Valkey},
+		probe{topology.HostClient, topology.HostGatewayA, p.GatewayAdmin},
+		probe{topology.HostClient, topology.HostProviderWest, p.ProviderAdmin},
+		probe{topology.HostProviderWest, topology.HostGatewayA, p.GatewayAdmin},
+		probe{topology.HostGatewayA, topology.HostProviderWest, p.ProviderAdmin},
+	)
+}
+
+func TestDockerTopology(t *testing.T) {
+	requireDocker(t)
+	img := images(t)
+	topo, d, id := newTopo(t, img)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	start := time.Now()
+	if err := topo.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Logf("up in %s; facts: %v", time.Since(start).Round(time.Millisecond), topo.Facts()["harness_access"])
+	if topo.Engine() != topology.EngineDocker || !topo.Capabilities().NetworkPolicy || !topo.Capabilities().Partition {
+		t.Fatalf("engine %s capabilities %+v", topo.Engine(), topo.Capabilities())
+	}
+
+	t.Run("a chat request through each gateway is admitted with a provider site", func(t *testing.T) {
+		for _, gw := range topology.Gateways {
+			code, site := chat(t, topo, gw, d, fixtures.Subjects[0])
+			if code != http.StatusOK || !slices.Contains(fixtures.Sites, site) {
+				t.Errorf("via %s: status %d, site %q", gw, code, site)
+			}
+		}
+	})
+
+	t.Run("the observer reaches every admin port", func(t *testing.T) {
+		for _, gw := range topology.Gateways {
+			if code := get(t, topo, topo.Gateway(gw).AdminURL+"/readyz"); code != http.StatusOK {
+				t.Errorf("%s /readyz: %d", gw, code)
+			}
+		}
+		for _, pr := range topology.Providers {
+			if code := get(t, topo, topo.Provider(pr).AdminURL+"/healthz"); code != http.StatusOK {
+				t.Errorf("%s /healthz: %d", pr, code)
+			}
+		}
+	})
+
+	t.Run("probes match the network policy", func(t *testing.T) {
+		pol := topo.(interface{ Policy() topology.Policy }).Policy()
+		for _, p := range policyProbes(topo.Ports()) {
+			r := topo.Probe(ctx, p.from, p.to, p.port)
+			want := pol.Allows(p.from, p.to, p.port)
+			if !r.Supported || r.Reached != want {
+				t.Errorf("%s → %s:%d: reached %v (%s, supported %v), policy allows %v", p.from, p.to, p.port, r.Reached, r.Error, r.Supported, want)
+			} else {
+				t.Logf("%s → %s:%d: reached %v %s in %s", p.from, p.to, p.port, r.Reached, r.Error, r.Elapsed.Round(time.Microsecond))
+			}
+		}
+		if r := topo.Probe(ctx, topology.HostValkey, topology.HostGatewayA, topo.Ports().GatewayData); r.Supported {
+			t.Errorf("a probe from valkey claims support: %+v", r)
+		}
+	})
+
+	t.Run("partition gateway-a from valkey: 503 on a, b unaffected; heal restores", func(t *testing.T) {
+		if err := topo.Partition(ctx, topology.HostGatewayA, topology.HostValkey); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "gateway-a while partitioned", 10*time.Second,
+			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[1]); return c },
+			func(c int) bool { return c == http.StatusServiceUnavailable })
+		if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
+			t.Errorf("gateway-b during the partition: %d", code)
+		}
+		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); r.Reached {
+			t.Errorf("gateway-a still reaches valkey while partitioned")
+		}
+		if err := topo.Partition(ctx, topology.HostValkey, topology.HostGatewayA); err != nil {
+			t.Errorf("partition twice: %v", err)
+		}
+		if err := topo.Partition(ctx, topology.HostGatewayA, topology.HostProviderWest); err == nil {
+			t.Errorf("partition gateway-a from a provider: want unsupported")
+		}
+		if err := topo.Heal(ctx, topology.HostGatewayA, topology.HostValkey); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "gateway-a after heal", 15*time.Second,
+			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[2]); return c }, decided)
+		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); !r.Reached {
+			t.Errorf("gateway-a does not reach valkey after heal: %s", r.Error)
+		}
+	})
+
+	t.Run("restart gateway-a: ready again and deciding", func(t *testing.T) {
+		before := topo.Gateway(topology.HostGatewayA)
+		rs := time.Now()
+		if err := topo.RestartGateway(ctx, topology.HostGatewayA); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("restart took %s; data %s → %s", time.Since(rs).Round(time.Millisecond), before.DataURL, topo.Gateway(topology.HostGatewayA).DataURL)
+		if code, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[0]); !decided(code) {
+			t.Errorf("after restart: %d", code)
+		}
+	})
+
+	t.Run("stop valkey: 503 on both gateways; start: decisions again", func(t *testing.T) {
+		if err := topo.StopValkey(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, gw := range topology.Gateways {
+			eventually(t, gw+" with valkey stopped", 5*time.Second,
+				func() int { c, _ := chat(t, topo, gw, d, fixtures.Subjects[1]); return c },
+				func(c int) bool { return c == http.StatusServiceUnavailable })
+		}
+		ss := time.Now()
+		if err := topo.StartValkey(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("valkey back in %s", time.Since(ss).Round(time.Millisecond))
+		for _, gw := range topology.Gateways {
+			eventually(t, gw+" after valkey restart", 15*time.Second,
+				func() int { c, _ := chat(t, topo, gw, d, fixtures.Subjects[2]); return c }, decided)
+		}
+	})
+
+	t.Run("logs of every component are collected", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := topo.CollectLogs(dir); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range topology.Hosts {
+			b, err := os.ReadFile(filepath.Join(dir, h+".log"))
+			if h == topology.HostClient {
+				continue // the idle client writes nothing
+			}
+			if err != nil || len(b) == 0 {
+				t.Errorf("log of %s: %d bytes, %v", h, len(b), err)
+			}
+			for _, s := range d.Secrets() {
+				if strings.Contains(string(b), s) {
+					t.Errorf("log of %s contains a secret of the run", h)
+				}
+			}
+		}
+	})
+
+	if os.Getenv("QQ_DOCKER_KEEP") != "" {
+		return
+	}
+	ds := time.Now()
+	td, err := topo.Down(context.Background())
+	if err != nil {
+		t.Errorf("Down: %v", err)
+	}
+	t.Logf("down in %s: %s", time.Since(ds).Round(time.Millisecond), strings.Join(td.Removed, ", "))
+	if len(td.Removed) != 7+4+1 {
+		t.Errorf("Down removed %d things, want 7 containers, 4 networks, 1 volume: %v", len(td.Removed), td.Removed)
+	}
+	for _, kind := range []string{"ps -a", "network ls", "volume ls"} {
+		args := append(strings.Fields(kind), "-q", "--filter", "label="+topology.LabelRunID+"="+id)
+		out, err := exec.Command("docker", args...).Output()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			t.Errorf("docker %s after Down: %q %v", kind, out, err)
+		}
+	}
+	if _, err := topo.Down(context.Background()); err != nil {
+		t.Errorf("second Down: %v", err)
+	}
+}
+
+// TestDockerTopologyExecAccess brings the topology up with the harness reaching the
+// containers through docker exec relays (as when it cannot reach published ports).
+func TestDockerTopologyExecAccess(t *testing.T) {
+	requireDocker(t)
+	img := images(t)
+	t.Setenv(topology.EnvDockerAccess, "exec")
+	topo, d, _ := newTopo(t, img)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := topo.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Logf("up in %s (access %v)", time.Since(start).Round(time.Millisecond), topo.Facts()["harness_access"])
+	for _, gw := range topology.Gateways {
+		code, site := chat(t, topo, gw, d, fixtures.Subjects[0])
+		if code != http.StatusOK || site == "" {
+			t.Errorf("via %s from the client container: %d %q", gw, code, site)
+		}
+	}
+	if code := get(t, topo, topo.Gateway(topology.HostGatewayB).AdminURL+"/metrics"); code != http.StatusOK {
+		t.Errorf("gateway-b /metrics through the observer: %d", code)
+	}
+	if err := topo.RestartGateway(ctx, topology.HostGatewayB); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
+		t.Errorf("after restart: %d", code)
+	}
+}
+
+func get(t *testing.T, topo topology.Topology, url string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := topo.Observer().Do(req)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
