@@ -36,6 +36,9 @@ type Spec struct {
 	// docker_image.go), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
 	ValkeyImage    string
 	QuotaqualImage string
+
+	// Kind engine only: cluster, node image, existing kubeconfig/context, keep (kind.go).
+	Kind KindOptions
 }
 
 func (s *Spec) validate() error {
@@ -87,8 +90,10 @@ func New(engine string, spec Spec) (Topology, error) {
 		return newProcess(spec), nil
 	case EngineNetns:
 		return newNetns(spec)
+	case EngineKind:
+		return newKind(spec)
 	default:
-		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker or process", engine)
+		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
 	}
 }
 

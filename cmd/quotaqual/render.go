@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/scenarios"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+func init() { subcommands = append(subcommands, newRenderCmd) }
+
+// newRenderCmd prints the kind topology's manifests for review. Every secret is a placeholder
+// (REPLACE-generated-per-run): a run generates its own and puts them only into the cluster's
+// Secrets, so the output can be pasted into a review or a ticket as it is.
+func newRenderCmd() *cobra.Command {
+	var engine, runID, profile, qqImage, valkeyImage, storageClass string
+	var emptyDir bool
+	cmd := &cobra.Command{
+		Use:   "render --topology kind [--run-id ID] [--profile P]",
+		Short: "Print the Kubernetes manifests of the kind topology for review (secrets as placeholders)",
+		Long: `Print the manifests quotaqual run --topology kind applies: namespace, Secrets, gateway
+ConfigMaps, Valkey PVC, NetworkPolicies (default deny plus the allow rules of the qualification's
+policy), Services and Deployments, as one multi-document YAML stream. Secrets are shown as
+placeholders; a run generates fresh ones and never prints them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if engine != topology.EngineKind {
+				return withCode(ExitUsage, fmt.Errorf("--topology %q cannot be rendered: only kind has manifests (use --topology kind)", engine))
+			}
+			if runID == "" {
+				runID = topology.NewRunID()
+			}
+			if err := topology.ValidateRunID(runID); err != nil {
+				return withCode(ExitUsage, fmt.Errorf("--run-id: %w", err))
+			}
+			p, err := fixtures.ProfileByName(profile)
+			if err != nil {
+				return withCode(ExitUsage, fmt.Errorf("--profile: %w", err))
+			}
+			var names []string
+			for _, s := range scenarios.All() {
+				names = append(names, s.Name)
+			}
+			d, err := fixtures.NewDeployment(runID, p, names)
+			if err != nil {
+				return withCode(ExitUsage, err)
+			}
+			y, err := topology.RenderKindYAML(d, topology.KindManifestOptions{
+				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
+				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true,
+			})
+			if err != nil {
+				return withCode(ExitUsage, err)
+			}
+			_, err = cmd.OutOrStdout().Write(y)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&engine, "topology", topology.EngineKind, "topology to render (only kind has manifests)")
+	f.StringVar(&runID, "run-id", "", "run id naming the namespace quotaqual-<id> (default: a fresh one)")
+	f.StringVar(&profile, "profile", fixtures.DefaultProfile, "profile of the gateway configs")
+	f.StringVar(&qqImage, "image", "quotaqual:dev", "quotaqual image of gateways, providers and probe pods")
+	f.StringVar(&valkeyImage, "valkey-image", topology.DefaultValkeyImage, "Valkey image")
+	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")
+	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
+	return cmd
+}

@@ -1,0 +1,469 @@
+package k8s_test
+
+// Offline tests of the kind topology's manifests. They live here (not in package topology)
+// because package topology's TestMain builds the binary and re-executes into namespaces; these
+// need neither and run in well under a second.
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/k8s"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in topology/testdata/kind")
+
+const goldenRunID = "golden-1"
+
+var ports = topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+
+func deployment(t *testing.T) *fixtures.Deployment {
+	t.Helper()
+	p, err := fixtures.ProfileByName("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := fixtures.NewDeployment(goldenRunID, p, []string{"valid-auth", "shared-budget"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func render(t *testing.T, d *fixtures.Deployment, o topology.KindManifestOptions) []runtime.Object {
+	t.Helper()
+	o.RunID = goldenRunID
+	objs, err := topology.RenderKind(d, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func TestManifestsMatchGoldenFiles(t *testing.T) {
+	d := deployment(t)
+	cases := []struct {
+		file string
+		opts topology.KindManifestOptions
+	}{
+		{"manifests.yaml", topology.KindManifestOptions{Placeholders: true}},
+		{"manifests-emptydir-never.yaml", topology.KindManifestOptions{Placeholders: true, EmptyDir: true,
+			PullPolicy: corev1.PullNever, QuotaqualImage: "quotaqual:bin-0123456789ab", ValkeyImage: "valkey/valkey:8"}},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			y, err := k8s.YAML(render(t, d, c.opts))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("..", "testdata", "kind", c.file)
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, y, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./topology/k8s -run Golden -update)", err)
+			}
+			if !bytes.Equal(y, want) {
+				t.Errorf("rendered manifests differ from %s (run with -update and review the diff):\n%s", path, firstDiff(string(want), string(y)))
+			}
+		})
+	}
+}
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return fmt.Sprintf("line %d:\n  golden:   %q\n  rendered: %q", i+1, x, y)
+		}
+	}
+	return ""
+}
+
+// typed returns an empty value of the API type of kind.
+func typed(kind string) runtime.Object {
+	switch kind {
+	case "Namespace":
+		return &corev1.Namespace{}
+	case "Secret":
+		return &corev1.Secret{}
+	case "ConfigMap":
+		return &corev1.ConfigMap{}
+	case "PersistentVolumeClaim":
+		return &corev1.PersistentVolumeClaim{}
+	case "Service":
+		return &corev1.Service{}
+	case "NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
+	case "Deployment":
+		return &appsv1.Deployment{}
+	}
+	return nil
+}
+
+// Every rendered document decodes strictly (no unknown or duplicate field) into its
+// Kubernetes API type, and decodes to exactly the object that was rendered.
+func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
+	d := deployment(t)
+	for _, placeholders := range []bool{true, false} {
+		objs := render(t, d, topology.KindManifestOptions{Placeholders: placeholders})
+		y, err := k8s.YAML(objs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := strings.Split(string(y), "\n---\n")
+		if len(docs) != len(objs) {
+			t.Fatalf("%d documents for %d objects", len(docs), len(objs))
+		}
+		kinds := map[string]int{}
+		for i, doc := range docs {
+			var tm struct {
+				Kind       string `json:"kind"`
+				APIVersion string `json:"apiVersion"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("document %d: %v", i, err)
+			}
+			kinds[tm.Kind]++
+			got := typed(tm.Kind)
+			if got == nil {
+				t.Fatalf("document %d has kind %q, which the renderer should not produce", i, tm.Kind)
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), got); err != nil {
+				t.Errorf("document %d (%s) does not decode strictly: %v", i, tm.Kind, err)
+				continue
+			}
+			// The same through encoding/json with unknown fields refused.
+			j, err := yaml.YAMLToJSON([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := json.NewDecoder(bytes.NewReader(j))
+			dec.DisallowUnknownFields()
+			again := typed(tm.Kind)
+			if err := dec.Decode(again); err != nil {
+				t.Errorf("document %d (%s): %v", i, tm.Kind, err)
+			}
+			if !equality.Semantic.DeepEqual(got, objs[i]) {
+				t.Errorf("document %d (%s) decodes to a different object than was rendered", i, tm.Kind)
+			}
+			gvk := objs[i].GetObjectKind().GroupVersionKind()
+			if gvk.Kind != tm.Kind || gvk.GroupVersion().String() != tm.APIVersion {
+				t.Errorf("document %d: apiVersion/kind %s/%s, object says %s", i, tm.APIVersion, tm.Kind, gvk)
+			}
+		}
+		want := map[string]int{"Namespace": 1, "Secret": 2, "ConfigMap": 2, "PersistentVolumeClaim": 1,
+			"NetworkPolicy": 1 + len(topology.DefaultPolicy(ports).Rules), "Service": 6, "Deployment": 8}
+		for k, n := range want {
+			if kinds[k] != n {
+				t.Errorf("%d %s objects, want %d", kinds[k], k, n)
+			}
+		}
+	}
+}
+
+// Names, labels and namespaces are what the API server accepts.
+func TestNamesAndLabelsAreValid(t *testing.T) {
+	for _, o := range render(t, deployment(t), topology.KindManifestOptions{}) {
+		m := o.(interface {
+			GetName() string
+			GetNamespace() string
+			GetLabels() map[string]string
+		})
+		if errs := validation.IsDNS1123Subdomain(m.GetName()); len(errs) > 0 {
+			t.Errorf("name %q: %v", m.GetName(), errs)
+		}
+		if _, isNS := o.(*corev1.Namespace); !isNS && m.GetNamespace() != "quotaqual-"+goldenRunID {
+			t.Errorf("%s is in namespace %q, want the run's", m.GetName(), m.GetNamespace())
+		}
+		for k, v := range m.GetLabels() {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				t.Errorf("%s: label key %q: %v", m.GetName(), k, errs)
+			}
+			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+				t.Errorf("%s: label %s=%q: %v", m.GetName(), k, v, errs)
+			}
+		}
+		if m.GetLabels()[k8s.LabelRunID] != goldenRunID || m.GetLabels()[k8s.LabelManagedBy] != "quotaqual" {
+			t.Errorf("%s lacks the run-id / managed-by labels: %v", m.GetName(), m.GetLabels())
+		}
+	}
+}
+
+// Every pod is "restricted": non-root, no privilege escalation, ALL capabilities dropped,
+// RuntimeDefault seccomp, read-only root filesystem, no service account token, local images.
+func TestEveryPodIsRestricted(t *testing.T) {
+	for _, o := range render(t, deployment(t), topology.KindManifestOptions{}) {
+		dep, ok := o.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		ps := dep.Spec.Template.Spec
+		if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+			t.Errorf("%s mounts a service account token", dep.Name)
+		}
+		if ps.SecurityContext == nil || ps.SecurityContext.SeccompProfile == nil ||
+			ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+			ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot {
+			t.Errorf("%s: pod security context is not restricted: %+v", dep.Name, ps.SecurityContext)
+		}
+		for _, v := range ps.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("%s: hostPath volume %s", dep.Name, v.Name)
+			}
+		}
+		for _, c := range ps.Containers {
+			sc := c.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 ||
+				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 ||
+				sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("%s/%s: container security context is not restricted: %+v", dep.Name, c.Name, sc)
+			}
+			if c.ImagePullPolicy == corev1.PullAlways {
+				t.Errorf("%s/%s pulls Always: local images must be IfNotPresent or Never", dep.Name, c.Name)
+			}
+		}
+	}
+}
+
+// The gateways get exactly the variables GatewayEnv produces, from a Secret, and every
+// password_env their config names is among them; Valkey gets its password from a Secret file.
+func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
+	d := deployment(t)
+	objs := render(t, d, topology.KindManifestOptions{})
+	var gwSecret, vkSecret *corev1.Secret
+	configs := map[string]string{}
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *corev1.Secret:
+			switch x.Name {
+			case k8s.SecretGateway:
+				gwSecret = x
+			case k8s.SecretValkey:
+				vkSecret = x
+			}
+		case *corev1.ConfigMap:
+			configs[x.Name] = x.Data[k8s.GatewayConfigKey]
+		}
+	}
+	if gwSecret == nil || vkSecret == nil {
+		t.Fatal("missing secrets")
+	}
+	valkeyAddr := "valkey.quotaqual-" + goldenRunID + ".svc.cluster.local:6379"
+	env := d.GatewayEnv(valkeyAddr)
+	if len(gwSecret.StringData) != len(env) {
+		t.Errorf("gateway secret has %d keys, GatewayEnv %d", len(gwSecret.StringData), len(env))
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if gwSecret.StringData[k] != v {
+			t.Errorf("gateway secret %s differs from GatewayEnv", k)
+		}
+	}
+	if vkSecret.StringData["url"] != d.ValkeyURL(valkeyAddr) || vkSecret.StringData["password"] != d.ValkeyPassword ||
+		vkSecret.StringData[k8s.ValkeyAuthKey] != "requirepass "+d.ValkeyPassword+"\n" {
+		t.Error("valkey secret does not carry the run's password, URL and auth.conf")
+	}
+	ref := regexp.MustCompile(`password_env: (\S+)`)
+	for name, cfg := range configs {
+		if !strings.Contains(cfg, "url: ${"+fixtures.ValkeyURLEnv+"}") || !strings.Contains(cfg, "http://provider-west.quotaqual-"+goldenRunID+".svc.cluster.local:8000") {
+			t.Errorf("%s: config does not use the Service names and the Valkey URL variable:\n%s", name, cfg)
+		}
+		for _, m := range ref.FindAllStringSubmatch(cfg, -1) {
+			if _, ok := gwSecret.StringData[m[1]]; !ok {
+				t.Errorf("%s names %s, which the gateway secret lacks", name, m[1])
+			}
+		}
+	}
+}
+
+// With the real secrets rendered, no secret appears outside the two Secrets (not in a
+// ConfigMap, an argument, an environment value or an annotation); with placeholders, none
+// appears at all.
+func TestSecretsAppearOnlyInSecrets(t *testing.T) {
+	d := deployment(t)
+	for _, placeholders := range []bool{false, true} {
+		for _, o := range render(t, d, topology.KindManifestOptions{Placeholders: placeholders}) {
+			b, _ := json.Marshal(o)
+			_, isSecret := o.(*corev1.Secret)
+			for _, s := range d.Secrets() {
+				if bytes.Contains(b, []byte(s)) && (placeholders || !isSecret) {
+					t.Errorf("placeholders=%v: a generated secret appears in %T %s", placeholders, o, o.(interface{ GetName() string }).GetName())
+				}
+			}
+		}
+	}
+}
+
+// reachability evaluates the rendered NetworkPolicies for every (from, to, port) and
+// compares with what the policy allows.
+func checkReachability(t *testing.T, objs []runtime.Object, pol topology.Policy) {
+	t.Helper()
+	cluster, pods := k8s.ClusterOf(objs)
+	from := append(slices.Clone(topology.Hosts), topology.HostObserver)
+	portList := []int{ports.GatewayData, ports.GatewayAdmin, ports.ProviderData, ports.ProviderAdmin, ports.Valkey, 22, 8081}
+	checked := 0
+	for _, f := range from {
+		fp, ok := pods[f]
+		if !ok {
+			t.Fatalf("no pod renders host %s", f)
+		}
+		for _, to := range topology.Hosts {
+			tp, ok := pods[to]
+			if !ok {
+				t.Fatalf("no pod renders host %s", to)
+			}
+			for _, port := range portList {
+				got, err := cluster.Evaluate(fp, tp, port)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := pol.Allows(f, to, port); got != want {
+					t.Errorf("%s → %s:%d: NetworkPolicies allow=%v, policy allows=%v", f, to, port, got, want)
+				}
+				checked++
+			}
+		}
+	}
+	t.Logf("%d (from, to, port) triples agree", checked)
+}
+
+func TestNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
+	pol := topology.DefaultPolicy(ports)
+	checkReachability(t, render(t, deployment(t), topology.KindManifestOptions{}), pol)
+
+	// A second client pod (e.g. an ad-hoc negative probe pod with role=client) is the client.
+	objs := render(t, deployment(t), topology.KindManifestOptions{})
+	cluster, pods := k8s.ClusterOf(objs)
+	extra := pods[topology.HostClient]
+	extra.Name = "client-2"
+	if ok, _ := cluster.Evaluate(extra, pods[topology.HostGatewayA], ports.GatewayData); !ok {
+		t.Error("a second role=client pod cannot reach the gateway's data port")
+	}
+	if ok, _ := cluster.Evaluate(extra, pods[topology.HostValkey], ports.Valkey); ok {
+		t.Error("a second role=client pod reaches valkey")
+	}
+	// A pod of another namespace with the gateway's labels is not a gateway.
+	foreign := pods[topology.HostGatewayA]
+	foreign.Namespace = "elsewhere"
+	if ok, _ := cluster.Evaluate(foreign, pods[topology.HostValkey], ports.Valkey); ok {
+		t.Error("a pod of another namespace reaches valkey")
+	}
+}
+
+func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
+	full := topology.DefaultPolicy(ports)
+	var pol topology.Policy
+	for _, r := range full.Rules {
+		if r.Host != topology.HostValkey {
+			pol.Rules = append(pol.Rules, r)
+		}
+	}
+	objs := render(t, deployment(t), topology.KindManifestOptions{Policy: &pol})
+	checkReachability(t, objs, pol)
+	cluster, pods := k8s.ClusterOf(objs)
+	for _, g := range topology.Gateways {
+		if ok, _ := cluster.Evaluate(pods[g], pods[topology.HostValkey], ports.Valkey); ok {
+			t.Errorf("%s reaches valkey without the valkey rule", g)
+		}
+	}
+}
+
+// The kind engine partitions by rendering the policy without the pair's allowances.
+func TestPartitionedPolicyCutsOnlyThePair(t *testing.T) {
+	pol := topology.KindPartitionedPolicy(topology.DefaultPolicy(ports), [][2]string{{topology.HostValkey, topology.HostGatewayA}})
+	if pol.Allows(topology.HostGatewayA, topology.HostValkey, ports.Valkey) || !pol.Allows(topology.HostGatewayB, topology.HostValkey, ports.Valkey) {
+		t.Fatal("partitioned policy must deny gateway-a → valkey and keep gateway-b → valkey")
+	}
+	checkReachability(t, render(t, deployment(t), topology.KindManifestOptions{Policy: &pol}), pol)
+}
+
+// The evaluator itself, on hand-made policies: isolation, ports, named ports, endPort,
+// namespace selectors, egress-only policies.
+func TestEvaluatorSemantics(t *testing.T) {
+	a := k8s.Pod{Name: "a", Namespace: "ns1", Labels: map[string]string{"app": "a"}}
+	b := k8s.Pod{Name: "b", Namespace: "ns1", Labels: map[string]string{"app": "b"},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}
+	other := k8s.Pod{Name: "c", Namespace: "ns2", Labels: map[string]string{"app": "a"}}
+	mustYAML := func(s string) networkingv1.NetworkPolicy {
+		var np networkingv1.NetworkPolicy
+		if err := yaml.UnmarshalStrict([]byte(s), &np); err != nil {
+			t.Fatal(err)
+		}
+		return np
+	}
+	cases := []struct {
+		name   string
+		pols   []string
+		from   k8s.Pod
+		port   int
+		allows bool
+	}{
+		{"no policy: not isolated", nil, a, 80, true},
+		{"egress-only policy does not isolate for ingress", []string{`{metadata: {name: e, namespace: ns1}, spec: {podSelector: {}, policyTypes: [Egress]}}`}, a, 80, true},
+		{"default deny", []string{`{metadata: {name: d, namespace: ns1}, spec: {podSelector: {}, policyTypes: [Ingress]}}`}, a, 80, false},
+		{"policy in another namespace does not isolate", []string{`{metadata: {name: d, namespace: ns2}, spec: {podSelector: {}}}`}, a, 80, true},
+		{"allow by label and number", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {matchLabels: {app: b}}, ingress: [{from: [{podSelector: {matchLabels: {app: a}}}], ports: [{port: 80}]}]}}`}, a, 80, true},
+		{"wrong port", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {matchLabels: {app: b}}, ingress: [{from: [{podSelector: {matchLabels: {app: a}}}], ports: [{port: 81}]}]}}`}, a, 80, false},
+		{"named port", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{ports: [{port: http}]}]}}`}, a, 80, true},
+		{"port range", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{ports: [{port: 70, endPort: 90}]}]}}`}, a, 80, true},
+		{"UDP only", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{ports: [{port: 80, protocol: UDP}]}]}}`}, a, 80, false},
+		{"podSelector peer is same-namespace only", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{from: [{podSelector: {matchLabels: {app: a}}}]}]}}`}, other, 80, false},
+		{"namespaceSelector peer", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{from: [{namespaceSelector: {matchLabels: {team: ns2}}}]}]}}`}, other, 80, true},
+		{"matchExpressions", []string{`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {matchExpressions: [{key: app, operator: In, values: [b]}]}, ingress: [{from: [{podSelector: {matchExpressions: [{key: app, operator: NotIn, values: [a]}]}}]}]}}`}, a, 80, false},
+		{"union of policies", []string{
+			`{metadata: {name: d, namespace: ns1}, spec: {podSelector: {}, policyTypes: [Ingress]}}`,
+			`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {matchLabels: {app: b}}, ingress: [{from: [{podSelector: {}}]}]}}`}, a, 80, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cl := k8s.Cluster{Namespace: map[string]map[string]string{"ns1": {"team": "ns1"}, "ns2": {"team": "ns2"}}}
+			for _, p := range c.pols {
+				cl.Policies = append(cl.Policies, mustYAML(p))
+			}
+			got, err := cl.Evaluate(c.from, b, c.port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.allows {
+				t.Errorf("allowed=%v, want %v", got, c.allows)
+			}
+		})
+	}
+	if _, err := (k8s.Cluster{Policies: []networkingv1.NetworkPolicy{mustYAML(`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]}}`)}}).Evaluate(a, b, 80); err == nil {
+		t.Error("ipBlock peers must be an error, not a guess")
+	}
+}

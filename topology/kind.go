@@ -1,0 +1,1419 @@
+package topology
+
+// The kind engine: the qualification on Kubernetes. Either a run-scoped kind cluster
+// (sigs.k8s.io/kind, node image configurable) or, with KindOptions.Kubeconfig/Context, any
+// existing cluster — always inside the run-scoped namespace quotaqual-<run>, touching nothing
+// outside it. The manifests come from package k8s (typed API values, tested offline); this
+// file applies them with client-go and implements the levers:
+//
+//   - Client() and Observer() are HTTP clients whose connections are port-forwards (the
+//     pods/portforward subresource, one SPDY stream pair per connection) to a ready pod of the
+//     Service the URL names, e.g. http://gateway-a.quotaqual-<run>.svc.cluster.local:8080.
+//     A port-forward enters the pod's network namespace through the kubelet, so it is the
+//     harness's (observer's) vantage and is not subject to NetworkPolicy, like the docker
+//     engine's published ports. The policy allows the observer the gateways' data ports too.
+//   - Probe(from, to, port) execs `quotaqual probe --to <to's Service>:port` in a ready pod of
+//     from: the role=client pod for the client, the role=observer pod for the observer, the
+//     component's own pod otherwise — these are the vantages the NetworkPolicies name. A host
+//     probing itself dials 127.0.0.1 (loopback is not policed). Valkey's image has no
+//     quotaqual binary: probes from valkey are unsupported.
+//   - RestartGateway is a rollout restart (the pod template's restartedAt annotation) and waits
+//     until the new pod is ready and the old one is no longer serving.
+//   - StopValkey scales Valkey to 0 and waits until its pod is gone; StartValkey scales it to 1
+//     and waits until it is ready. The append-only file lives on a PVC (the cluster's default
+//     storage class: kind's local-path "standard"), so state survives; an emptyDir would not.
+//   - Partition(a, b) re-renders the NetworkPolicies from the policy without the a↔b
+//     allowances (a NetworkPolicy can only allow, so a partition removes an allow), applies
+//     them, and trusts them only after a probe from the partitioned side is denied. Heal
+//     restores them and waits for the probe to reach again. NetworkPolicy governs new
+//     connections: whether established ones are cut is up to the CNI.
+//   - After the rollout, Up proves NetworkPolicy enforcement is live before anything relies
+//     on it: a negative control (client → valkey) must be denied while a positive control
+//     (gateway-a → valkey) reaches. kind enforces NetworkPolicy since v0.24, with reports of
+//     enforcement lagging for new pods; where it never becomes live (a CNI without
+//     NetworkPolicy), Capabilities says so and the scenarios that need it skip.
+//   - CollectLogs writes each host's pod logs (including pods a restart or scale-down
+//     removed: their logs are saved before they go); Down deletes the kind cluster this run
+//     created, or only the namespace on an existing cluster, unless KindOptions.Keep.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	kinddefaults "sigs.k8s.io/kind/pkg/apis/config/defaults"
+	kindv1alpha4 "sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+	kindlog "sigs.k8s.io/kind/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quotaqual/quotaqual/topology/k8s"
+)
+
+// EngineKind is the kind engine's name.
+const EngineKind = "kind"
+
+// kindClusterDomain is the cluster DNS domain the Service names use (k8s.Input's default).
+const kindClusterDomain = "cluster.local"
+
+// EnvKindNodeImage names a kind node image to use instead of kind's default.
+const EnvKindNodeImage = "QUOTAQUAL_KIND_NODE_IMAGE"
+
+// DefaultKindNodeImage is the node image of sigs.k8s.io/kind v0.33.0.
+const DefaultKindNodeImage = kinddefaults.Image
+
+// Deadlines of the kind engine.
+const (
+	kindCreateWait      = 4 * time.Minute  // nodes ready after `kind create cluster`
+	kindRolloutTimeout  = 4 * time.Minute  // every Deployment available after apply
+	kindLeverTimeout    = 2 * time.Minute  // restart, scale down, scale up
+	kindPolicyLiveWait  = 60 * time.Second // a deny must be seen denying within this
+	kindNamespaceDelete = 2 * time.Minute
+	kindPoll            = 250 * time.Millisecond
+	kindExecTimeout     = 20 * time.Second
+)
+
+// KindOptions are the kind engine's choices (Spec.Kind).
+type KindOptions struct {
+	// NodeImage is the kind node image ("" = QUOTAQUAL_KIND_NODE_IMAGE, else kind's default).
+	NodeImage string
+	// ClusterName names the cluster to create ("" = qq-<run id>).
+	ClusterName string
+	// Kubeconfig and Context select an existing cluster instead of creating one; the run then
+	// only creates (and Down only deletes) its namespace there. When the context is a kind
+	// cluster's (kind-<name>), the images are loaded into its nodes; otherwise the cluster
+	// must be able to pull Spec.QuotaqualImage and Spec.ValkeyImage itself.
+	Kubeconfig string
+	Context    string
+	// Keep leaves the cluster (or namespace) in place on Down.
+	Keep bool
+	// StorageClass of Valkey's PVC ("" = the cluster's default); EmptyDir uses no PVC (then
+	// Valkey's state does not survive StopValkey).
+	StorageClass string
+	EmptyDir     bool
+}
+
+type kindTopo struct {
+	spec Spec
+	opts KindOptions
+	base Policy // the qualification's policy; partitions are cut out of it
+
+	mu         sync.Mutex
+	in         k8s.Input // rendered input (real secrets)
+	ns         string
+	qqImg      string
+	valkeyImg  string
+	nodeImage  string
+	provider   *cluster.Provider
+	clusterNm  string // kind cluster created (owned) or loaded into
+	owns       bool   // this run created the cluster
+	nsCreated  bool   // this run created the namespace
+	kubecfg    string // kubeconfig path of a created cluster
+	rest       *rest.Config
+	cs         kubernetes.Interface
+	serverVer  string
+	cuts       map[[2]string]bool
+	enforced   bool
+	enforceWhy string
+	proof      []string
+	logs       map[string]*bytes.Buffer // host → logs of pods already gone
+	saved      map[string]bool          // pod name → its log is in logs
+	pf         map[string]httpstream.Connection
+	downOnce   bool
+	teardown   Teardown
+
+	reqID    atomic.Int64
+	client   *http.Client
+	observer *http.Client
+}
+
+func newKind(spec Spec) (*kindTopo, error) {
+	o := spec.Kind
+	if o.NodeImage == "" {
+		o.NodeImage = os.Getenv(EnvKindNodeImage)
+	}
+	if o.NodeImage == "" {
+		o.NodeImage = DefaultKindNodeImage
+	}
+	if o.ClusterName == "" {
+		o.ClusterName = "qq-" + spec.RunID
+	}
+	t := &kindTopo{
+		spec:      spec,
+		opts:      o,
+		base:      DefaultPolicy(kindPorts),
+		ns:        "quotaqual-" + spec.RunID,
+		nodeImage: o.NodeImage,
+		cuts:      map[[2]string]bool{},
+		logs:      map[string]*bytes.Buffer{},
+		saved:     map[string]bool{},
+		pf:        map[string]httpstream.Connection{},
+	}
+	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return t.dialService(ctx, addr) }
+	t.client = &http.Client{Transport: newTransport(dial)}
+	t.observer = &http.Client{Transport: newTransport(dial)}
+	return t, nil
+}
+
+func (t *kindTopo) Engine() string         { return EngineKind }
+func (t *kindTopo) Client() *http.Client   { return t.client }
+func (t *kindTopo) Observer() *http.Client { return t.observer }
+func (t *kindTopo) Ports() Ports           { return kindPorts }
+
+// Policy returns the network policy the NetworkPolicies are rendered from.
+func (t *kindTopo) Policy() Policy { return t.base }
+
+func (t *kindTopo) svcHost(host string) string {
+	return host + "." + t.ns + ".svc." + kindClusterDomain
+}
+
+func (t *kindTopo) url(host string, port int) string {
+	return "http://" + net.JoinHostPort(t.svcHost(host), strconv.Itoa(port))
+}
+
+func (t *kindTopo) ValkeyAddr() string {
+	return net.JoinHostPort(t.svcHost(HostValkey), strconv.Itoa(kindPorts.Valkey))
+}
+
+func (t *kindTopo) Gateway(name string) GatewayEndpoint {
+	if !isGateway(name) {
+		return GatewayEndpoint{}
+	}
+	return GatewayEndpoint{Name: name, DataURL: t.url(name, kindPorts.GatewayData), AdminURL: t.url(name, kindPorts.GatewayAdmin)}
+}
+
+func (t *kindTopo) Provider(name string) ProviderEndpoint {
+	if siteOf(name) == "" {
+		return ProviderEndpoint{}
+	}
+	return ProviderEndpoint{Name: name, Site: siteOf(name),
+		DataURL: t.url(name, kindPorts.ProviderData), AdminURL: t.url(name, kindPorts.ProviderAdmin)}
+}
+
+const kindPartitionReason = "kind partitions remove the a↔b allowances from the NetworkPolicies and are trusted only after a probe is denied; NetworkPolicy governs new connections, so established ones may survive depending on the CNI"
+
+func (t *kindTopo) Capabilities() Capabilities {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := Capabilities{NetworkPolicy: true, Partition: true, PartitionReason: kindPartitionReason,
+		NetworkPolicyReason: "Kubernetes NetworkPolicy, proven live at start-up by a denied negative control next to a reached positive control"}
+	if t.cs != nil && !t.enforced {
+		c.NetworkPolicy, c.Partition = false, false
+		c.NetworkPolicyReason = t.enforceWhy
+		c.PartitionReason = t.enforceWhy
+	}
+	return c
+}
+
+func (t *kindTopo) logDir() string { return filepath.Join(t.spec.WorkDir, "logs") }
+
+// Up creates (or connects to) the cluster, loads the images, applies the manifests, waits for
+// every rollout and proves NetworkPolicy enforcement.
+func (t *kindTopo) Up(ctx context.Context) (err error) {
+	start := time.Now()
+	for _, d := range []string{t.logDir(), filepath.Join(t.spec.WorkDir, "config")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("topology: work directory: %w", err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			_, _ = t.Down(context.WithoutCancel(ctx))
+		}
+	}()
+	existing := t.opts.Kubeconfig != "" || t.opts.Context != ""
+	if err := t.images(ctx); err != nil {
+		return err
+	}
+	if existing {
+		if err := t.connectExisting(ctx); err != nil {
+			return err
+		}
+	} else if err := t.createCluster(ctx); err != nil {
+		return err
+	}
+	if err := t.render(); err != nil {
+		return err
+	}
+	if err := t.apply(ctx); err != nil {
+		return err
+	}
+	t.spec.progress("kind: manifests applied in namespace %s; waiting for the rollouts", t.ns)
+	if err := t.waitRollouts(ctx, kindRolloutTimeout); err != nil {
+		return err
+	}
+	for _, g := range Gateways {
+		if err := t.waitHTTP(ctx, t.Gateway(g).AdminURL+"/readyz", kindLeverTimeout); err != nil {
+			return fmt.Errorf("%s through a port-forward: %w", g, err)
+		}
+	}
+	t.proveEnforcement(ctx)
+	t.spec.progress("kind topology up in %s (cluster %s, namespace %s, NetworkPolicy enforced: %v)",
+		elapsedSince(start), t.clusterNm, t.ns, t.enforced)
+	return nil
+}
+
+// images resolves (and builds when missing) the two images, as the docker engine does.
+func (t *kindTopo) images(ctx context.Context) error {
+	t.valkeyImg, t.qqImg = t.spec.ValkeyImage, t.spec.QuotaqualImage
+	if t.valkeyImg == "" {
+		t.valkeyImg = DefaultValkeyImage
+		if err := EnsureValkeyImage(ctx); err != nil {
+			return err
+		}
+	}
+	if t.qqImg == "" {
+		img, err := EnsureQuotaqualImage(ctx, t.spec.Binary)
+		if err != nil {
+			return err
+		}
+		t.qqImg = img
+	}
+	return nil
+}
+
+// kindClusterConfig is the cluster's kind config: one control-plane node, kind's default CNI
+// (kindnet, which enforces NetworkPolicy since kind v0.24).
+func kindClusterConfig(name string) ([]byte, error) {
+	cfg := kindv1alpha4.Cluster{
+		TypeMeta: kindv1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Name:     name,
+		Nodes:    []kindv1alpha4.Node{{Role: kindv1alpha4.ControlPlaneRole}},
+	}
+	return yaml.Marshal(cfg)
+}
+
+func (t *kindTopo) createCluster(ctx context.Context) error {
+	if !imageExists(ctx, t.nodeImage) {
+		return fmt.Errorf("kind node image %s is not present locally and no registry is reachable here: load one (docker load) and name it with --kind-node-image or %s", t.nodeImage, EnvKindNodeImage)
+	}
+	raw, err := kindClusterConfig(t.opts.ClusterName)
+	if err != nil {
+		return err
+	}
+	t.provider = cluster.NewProvider(cluster.ProviderWithDocker(), cluster.ProviderWithLogger(kindlog.NoopLogger{}))
+	t.kubecfg = filepath.Join(t.spec.WorkDir, "kubeconfig") // never the user's ~/.kube/config
+	t.mu.Lock()
+	t.clusterNm, t.owns = t.opts.ClusterName, true
+	t.mu.Unlock()
+	t.spec.progress("kind: creating cluster %s (node image %s)", t.clusterNm, t.nodeImage)
+	err = t.provider.Create(t.clusterNm,
+		cluster.CreateWithRawConfig(raw),
+		cluster.CreateWithNodeImage(t.nodeImage),
+		cluster.CreateWithWaitForReady(kindCreateWait),
+		cluster.CreateWithKubeconfigPath(t.kubecfg),
+		cluster.CreateWithDisplayUsage(false),
+		cluster.CreateWithDisplaySalutation(false),
+	)
+	if err != nil {
+		return fmt.Errorf("creating kind cluster %s: %w", t.clusterNm, err)
+	}
+	if err := t.loadImages(ctx); err != nil {
+		return err
+	}
+	kc, err := t.provider.KubeConfig(t.clusterNm, false)
+	if err != nil {
+		return fmt.Errorf("kubeconfig of kind cluster %s: %w", t.clusterNm, err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig([]byte(kc))
+	if err != nil {
+		return fmt.Errorf("kubeconfig of kind cluster %s: %w", t.clusterNm, err)
+	}
+	return t.connect(ctx, rc)
+}
+
+func (t *kindTopo) connectExisting(ctx context.Context) error {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if t.opts.Kubeconfig != "" {
+		rules.ExplicitPath = t.opts.Kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: t.opts.Context})
+	raw, err := cc.RawConfig()
+	if err != nil {
+		return fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	ctxName := t.opts.Context
+	if ctxName == "" {
+		ctxName = raw.CurrentContext
+	}
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig context %q: %w", ctxName, err)
+	}
+	// A kind cluster's context is kind-<name>: load the images into its nodes.
+	if name, ok := strings.CutPrefix(ctxName, "kind-"); ok {
+		p := cluster.NewProvider(cluster.ProviderWithDocker(), cluster.ProviderWithLogger(kindlog.NoopLogger{}))
+		if names, err := p.List(); err == nil && slices.Contains(names, name) {
+			t.provider = p
+			t.mu.Lock()
+			t.clusterNm = name
+			t.mu.Unlock()
+			if err := t.loadImages(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if t.clusterNm == "" {
+		t.clusterNm = "context " + ctxName
+	}
+	return t.connect(ctx, rc)
+}
+
+func (t *kindTopo) connect(ctx context.Context, rc *rest.Config) error {
+	rc.QPS, rc.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("Kubernetes client: %w", err)
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("the Kubernetes API server did not answer: %w", err)
+	}
+	t.mu.Lock()
+	t.rest, t.cs, t.serverVer = rc, cs, v.GitVersion
+	t.mu.Unlock()
+	return nil
+}
+
+// loadImages loads both images into every node of the kind cluster (docker save, then
+// nodeutils.LoadImageArchive per node: kind v0.33 has no LoadImage API).
+func (t *kindTopo) loadImages(ctx context.Context) error {
+	nodes, err := t.provider.ListInternalNodes(t.clusterNm)
+	if err != nil {
+		return fmt.Errorf("listing the nodes of kind cluster %s: %w", t.clusterNm, err)
+	}
+	f, err := os.CreateTemp("", "quotaqual-images-*.tar")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	f.Close()
+	out, err := exec.CommandContext(ctx, "docker", "save", "-o", f.Name(), t.qqImg, t.valkeyImg).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("docker save %s %s: %w: %s", t.qqImg, t.valkeyImg, err, strings.TrimSpace(string(out)))
+	}
+	for _, n := range nodes {
+		r, err := os.Open(f.Name())
+		if err != nil {
+			return err
+		}
+		err = nodeutils.LoadImageArchive(n, r)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("loading the images into kind node %s: %w", n.String(), err)
+		}
+	}
+	t.spec.progress("kind: loaded %s and %s into %d node(s)", t.qqImg, t.valkeyImg, len(nodes))
+	return nil
+}
+
+// render builds the input with the run's real secrets and keeps the gateway configs next to
+// the logs, as the other engines do.
+func (t *kindTopo) render() error {
+	pull := corev1.PullIfNotPresent
+	if t.provider != nil {
+		pull = corev1.PullNever // loaded into the nodes: never try a registry
+	}
+	in, err := KindInput(t.spec.Deployment, KindManifestOptions{
+		RunID: t.spec.RunID, Namespace: t.ns, QuotaqualImage: t.qqImg, ValkeyImage: t.valkeyImg,
+		PullPolicy: pull, StorageClass: t.opts.StorageClass, EmptyDir: t.opts.EmptyDir,
+	})
+	if err != nil {
+		return err
+	}
+	for _, g := range in.Gateways {
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", g.Host+".yaml"), g.Config, 0o600)
+	}
+	t.mu.Lock()
+	t.in = in
+	t.mu.Unlock()
+	return nil
+}
+
+// apply creates every object in order. The namespace must not exist yet: it is this run's.
+func (t *kindTopo) apply(ctx context.Context) error {
+	objs, err := k8s.Render(t.in)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := t.create(ctx, o); err != nil {
+			return err
+		}
+		if _, ok := o.(*corev1.Namespace); ok {
+			t.mu.Lock()
+			t.nsCreated = true
+			t.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (t *kindTopo) create(ctx context.Context, o runtime.Object) error {
+	var err error
+	var what string
+	switch x := o.(type) {
+	case *corev1.Namespace:
+		what = "namespace " + x.Name
+		_, err = t.cs.CoreV1().Namespaces().Create(ctx, x, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s already exists: another run with id %s, or its leftovers (delete that namespace, or pick another run id)", x.Name, t.spec.RunID)
+		}
+	case *corev1.Secret:
+		what = "secret " + x.Name
+		_, err = t.cs.CoreV1().Secrets(t.ns).Create(ctx, x, metav1.CreateOptions{})
+	case *corev1.ConfigMap:
+		what = "configmap " + x.Name
+		_, err = t.cs.CoreV1().ConfigMaps(t.ns).Create(ctx, x, metav1.CreateOptions{})
+	case *corev1.PersistentVolumeClaim:
+		what = "persistentvolumeclaim " + x.Name
+		_, err = t.cs.CoreV1().PersistentVolumeClaims(t.ns).Create(ctx, x, metav1.CreateOptions{})
+	case *corev1.Service:
+		what = "service " + x.Name
+		_, err = t.cs.CoreV1().Services(t.ns).Create(ctx, x, metav1.CreateOptions{})
+	case *networkingv1.NetworkPolicy:
+		what = "networkpolicy " + x.Name
+		_, err = t.cs.NetworkingV1().NetworkPolicies(t.ns).Create(ctx, x, metav1.CreateOptions{})
+	case *appsv1.Deployment:
+		what = "deployment " + x.Name
+		_, err = t.cs.AppsV1().Deployments(t.ns).Create(ctx, x, metav1.CreateOptions{})
+	default:
+		return fmt.Errorf("applying %T: not an object the kind engine renders", o)
+	}
+	if err != nil {
+		return fmt.Errorf("creating %s in %s: %w", what, t.ns, err)
+	}
+	return nil
+}
+
+// waitRollouts waits until every Deployment in the namespace is rolled out.
+func (t *kindTopo) waitRollouts(ctx context.Context, within time.Duration) error {
+	names := append(append(append([]string{HostValkey}, Providers...), Gateways...), HostClient, HostObserver)
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = t.waitRollout(ctx, n, within)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitRollout waits until deployment name has its desired replicas updated, available and
+// ready, no old replica left, and (for 1 replica) exactly one ready pod not being deleted.
+func (t *kindTopo) waitRollout(ctx context.Context, name string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var last string
+	for {
+		d, err := t.cs.AppsV1().Deployments(t.ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			want := int32(1)
+			if d.Spec.Replicas != nil {
+				want = *d.Spec.Replicas
+			}
+			s := d.Status
+			last = fmt.Sprintf("%d/%d updated, %d available, %d ready, %d total", s.UpdatedReplicas, want, s.AvailableReplicas, s.ReadyReplicas, s.Replicas)
+			if s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.Replicas == want &&
+				s.AvailableReplicas == want && s.ReadyReplicas == want {
+				pods, err := t.pods(ctx, name)
+				if err == nil && countReady(pods) == int(want) && countLive(pods) == int(want) {
+					return nil
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deployment %s not rolled out within %s (%s)%s", name, within, last, t.podTrouble(context.WithoutCancel(ctx), name))
+		case <-time.After(kindPoll):
+		}
+	}
+}
+
+// podTrouble says why host's pods are not ready: waiting reasons, unschedulable conditions.
+func (t *kindTopo) podTrouble(ctx context.Context, host string) string {
+	pods, err := t.pods(ctx, host)
+	if err != nil || len(pods) == 0 {
+		return ": no pod exists"
+	}
+	var out []string
+	for _, p := range pods {
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue && c.Message != "" {
+				out = append(out, fmt.Sprintf("%s %s: %s", p.Name, c.Type, c.Message))
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				out = append(out, fmt.Sprintf("%s waiting: %s %s", p.Name, w.Reason, w.Message))
+			}
+			if tm := cs.LastTerminationState.Terminated; tm != nil {
+				out = append(out, fmt.Sprintf("%s last exit %d: %s", p.Name, tm.ExitCode, tm.Reason))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(out, "; ")
+}
+
+func (t *kindTopo) pods(ctx context.Context, host string) ([]corev1.Pod, error) {
+	l, err := t.cs.CoreV1().Pods(t.ns).List(ctx, metav1.ListOptions{LabelSelector: k8s.LabelHost + "=" + host})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func countReady(pods []corev1.Pod) int {
+	n := 0
+	for i := range pods {
+		if podReady(&pods[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+func countLive(pods []corev1.Pod) int {
+	n := 0
+	for i := range pods {
+		if pods[i].DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// readyPod returns the newest ready pod of host (client and observer: of that role).
+func (t *kindTopo) readyPod(ctx context.Context, host string) (*corev1.Pod, error) {
+	if t.cs == nil {
+		return nil, errors.New("the kind topology is not up: bring it up first")
+	}
+	pods, err := t.pods(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of %s: %w", host, err)
+	}
+	var best *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if podReady(p) && (best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time)) {
+			best = p
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no ready pod of %s in %s", host, t.ns)
+	}
+	return best, nil
+}
+
+// dialService opens a connection to <host>.<ns>.svc.<domain>:port through a port-forward to
+// a ready pod of host.
+func (t *kindTopo) dialService(ctx context.Context, addr string) (net.Conn, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return nil, err
+	}
+	host, ok := strings.CutSuffix(h, "."+t.ns+".svc."+kindClusterDomain)
+	if !ok || strings.Contains(host, ".") {
+		return nil, fmt.Errorf("dial %s: not a Service of namespace %s", addr, t.ns)
+	}
+	pod, err := t.readyPod(ctx, host)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
+	}
+	return t.portForward(ctx, pod.Name, port)
+}
+
+// pfConnection returns the (cached) port-forward connection to pod.
+func (t *kindTopo) pfConnection(ctx context.Context, pod string) (httpstream.Connection, error) {
+	t.mu.Lock()
+	if c := t.pf[pod]; c != nil {
+		select {
+		case <-c.CloseChan():
+			delete(t.pf, pod)
+		default:
+			t.mu.Unlock()
+			return c, nil
+		}
+	}
+	t.mu.Unlock()
+	u := t.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.ns).Name(pod).SubResource("portforward").URL()
+	tr, upgrader, err := spdy.RoundTripperFor(t.rest)
+	if err != nil {
+		return nil, err
+	}
+	var dialer httpstream.Dialer = spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u)
+	if ws, err := portforward.NewSPDYOverWebsocketDialer(u, t.rest); err == nil {
+		// As kubectl does: websockets first, SPDY when the server does not upgrade.
+		dialer = portforward.NewFallbackDialer(ws, dialer, func(err error) bool {
+			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		})
+	}
+	type result struct {
+		c   httpstream.Connection
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, _, err := dialer.Dial(portforward.PortForwardProtocolV1Name)
+		ch <- result{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("port-forward to pod %s: %w", pod, r.err)
+		}
+		t.mu.Lock()
+		if old := t.pf[pod]; old != nil {
+			t.mu.Unlock()
+			r.c.Close()
+			return old, nil
+		}
+		t.pf[pod] = r.c
+		t.mu.Unlock()
+		return r.c, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("port-forward to pod %s: %w", pod, ctx.Err())
+	}
+}
+
+// portForward opens one forwarded TCP connection to pod:port (an error and a data stream, as
+// kubectl port-forward does per accepted connection).
+func (t *kindTopo) portForward(ctx context.Context, pod string, port int) (net.Conn, error) {
+	conn, err := t.pfConnection(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	id := strconv.FormatInt(t.reqID.Add(1), 10)
+	h := http.Header{}
+	h.Set(corev1.StreamType, corev1.StreamTypeError)
+	h.Set(corev1.PortHeader, strconv.Itoa(port))
+	h.Set(corev1.PortForwardRequestIDHeader, id)
+	errStream, err := conn.CreateStream(h)
+	if err != nil {
+		t.dropPF(pod, conn)
+		return nil, fmt.Errorf("port-forward to %s:%d: error stream: %w", pod, port, err)
+	}
+	errStream.Close() // nothing is sent on it
+	h.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := conn.CreateStream(h)
+	if err != nil {
+		conn.RemoveStreams(errStream)
+		t.dropPF(pod, conn)
+		return nil, fmt.Errorf("port-forward to %s:%d: data stream: %w", pod, port, err)
+	}
+	c := &pfConn{stream: data, errStream: errStream, conn: conn, addr: pfAddr(pod + ":" + strconv.Itoa(port)), errc: make(chan struct{})}
+	go func() {
+		msg, _ := io.ReadAll(errStream)
+		if len(msg) > 0 {
+			c.mu.Lock()
+			c.remoteErr = errors.New(strings.TrimSpace(string(msg)))
+			c.mu.Unlock()
+			data.Reset()
+		}
+		close(c.errc)
+	}()
+	return c, nil
+}
+
+func (t *kindTopo) dropPF(pod string, c httpstream.Connection) {
+	t.mu.Lock()
+	if t.pf[pod] == c {
+		delete(t.pf, pod)
+	}
+	t.mu.Unlock()
+	c.Close()
+}
+
+type pfAddr string
+
+func (a pfAddr) Network() string { return "portforward" }
+func (a pfAddr) String() string  { return string(a) }
+
+// pfConn is one forwarded connection as a net.Conn. Deadlines are not supported (the HTTP
+// transport uses timers, not deadlines); closing resets the stream.
+type pfConn struct {
+	stream    httpstream.Stream
+	errStream httpstream.Stream
+	conn      httpstream.Connection
+	addr      pfAddr
+	errc      chan struct{}
+
+	mu        sync.Mutex
+	remoteErr error
+	closeOnce sync.Once
+}
+
+func (c *pfConn) Read(p []byte) (int, error) {
+	n, err := c.stream.Read(p)
+	if err != nil {
+		c.mu.Lock()
+		re := c.remoteErr
+		c.mu.Unlock()
+		if re != nil {
+			return n, fmt.Errorf("port-forward: %w", re)
+		}
+	}
+	return n, err
+}
+
+func (c *pfConn) Write(p []byte) (int, error) { return c.stream.Write(p) }
+
+func (c *pfConn) Close() error {
+	c.closeOnce.Do(func() {
+		_ = c.stream.Reset()
+		c.conn.RemoveStreams(c.stream, c.errStream)
+	})
+	return nil
+}
+
+func (c *pfConn) LocalAddr() net.Addr              { return pfAddr("harness") }
+func (c *pfConn) RemoteAddr() net.Addr             { return c.addr }
+func (c *pfConn) SetDeadline(time.Time) error      { return nil }
+func (c *pfConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *pfConn) SetWriteDeadline(time.Time) error { return nil }
+
+// waitHTTP polls url through the observer until it answers 200.
+func (t *kindTopo) waitHTTP(ctx context.Context, url string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var last string
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+		resp, err := t.observer.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				rcancel()
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		rcancel()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer 200 within %s (last: %s)", url, within, last)
+		case <-time.After(kindPoll):
+		}
+	}
+}
+
+// exec runs argv in pod's first container and returns its stdout; a non-zero exit is an
+// error that still carries the output.
+func (t *kindTopo) exec(ctx context.Context, pod string, argv []string) ([]byte, error) {
+	req := t.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	sp, err := remotecommand.NewSPDYExecutor(t.rest, http.MethodPost, req.URL())
+	if err != nil {
+		return nil, err
+	}
+	var ex remotecommand.Executor = sp
+	if ws, err := remotecommand.NewWebSocketExecutor(t.rest, http.MethodGet, req.URL().String()); err == nil {
+		if fb, err := remotecommand.NewFallbackExecutor(ws, sp, func(err error) bool {
+			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		}); err == nil {
+			ex = fb
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	if err != nil && stdout.Len() == 0 {
+		return nil, fmt.Errorf("exec in pod %s: %w: %s", pod, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// probeAddr is where a probe from → to:port dials: to's Service name when the Service has
+// that port, to's pod address otherwise, 127.0.0.1 for a host probing itself.
+func (t *kindTopo) probeAddr(ctx context.Context, from, to string, port int) (string, error) {
+	p := strconv.Itoa(port)
+	if from == to {
+		return net.JoinHostPort("127.0.0.1", p), nil
+	}
+	switch {
+	case to == HostValkey && port == kindPorts.Valkey,
+		isGateway(to) && (port == kindPorts.GatewayData || port == kindPorts.GatewayAdmin),
+		siteOf(to) != "" && (port == kindPorts.ProviderData || port == kindPorts.ProviderAdmin):
+		return net.JoinHostPort(t.svcHost(to), p), nil
+	}
+	pod, err := t.readyPod(ctx, to)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(pod.Status.PodIP, p), nil
+}
+
+func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
+	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
+	known := func(h string) bool { return slices.Contains(Hosts, h) }
+	if !(known(from) || from == HostObserver) || !known(to) {
+		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
+		return res
+	}
+	if from == HostValkey {
+		res.Supported = false
+		res.Error = "the valkey image has no quotaqual binary to probe from"
+		return res
+	}
+	start := time.Now()
+	defer func() {
+		if res.Elapsed == 0 {
+			res.Elapsed = time.Since(start)
+		}
+	}()
+	pod, err := t.readyPod(ctx, from)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	addr, err := t.probeAddr(ctx, from, to, port)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	ectx, cancel := context.WithTimeout(ctx, kindExecTimeout)
+	defer cancel()
+	out, err := t.exec(ectx, pod.Name, []string{k8s.QuotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()})
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	var po struct {
+		Reached   bool   `json:"reached"`
+		Error     string `json:"error"`
+		ElapsedNS int64  `json:"elapsed_ns"`
+	}
+	line := lastLines(out, 1)
+	if err := json.Unmarshal([]byte(line), &po); err != nil {
+		res.Error = "probe output not understood: " + line
+		return res
+	}
+	res.Reached, res.Error = po.Reached, po.Error
+	if po.ElapsedNS > 0 {
+		res.Elapsed = time.Duration(po.ElapsedNS) // the connect itself, not the exec around it
+	}
+	return res
+}
+
+// proveEnforcement waits until a negative control (client → valkey) is denied while a
+// positive control (gateway-a → valkey) reaches, and records the proof.
+func (t *kindTopo) proveEnforcement(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, kindPolicyLiveWait)
+	defer cancel()
+	start := time.Now()
+	var neg, pos ProbeResult
+	for {
+		pos = t.Probe(ctx, HostGatewayA, HostValkey, kindPorts.Valkey)
+		neg = t.Probe(ctx, HostClient, HostValkey, kindPorts.Valkey)
+		if pos.Supported && pos.Reached && neg.Supported && !neg.Reached && neg.Error != "" && !strings.HasPrefix(neg.Error, "exec") {
+			t.mu.Lock()
+			t.enforced = true
+			t.proof = []string{
+				fmt.Sprintf("positive control gateway-a → valkey:%d reached in %s", kindPorts.Valkey, pos.Elapsed.Round(time.Microsecond)),
+				fmt.Sprintf("negative control client → valkey:%d denied (%s) %s after the rollout", kindPorts.Valkey, neg.Error, time.Since(start).Round(time.Millisecond)),
+			}
+			t.mu.Unlock()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.mu.Lock()
+			t.enforced = false
+			t.enforceWhy = fmt.Sprintf("NetworkPolicy is not enforced in this cluster: within %s the negative control client → valkey was %s and the positive control gateway-a → valkey was %s (does the CNI implement NetworkPolicy?)",
+				kindPolicyLiveWait, probeState(neg), probeState(pos))
+			t.proof = []string{t.enforceWhy}
+			t.mu.Unlock()
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func probeState(p ProbeResult) string {
+	switch {
+	case !p.Supported:
+		return "not supported"
+	case p.Reached:
+		return "reached"
+	}
+	return "not reached (" + p.Error + ")"
+}
+
+// RestartGateway is a rollout restart: a new pod with the same config, ready, the old one gone
+// from the endpoints.
+func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
+	if !isGateway(name) {
+		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+	}
+	if t.cs == nil {
+		return errors.New("the kind topology is not up: bring it up first")
+	}
+	t.saveLogs(ctx, name)
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`,
+		k8s.AnnotationRestartedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("restarting %s: %w", name, err)
+	}
+	if err := t.waitRollout(ctx, name, kindLeverTimeout); err != nil {
+		return fmt.Errorf("restarting %s: %w", name, err)
+	}
+	t.client.CloseIdleConnections()
+	t.observer.CloseIdleConnections()
+	if err := t.waitHTTP(ctx, t.Gateway(name).AdminURL+"/readyz", kindLeverTimeout); err != nil {
+		return fmt.Errorf("restarting %s: %w", name, err)
+	}
+	return nil
+}
+
+func (t *kindTopo) scaleValkey(ctx context.Context, n int) error {
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
+	_, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, HostValkey, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// StopValkey scales Valkey to 0 and waits until its pod is gone.
+func (t *kindTopo) StopValkey(ctx context.Context) error {
+	if t.cs == nil {
+		return errors.New("valkey is not running: bring the topology up first")
+	}
+	t.saveLogs(ctx, HostValkey)
+	if err := t.scaleValkey(ctx, 0); err != nil {
+		return fmt.Errorf("stopping valkey (scale to 0): %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, kindLeverTimeout)
+	defer cancel()
+	for {
+		pods, err := t.pods(ctx, HostValkey)
+		if err == nil && len(pods) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopping valkey: its pod was not gone within %s", kindLeverTimeout)
+		case <-time.After(kindPoll):
+		}
+	}
+}
+
+// StartValkey scales Valkey to 1 and waits until it is ready (its AOF on the PVC reloaded).
+func (t *kindTopo) StartValkey(ctx context.Context) error {
+	if t.cs == nil {
+		return errors.New("valkey was never started: bring the topology up first")
+	}
+	if err := t.scaleValkey(ctx, 1); err != nil {
+		return fmt.Errorf("starting valkey (scale to 1): %w", err)
+	}
+	if err := t.waitRollout(ctx, HostValkey, kindLeverTimeout); err != nil {
+		return fmt.Errorf("starting valkey: %w", err)
+	}
+	return nil
+}
+
+// partitionedPolicy is p without the allowances between the pairs in cuts (both directions).
+func partitionedPolicy(p Policy, cuts map[[2]string]bool) Policy {
+	var out Policy
+	for _, r := range p.Rules {
+		r.From = slices.DeleteFunc(slices.Clone(r.From), func(f string) bool {
+			return cuts[pairKey(f, r.Host)]
+		})
+		if len(r.From) > 0 {
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	return out
+}
+
+func pairKey(a, b string) [2]string {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+func (t *kindTopo) Partition(ctx context.Context, host, peer string) error {
+	return t.setPartition(ctx, host, peer, true)
+}
+
+func (t *kindTopo) Heal(ctx context.Context, host, peer string) error {
+	return t.setPartition(ctx, host, peer, false)
+}
+
+func (t *kindTopo) setPartition(ctx context.Context, host, peer string, on bool) error {
+	for _, h := range []string{host, peer} {
+		if !slices.Contains(Hosts, h) {
+			return fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(Hosts, ", "))
+		}
+	}
+	if host == peer {
+		return fmt.Errorf("partition %s from itself: name two different hosts", host)
+	}
+	if t.cs == nil {
+		return errors.New("the kind topology is not up: bring it up first")
+	}
+	t.mu.Lock()
+	if on {
+		t.cuts[pairKey(host, peer)] = true
+	} else {
+		delete(t.cuts, pairKey(host, peer))
+	}
+	pol := partitionedPolicy(t.base, t.cuts)
+	in := t.in
+	t.mu.Unlock()
+	in.Rules = nil
+	for _, r := range pol.Rules {
+		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
+	}
+	if err := t.syncPolicies(ctx, in.NetworkPolicies()); err != nil {
+		return fmt.Errorf("partition %s/%s: %w", host, peer, err)
+	}
+	// Trust it only once a probe shows it: from each side that can probe, to each port the
+	// base policy allowed it on.
+	want := !on
+	ctx, cancel := context.WithTimeout(ctx, kindPolicyLiveWait)
+	defer cancel()
+	for _, pr := range [][2]string{{host, peer}, {peer, host}} {
+		from, to := pr[0], pr[1]
+		if from == HostValkey {
+			continue
+		}
+		for _, r := range t.base.RulesFor(to) {
+			if !slices.Contains(r.From, from) {
+				continue
+			}
+			for {
+				res := t.Probe(ctx, from, to, r.Port)
+				if res.Supported && res.Reached == want && (want || res.Error != "") {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("partition %s/%s: the probe %s → %s:%d still %s after %s: the NetworkPolicy change is not live",
+						host, peer, from, to, r.Port, probeState(res), kindPolicyLiveWait)
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// syncPolicies makes the namespace's allow policies exactly want (default-deny stays).
+func (t *kindTopo) syncPolicies(ctx context.Context, want []*networkingv1.NetworkPolicy) error {
+	api := t.cs.NetworkingV1().NetworkPolicies(t.ns)
+	have, err := api.List(ctx, metav1.ListOptions{LabelSelector: k8s.LabelRunID + "=" + t.spec.RunID})
+	if err != nil {
+		return err
+	}
+	wanted := map[string]*networkingv1.NetworkPolicy{}
+	for _, np := range want {
+		wanted[np.Name] = np
+	}
+	for i := range have.Items {
+		cur := &have.Items[i]
+		np, ok := wanted[cur.Name]
+		if !ok {
+			if err := api.Delete(ctx, cur.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			continue
+		}
+		np.ResourceVersion = cur.ResourceVersion
+		if _, err := api.Update(ctx, np, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		delete(wanted, cur.Name)
+	}
+	for _, np := range wanted {
+		if _, err := api.Create(ctx, np, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podLog returns a pod's log (and its previous container's, when it restarted).
+func (t *kindTopo) podLog(ctx context.Context, p *corev1.Pod) []byte {
+	var out bytes.Buffer
+	restarted := false
+	for _, cs := range p.Status.ContainerStatuses {
+		restarted = restarted || cs.RestartCount > 0
+	}
+	get := func(previous bool) {
+		b, err := t.cs.CoreV1().Pods(t.ns).GetLogs(p.Name, &corev1.PodLogOptions{Previous: previous}).DoRaw(ctx)
+		if err == nil {
+			fmt.Fprintf(&out, "=== pod %s%s ===\n", p.Name, map[bool]string{true: " (previous container)"}[previous])
+			out.Write(b)
+		}
+	}
+	if restarted {
+		get(true)
+	}
+	get(false)
+	return out.Bytes()
+}
+
+// saveLogs keeps the logs of host's current pods, which a restart or scale-down removes.
+func (t *kindTopo) saveLogs(ctx context.Context, host string) {
+	pods, err := t.pods(ctx, host)
+	if err != nil {
+		return
+	}
+	for i := range pods {
+		b := t.podLog(ctx, &pods[i])
+		t.mu.Lock()
+		if !t.saved[pods[i].Name] {
+			t.saved[pods[i].Name] = true
+			if t.logs[host] == nil {
+				t.logs[host] = &bytes.Buffer{}
+			}
+			t.logs[host].Write(b)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// logsNow returns host's saved logs followed by its live pods' logs.
+func (t *kindTopo) logsNow(ctx context.Context, host string) []byte {
+	var out bytes.Buffer
+	t.mu.Lock()
+	if b := t.logs[host]; b != nil {
+		out.Write(b.Bytes())
+	}
+	t.mu.Unlock()
+	if t.cs == nil || t.downDone() {
+		return out.Bytes()
+	}
+	pods, err := t.pods(ctx, host)
+	if err != nil {
+		return out.Bytes()
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].CreationTimestamp.Before(&pods[j].CreationTimestamp) })
+	for i := range pods {
+		t.mu.Lock()
+		seen := t.saved[pods[i].Name]
+		t.mu.Unlock()
+		if !seen {
+			out.Write(t.podLog(ctx, &pods[i]))
+		}
+	}
+	return out.Bytes()
+}
+
+func (t *kindTopo) downDone() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.downOnce
+}
+
+// CollectLogs writes <host>.log for every component host (pod logs; those of pods a lever
+// removed were saved before they went, and Down saves the rest before deleting anything).
+func (t *kindTopo) CollectLogs(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, h := range Hosts {
+		b := t.logsNow(ctx, h)
+		if len(b) == 0 {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, h+".log"), b, 0o600); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *kindTopo) Down(ctx context.Context) (Teardown, error) {
+	start := time.Now()
+	t.mu.Lock()
+	if t.downOnce {
+		td := t.teardown
+		t.mu.Unlock()
+		return td, nil
+	}
+	t.mu.Unlock()
+	var td Teardown
+	if t.cs != nil {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		for _, h := range Hosts {
+			t.saveLogs(lctx, h)
+		}
+		cancel()
+	}
+	t.mu.Lock()
+	t.downOnce = true
+	pfs := t.pf
+	t.pf = map[string]httpstream.Connection{}
+	owns, nsCreated, name := t.owns, t.nsCreated, t.clusterNm
+	t.mu.Unlock()
+	t.client.CloseIdleConnections()
+	t.observer.CloseIdleConnections()
+	for _, c := range pfs {
+		c.Close()
+	}
+	switch {
+	case t.opts.Keep && (owns || nsCreated):
+		td.Removed = append(td.Removed, "nothing: kept "+map[bool]string{true: "kind cluster " + name, false: "namespace " + t.ns}[owns]+" (--keep)")
+	case owns:
+		if err := t.provider.Delete(name, t.kubecfg); err != nil {
+			td.Errors = append(td.Errors, fmt.Sprintf("deleting kind cluster %s: %v (remove it with `kind delete cluster --name %s`)", name, err, name))
+		} else {
+			td.Removed = append(td.Removed, "kind cluster "+name)
+		}
+	case nsCreated:
+		if err := t.deleteNamespace(ctx); err != nil {
+			td.Errors = append(td.Errors, err.Error())
+		} else {
+			td.Removed = append(td.Removed, "namespace "+t.ns+" on "+name)
+		}
+	}
+	td.Elapsed = elapsedSince(start)
+	t.mu.Lock()
+	t.teardown = td
+	t.mu.Unlock()
+	if len(td.Errors) > 0 {
+		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
+	}
+	return td, nil
+}
+
+func (t *kindTopo) deleteNamespace(ctx context.Context) error {
+	fg := metav1.DeletePropagationForeground
+	err := t.cs.CoreV1().Namespaces().Delete(ctx, t.ns, metav1.DeleteOptions{PropagationPolicy: &fg})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting namespace %s: %w", t.ns, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, kindNamespaceDelete)
+	defer cancel()
+	for {
+		_, err := t.cs.CoreV1().Namespaces().Get(ctx, t.ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s still terminating after %s", t.ns, kindNamespaceDelete)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (t *kindTopo) Facts() map[string]any {
+	gws := map[string]any{}
+	for _, g := range Gateways {
+		e := t.Gateway(g)
+		gws[g] = map[string]string{"data_url": e.DataURL, "admin_url": e.AdminURL}
+	}
+	prs := map[string]any{}
+	for _, p := range Providers {
+		e := t.Provider(p)
+		prs[p] = map[string]string{"site": e.Site, "data_url": e.DataURL, "admin_url": e.AdminURL}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var rules []string
+	for _, r := range partitionedPolicy(t.base, t.cuts).Rules {
+		rules = append(rules, fmt.Sprintf("allow-%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
+	}
+	clusterKind := "existing cluster (" + t.clusterNm + ")"
+	if t.owns {
+		clusterKind = "kind cluster " + t.clusterNm + " created for this run"
+	}
+	storage := "pvc " + k8s.PVCValkey + " (storage class: " + map[bool]string{true: t.opts.StorageClass, false: "cluster default"}[t.opts.StorageClass != ""] + ")"
+	if t.opts.EmptyDir {
+		storage = "emptyDir (state does not survive StopValkey)"
+	}
+	return map[string]any{
+		"engine":                  EngineKind,
+		"run_id":                  t.spec.RunID,
+		"cluster":                 clusterKind,
+		"namespace":               t.ns,
+		"node_image":              map[bool]string{true: t.nodeImage, false: ""}[t.owns],
+		"kubernetes_version":      t.serverVer,
+		"quotaqual_image":         t.qqImg,
+		"valkey_image":            t.valkeyImg,
+		"valkey_addr":             net.JoinHostPort(t.svcHost(HostValkey), strconv.Itoa(kindPorts.Valkey)),
+		"valkey_storage":          storage,
+		"gateways":                gws,
+		"providers":               prs,
+		"network_policy":          append([]string{k8s.PolicyDefaultDeny}, rules...),
+		"network_policy_enforced": t.enforced,
+		"network_policy_proof":    t.proof,
+		"harness_access":          "port-forward (pods/portforward) for Client() and Observer(); probes by exec in labelled pods",
+		"deny_mode":               "the CNI's (kindnet drops: a denied connect times out)",
+		"ports": map[string]int{
+			"gateway_data": kindPorts.GatewayData, "gateway_admin": kindPorts.GatewayAdmin,
+			"provider_data": kindPorts.ProviderData, "provider_admin": kindPorts.ProviderAdmin,
+			"valkey": kindPorts.Valkey,
+		},
+	}
+}

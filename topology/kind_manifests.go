@@ -1,0 +1,128 @@
+package topology
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology/k8s"
+)
+
+// kindPorts are the container and Service ports of the kind topology (each pod has its own
+// address, so every host uses the same numbers, as on docker).
+var kindPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+
+// KindManifestOptions are the choices of the kind manifests besides the deployment.
+type KindManifestOptions struct {
+	RunID          string
+	Namespace      string // default quotaqual-<run id>
+	QuotaqualImage string // default quotaqual:dev
+	ValkeyImage    string // default DefaultValkeyImage
+	PullPolicy     corev1.PullPolicy
+	StorageClass   string // Valkey's PVC; "" = the cluster's default class
+	EmptyDir       bool   // Valkey data on an emptyDir (no PVC): state does not survive StopValkey
+	// Placeholders renders every secret as k8s.Placeholder instead of the deployment's
+	// generated values (for review).
+	Placeholders bool
+	// Policy is the network policy to render; nil means DefaultPolicy(kindPorts).
+	Policy *Policy
+}
+
+// KindInput builds the renderer's input for deployment d: gateway configs whose addresses are
+// the Service DNS names, the providers' arguments, the policy's rules and the secrets.
+func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error) {
+	if err := ValidateRunID(o.RunID); err != nil {
+		return k8s.Input{}, err
+	}
+	pol := DefaultPolicy(kindPorts)
+	if o.Policy != nil {
+		pol = *o.Policy
+	}
+	if err := pol.Validate(); err != nil {
+		return k8s.Input{}, err
+	}
+	in := k8s.Input{
+		RunID:          o.RunID,
+		Namespace:      o.Namespace,
+		QuotaqualImage: o.QuotaqualImage,
+		ValkeyImage:    o.ValkeyImage,
+		PullPolicy:     o.PullPolicy,
+		Ports: k8s.Ports{GatewayData: kindPorts.GatewayData, GatewayAdmin: kindPorts.GatewayAdmin,
+			ProviderData: kindPorts.ProviderData, ProviderAdmin: kindPorts.ProviderAdmin, Valkey: kindPorts.Valkey},
+		ValkeyHost:         HostValkey,
+		ClientHost:         HostClient,
+		Observer:           HostObserver,
+		ValkeyPassword:     d.ValkeyPassword,
+		Placeholders:       o.Placeholders,
+		ValkeyStorageClass: o.StorageClass,
+	}
+	if in.QuotaqualImage == "" {
+		in.QuotaqualImage = quotaqualImageRepo + ":dev"
+	}
+	if in.ValkeyImage == "" {
+		in.ValkeyImage = DefaultValkeyImage
+	}
+	if o.EmptyDir {
+		in.ValkeyStorage = k8s.StorageEmptyDir
+	}
+	in = in.Defaulted()
+	valkeyAddr := in.ServiceAddr(HostValkey, kindPorts.Valkey)
+	in.GatewayEnv = d.GatewayEnv(valkeyAddr)
+	var provs []fixtures.ProviderAddr
+	for _, h := range Providers {
+		provs = append(provs, fixtures.ProviderAddr{Site: siteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
+		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: siteOf(h),
+			Args: d.ProviderArgs(siteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
+	}
+	for _, g := range Gateways {
+		cfg, err := d.GatewayConfig(g, fixtures.Addresses{
+			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
+			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
+			ValkeyAddr:  valkeyAddr,
+			Providers:   provs,
+		})
+		if err != nil {
+			return k8s.Input{}, err
+		}
+		in.Gateways = append(in.Gateways, k8s.Gateway{Host: g, Config: cfg})
+	}
+	for _, r := range pol.Rules {
+		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
+	}
+	return in, nil
+}
+
+// RenderKind renders the kind topology's manifests for deployment d.
+func RenderKind(d *fixtures.Deployment, o KindManifestOptions) ([]runtime.Object, error) {
+	in, err := KindInput(d, o)
+	if err != nil {
+		return nil, err
+	}
+	return k8s.Render(in)
+}
+
+// RenderKindYAML renders the manifests as one multi-document YAML stream.
+func RenderKindYAML(d *fixtures.Deployment, o KindManifestOptions) ([]byte, error) {
+	objs, err := RenderKind(d, o)
+	if err != nil {
+		return nil, err
+	}
+	y, err := k8s.YAML(objs)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the kind manifests as YAML: %w", err)
+	}
+	return y, nil
+}
+
+// KindPartitionedPolicy is p without the allowances between each pair of hosts (both
+// directions): what the kind engine renders while those pairs are partitioned.
+func KindPartitionedPolicy(p Policy, pairs [][2]string) Policy {
+	cuts := map[[2]string]bool{}
+	for _, pr := range pairs {
+		cuts[pairKey(pr[0], pr[1])] = true
+	}
+	return partitionedPolicy(p, cuts)
+}
