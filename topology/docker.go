@@ -815,10 +815,67 @@ func (t *dockerTopo) probeTarget(ctx context.Context, from, to string, port int)
 	return "", fmt.Errorf("%s has no address on %s", to, home)
 }
 
+// publishedPorts are the in-container ports of each role the harness (observer) can reach.
+func publishedPorts(host string) []int {
+	switch {
+	case isGateway(host):
+		return []int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin}
+	case slices.Contains(Providers, host):
+		return []int{dockerPorts.ProviderAdmin}
+	}
+	return nil
+}
+
+// probeFromObserver tries a TCP connection from the harness to to:port: through the published
+// port (or, with exec access, the relay into the container). Ports that are not published
+// are out of the observer's reach, as the policy wants.
+func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int) ProbeResult {
+	res := ProbeResult{From: HostObserver, To: to, Port: port, Supported: true}
+	if !slices.Contains(publishedPorts(to), port) {
+		res.Error = "not published to the harness"
+		return res
+	}
+	c := t.ctr(to)
+	if c == nil {
+		res.Error = "the docker topology is not up"
+		return res
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	start := time.Now()
+	var conn net.Conn
+	var err error
+	if t.access == accessExec {
+		alias := to + "-admin"
+		if isGateway(to) && port == dockerPorts.GatewayData {
+			alias = to
+		}
+		conn, err = t.relayDial(pctx, to, net.JoinHostPort(alias, strconv.Itoa(port)))
+	} else {
+		var p network.Port
+		p, err = c.MappedPort(pctx, strconv.Itoa(port)+"/tcp")
+		if err == nil {
+			d := net.Dialer{}
+			conn, err = d.DialContext(pctx, "tcp", net.JoinHostPort(t.pubHost, p.Port()))
+		}
+	}
+	res.Elapsed = time.Since(start)
+	if err != nil {
+		res.Error = connectError(err)
+		return res
+	}
+	conn.Close()
+	res.Reached = true
+	return res
+}
+
 func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
 	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
 	_, fok := dockerMembership[from]
 	_, tok := dockerMembership[to]
+	if from == HostObserver && tok {
+		return t.probeFromObserver(ctx, to, port)
+	}
 	if !fok || !tok {
 		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
 		return res
