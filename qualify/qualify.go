@@ -27,7 +27,7 @@ import (
 
 // Options are what `quotaqual run` takes.
 type Options struct {
-	Topology    string   // auto, netns, process
+	Topology    string   // auto, netns, docker, process
 	Profile     string   // quick, reference
 	Scenarios   []string // empty: all, in order
 	EvidenceDir string   // default ./quotaqual-evidence
@@ -37,6 +37,8 @@ type Options struct {
 	DenyMode    string   // reject (default) or drop
 	Binary      string   // the quotaqual binary to run as gateway and provider; default os.Executable
 	EngineWhy   string   // why auto chose the engine, for the manifest and progress
+	ValkeyImage string   // docker: the Valkey image (default: built locally from the host's valkey-server)
+	Image       string   // docker: the quotaqual image (default: built from the running binary)
 	Reporter    Reporter // progress; nil: silent
 }
 
@@ -75,9 +77,9 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // Validate checks options before anything is started, naming the flag and the fix.
 func (o *Options) Validate() error {
 	switch o.Topology {
-	case "", "auto", "netns", "process":
+	case "", topology.EngineAuto, topology.EngineNetns, topology.EngineDocker, topology.EngineProcess:
 	default:
-		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns or process", o.Topology)}
+		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns, docker or process", o.Topology)}
 	}
 	if o.Profile == "" {
 		o.Profile = "quick"
@@ -178,11 +180,13 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	rep.Step("topology up (" + engine + ")")
 	topo, err := topology.New(engine, topology.Spec{
-		RunID:      o.RunID,
-		WorkDir:    workDir,
-		Binary:     binary,
-		Deployment: deployment,
-		DenyMode:   o.DenyMode,
+		RunID:          o.RunID,
+		WorkDir:        workDir,
+		Binary:         binary,
+		Deployment:     deployment,
+		DenyMode:       o.DenyMode,
+		ValkeyImage:    o.ValkeyImage,
+		QuotaqualImage: o.Image,
 	})
 	if err == nil {
 		out.Engine = topo.Engine()

@@ -77,7 +77,6 @@ func (c *component) start() error {
 	return nil
 }
 
-
 // pid of the running process, 0 when none.
 func (c *component) pid() int {
 	c.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -331,4 +332,58 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 	if _, derr, code := quotaqual(t, 30*time.Second, "down", "--run-id", runID); code != 0 {
 		t.Errorf("down --run-id %s: exit %d: %s", runID, code, derr)
 	}
+}
+
+func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
+	if !topology.DockerAvailable() {
+		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
+	}
+	// The quotaqual image is built from this test's binary (quotaqual:bin-<digest>); remove it
+	// afterwards unless it existed before. The Valkey image is built from the host's
+	// valkey-server when missing and kept: it is the same for every run.
+	before := dockerImages(t)
+	t.Cleanup(func() {
+		for _, img := range dockerImages(t) {
+			if !slices.Contains(before, img) && strings.HasPrefix(img, "quotaqual:bin-") {
+				_ = exec.Command("docker", "image", "rm", img).Run()
+			}
+		}
+	})
+	evDir := t.TempDir()
+	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json", "--evidence-dir", evDir)
+	var out runJSON
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("run --json printed no JSON (%v)\nstderr:\n%s", err, stderr)
+	}
+	if code != 0 {
+		t.Errorf("exit code %d (%s), want 0\nstderr:\n%s", code, out.Error, stderr)
+	}
+	if out.Topology != topology.EngineDocker {
+		t.Errorf("topology %q, want docker", out.Topology)
+	}
+	if len(out.Results) != 9 {
+		t.Fatalf("%d results, want the nine scenarios", len(out.Results))
+	}
+	for _, r := range out.Results {
+		if r.Status != evidence.Passed {
+			t.Errorf("%s: %s (%s)", r.Name, r.Status, r.Reason)
+		}
+	}
+	if _, verr, vcode := quotaqual(t, time.Minute, "evidence", "verify", out.BundleDir); vcode != 0 {
+		t.Errorf("evidence verify: exit %d: %s", vcode, verr)
+	}
+	// Nothing labelled with the run id may be left.
+	if dout, _, _ := quotaqual(t, time.Minute, "down", "--run-id", out.RunID); strings.Contains(dout, "stopped") {
+		t.Errorf("the docker run left resources behind:\n%s", dout)
+	}
+}
+
+// dockerImages lists repository:tag of the local images.
+func dockerImages(t *testing.T) []string {
+	out, err := exec.Command("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}").Output()
+	if err != nil {
+		t.Logf("docker image ls: %v", err)
+		return nil
+	}
+	return strings.Fields(string(out))
 }

@@ -26,7 +26,8 @@ processes all live inside the run's own user, network, mount and pid namespaces,
 kernel removes them when the run's process tree ends. down still checks that no process of
 that run is left.
 
-A process run's gateways, providers and Valkey carry the run id in their environment
+A docker run's containers, networks and volumes carry the label org.quotaqual.run-id; down
+removes exactly those. A process run's gateways, providers and Valkey carry the run id in their environment
 (` + topology.EnvRunID + `); down stops exactly those (SIGTERM, then SIGKILL after 5s) and nothing
 else. Without --run-id it lists the runs that still have processes.`,
 		Args: cobra.NoArgs,
@@ -55,6 +56,13 @@ else. Without --run-id it lists the runs that still have processes.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			td := topology.KillRunProcesses(ctx, runID, 5*time.Second)
+			// A docker run leaves containers, networks and volumes labelled with its run id.
+			dtd, derr := topology.DockerCleanup(ctx, runID)
+			td.Removed = append(td.Removed, dtd.Removed...)
+			td.Errors = append(td.Errors, dtd.Errors...)
+			if derr != nil {
+				td.Errors = append(td.Errors, "docker: "+derr.Error())
+			}
 			fmt.Fprintln(out, "netns runs leave nothing behind: their namespaces die with the run's process tree.")
 			if len(td.Removed) == 0 && len(td.Errors) == 0 {
 				fmt.Fprintf(out, "run %s: no process left\n", runID)

@@ -66,7 +66,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces) or process (loopback)")
+	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces), docker (containers) or process (loopback)")
 	f.StringVar(&o.Profile, "profile", "quick", "scenario parameters: quick (short window) or reference (the upstream 60 s window)")
 	f.StringArrayVar(&o.Scenarios, "scenario", nil, "run only this scenario (repeatable); see `quotaqual scenarios`")
 	f.StringVar(&o.EvidenceDir, "evidence-dir", "quotaqual-evidence", "directory that receives <run-id>/")
@@ -74,6 +74,8 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.BoolVar(&o.Keep, "keep", false, "keep the topology up after the scenarios until interrupted")
 	f.StringVar(&o.RunID, "run-id", "", "run id (default: generated); namespaces keys, hosts and the bundle")
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
+	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")
+	f.StringVar(&o.Image, "image", "", "docker: quotaqual image to run (default: built from this binary)")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON on stdout instead of the closing table (progress stays on stderr)")
 	return cmd
 }
@@ -135,7 +137,7 @@ func enterTopologyNamespace(o *qualify.Options) (parentDone bool, code int, err 
 		return false, 0, err
 	}
 	if o.Topology == "" || o.Topology == topology.EngineAuto {
-		o.Topology, o.EngineWhy = topology.Detect()
+		o.Topology, o.EngineWhy = topology.DetectAuto()
 	}
 	if o.Topology != topology.EngineNetns {
 		return false, 0, nil

@@ -74,10 +74,10 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				engine = topology.EngineNetns
 			case engine == topology.EngineAuto:
 				var reason string
-				engine, reason = topology.Detect()
+				engine, reason = topology.DetectAuto()
 				fmt.Fprintf(errw, "topology %s: %s\n", engine, reason)
-			case engine != topology.EngineNetns && engine != topology.EngineProcess:
-				return withCode(ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns or process", engine))
+			case engine != topology.EngineNetns && engine != topology.EngineDocker && engine != topology.EngineProcess:
+				return withCode(ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
 			if engine == topology.EngineNetns && !topology.Inside() {
 				return upReexec(runID)
@@ -85,7 +85,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			return upServe(cmd, engine, prof, runID, denyMode)
 		},
 	}
-	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns or process")
+	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
 	cmd.Flags().StringVar(&profile, "profile", fixtures.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")

@@ -19,9 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/fixtures"
-	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -418,70 +416,5 @@ func get(t *testing.T, topo topology.Topology, url string) int {
 	return resp.StatusCode
 }
 
-// TestDockerNineScenarios runs every qualification scenario against the docker topology and
-// expects each to pass (the network-policy scenario included: membership is the policy here).
-func TestDockerNineScenarios(t *testing.T) {
-	requireDocker(t)
-	if testing.Short() {
-		t.Skip("-short: the nine scenarios take about a minute")
-	}
-	img := images(t)
-	list := scenarios.All()
-	names := make([]string, 0, len(list))
-	for _, s := range list {
-		names = append(names, s.Name)
-	}
-	id := topology.NewRunID()
-	p, err := fixtures.ProfileByName("quick")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := fixtures.NewDeployment(id, p, names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := topology.New(topology.EngineDocker, topology.Spec{RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d, QuotaqualImage: img})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dir := t.TempDir()
-			_ = topo.CollectLogs(dir)
-			for _, h := range []string{topology.HostValkey, topology.HostGatewayA} {
-				b, _ := os.ReadFile(filepath.Join(dir, h+".log"))
-				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-				t.Logf("last lines of %s:\n%s", h, strings.Join(lines[max(0, len(lines)-15):], "\n"))
-			}
-		}
-		_, _ = topo.Down(context.Background())
-		if td, err := topology.DockerCleanup(context.Background(), id); err != nil || len(td.Removed) > 0 {
-			t.Errorf("leftovers of run %s after Down: %v %v", id, td.Removed, err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	if err := topo.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	env := &scenarios.Env{Topo: topo, Deployment: d, Profile: p,
-		Record:   func(evidence.RequestRecord) {},
-		Progress: func(s string) { t.Log(s) },
-	}
-	start := time.Now()
-	results := scenarios.Run(ctx, env, list)
-	t.Logf("%d scenarios in %s", len(results), time.Since(start).Round(time.Millisecond))
-	for _, r := range results {
-		if r.Status != evidence.Passed {
-			var failed []string
-			for _, a := range r.Assertions {
-				if !a.OK {
-					failed = append(failed, fmt.Sprintf("%s (expected %v, observed %v)", a.Name, a.Expected, a.Observed))
-				}
-			}
-			t.Errorf("%s: %s %s %s", r.Name, r.Status, r.Reason, strings.Join(failed, "; "))
-		} else {
-			t.Logf("%s: passed — %s", r.Name, r.KeyFact)
-		}
-	}
-}
+// The nine scenarios on docker run through the real binary in cmd/quotaqual
+// (TestRunDockerTopologyPassesAllScenarios), as a user runs them.
