@@ -253,6 +253,10 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		}
 	}()
 	existing := t.opts.Kubeconfig != "" || t.opts.Context != ""
+	if !existing && !imageExists(ctx, t.nodeImage) {
+		// Before building anything: no registry is reachable on the project's machines.
+		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: load one (docker load) and name it with %s (or KindOptions.NodeImage)", t.nodeImage, EnvKindNodeImage)
+	}
 	if err := t.images(ctx); err != nil {
 		return err
 	}
@@ -315,9 +319,6 @@ func kindClusterConfig(name string) ([]byte, error) {
 }
 
 func (t *kindTopo) createCluster(ctx context.Context) error {
-	if !imageExists(ctx, t.nodeImage) {
-		return fmt.Errorf("kind node image %s is not present locally and no registry is reachable here: load one (docker load) and name it with --kind-node-image or %s", t.nodeImage, EnvKindNodeImage)
-	}
 	raw, err := kindClusterConfig(t.opts.ClusterName)
 	if err != nil {
 		return err
@@ -739,6 +740,16 @@ func (t *kindTopo) pfConnection(ctx context.Context, pod string) (httpstream.Con
 // portForward opens one forwarded TCP connection to pod:port (an error and a data stream, as
 // kubectl port-forward does per accepted connection).
 func (t *kindTopo) portForward(ctx context.Context, pod string, port int) (net.Conn, error) {
+	c, err := t.portForwardOnce(ctx, pod, port)
+	if err != nil && ctx.Err() == nil {
+		// A cached connection may have gone stale (the kubelet's stream timed out): the
+		// failed one was dropped, so this dials afresh.
+		c, err = t.portForwardOnce(ctx, pod, port)
+	}
+	return c, err
+}
+
+func (t *kindTopo) portForwardOnce(ctx context.Context, pod string, port int) (net.Conn, error) {
 	conn, err := t.pfConnection(ctx, pod)
 	if err != nil {
 		return nil, err
@@ -1416,4 +1427,38 @@ func (t *kindTopo) Facts() map[string]any {
 			"valkey": kindPorts.Valkey,
 		},
 	}
+}
+
+// KindCleanup deletes the kind cluster a crashed run created (qq-<run id>), for `quotaqual
+// down --run-id`. Without Docker, or without such a cluster, there is nothing to remove. (A
+// run against an existing cluster leaves at most its namespace quotaqual-<run id> there.)
+func KindCleanup(ctx context.Context, runID string) (Teardown, error) {
+	start := time.Now()
+	if err := ValidateRunID(runID); err != nil {
+		return Teardown{}, err
+	}
+	var td Teardown
+	if _, err := dockerPing(ctx); err != nil {
+		td.Elapsed = elapsedSince(start)
+		return td, nil
+	}
+	p := cluster.NewProvider(cluster.ProviderWithDocker(), cluster.ProviderWithLogger(kindlog.NoopLogger{}))
+	names, err := p.List()
+	if err != nil {
+		return td, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	name := "qq-" + runID
+	if slices.Contains(names, name) {
+		// An explicit, missing kubeconfig path: never edit the user's ~/.kube/config.
+		if err := p.Delete(name, filepath.Join(os.TempDir(), "quotaqual-"+runID+"-kubeconfig")); err != nil {
+			td.Errors = append(td.Errors, fmt.Sprintf("deleting kind cluster %s: %v", name, err))
+		} else {
+			td.Removed = append(td.Removed, "kind cluster "+name)
+		}
+	}
+	td.Elapsed = elapsedSince(start)
+	if len(td.Errors) > 0 {
+		return td, errors.New("kind cleanup: " + strings.Join(td.Errors, "; "))
+	}
+	return td, nil
 }

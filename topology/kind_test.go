@@ -6,13 +6,20 @@ package topology
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	kindv1alpha4 "sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/yaml"
 
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
 func kindSpec(t *testing.T) Spec {
@@ -110,5 +117,108 @@ func TestKindNodeImageOption(t *testing.T) {
 	k, _ = newKind(kindSpec(t))
 	if k.nodeImage != DefaultKindNodeImage {
 		t.Errorf("node image %q, want kind's default", k.nodeImage)
+	}
+}
+
+// The API side of the engine against client-go's fake clientset (no cluster: no pods run, so
+// rollouts, exec and port-forwards are not exercised here): apply creates every rendered object
+// in the run's namespace, a partition rewrites exactly the affected NetworkPolicy, healing
+// restores it, a rollout counts as done only with a ready pod, and Down deletes only the
+// namespace of an existing cluster.
+func TestKindAPISideWithFakeClientset(t *testing.T) {
+	ctx := context.Background()
+	k, _ := newKind(kindSpec(t))
+	cs := fake.NewClientset()
+	k.cs, k.qqImg, k.valkeyImg = cs, "quotaqual:test", DefaultValkeyImage
+	k.clusterNm = "context fake"
+	if err := k.render(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.apply(ctx); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("a second apply must refuse the existing namespace: %v", err)
+	}
+	deps, _ := cs.AppsV1().Deployments(k.ns).List(ctx, metav1.ListOptions{})
+	nps, _ := cs.NetworkingV1().NetworkPolicies(k.ns).List(ctx, metav1.ListOptions{})
+	if len(deps.Items) != 8 || len(nps.Items) != 1+len(k.base.Rules) {
+		t.Fatalf("%d deployments, %d network policies", len(deps.Items), len(nps.Items))
+	}
+
+	from := func() []string {
+		np, err := cs.NetworkingV1().NetworkPolicies(k.ns).Get(ctx, "allow-valkey-from-gateways", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hosts []string
+		for _, p := range np.Spec.Ingress[0].From {
+			hosts = append(hosts, p.PodSelector.MatchLabels[k8s.LabelHost])
+		}
+		return hosts
+	}
+	cut := map[[2]string]bool{pairKey(HostValkey, HostGatewayA): true}
+	in := k.in
+	in.Rules = nil
+	for _, r := range partitionedPolicy(k.base, cut).Rules {
+		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
+	}
+	if err := k.syncPolicies(ctx, in.NetworkPolicies()); err != nil {
+		t.Fatal(err)
+	}
+	if got := from(); !slices.Equal(got, []string{HostGatewayB}) {
+		t.Errorf("partitioned: valkey accepts %v, want only gateway-b", got)
+	}
+	if err := k.syncPolicies(ctx, k.in.NetworkPolicies()); err != nil {
+		t.Fatal(err)
+	}
+	if got := from(); !slices.Equal(got, []string{HostGatewayA, HostGatewayB}) {
+		t.Errorf("healed: valkey accepts %v", got)
+	}
+	// Cutting gateway-a from the client and the observer leaves its data rule without a
+	// source: that policy goes (an allow rule with an empty from would allow everyone).
+	cut = map[[2]string]bool{pairKey(HostClient, HostGatewayA): true, pairKey(HostObserver, HostGatewayA): true}
+	in.Rules = nil
+	for _, r := range partitionedPolicy(k.base, cut).Rules {
+		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
+	}
+	if err := k.syncPolicies(ctx, in.NetworkPolicies()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies(k.ns).Get(ctx, "allow-gateway-a-data-from-client", metav1.GetOptions{}); err == nil {
+		t.Error("a rule left with no source must be deleted, not kept empty (an empty from allows everyone)")
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies(k.ns).Get(ctx, k8s.PolicyDefaultDeny, metav1.GetOptions{}); err != nil {
+		t.Errorf("default deny must stay: %v", err)
+	}
+
+	// A rollout is done only when the status says so and a ready pod exists.
+	dep, _ := cs.AppsV1().Deployments(k.ns).Get(ctx, HostValkey, metav1.GetOptions{})
+	dep.Status = appsv1.DeploymentStatus{Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	if _, err := cs.AppsV1().Deployments(k.ns).UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.waitRollout(ctx, HostValkey, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no pod exists") {
+		t.Errorf("rollout without a pod: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "valkey-1", Namespace: k.ns, Labels: map[string]string{k8s.LabelHost: HostValkey}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	if _, err := cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.waitRollout(ctx, HostValkey, 2*time.Second); err != nil {
+		t.Errorf("rollout with a ready pod: %v", err)
+	}
+	if p, err := k.readyPod(ctx, HostValkey); err != nil || p.Name != "valkey-1" {
+		t.Errorf("ready pod: %v, %v", p, err)
+	}
+
+	k.nsCreated = true
+	td, err := k.Down(ctx)
+	if err != nil || !slices.Equal(td.Removed, []string{"namespace quotaqual-kindunit on context fake"}) {
+		t.Errorf("Down on an existing cluster: %+v, %v", td, err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err == nil {
+		t.Error("the run's namespace is still there")
 	}
 }

@@ -1,0 +1,345 @@
+// Package kinde2e_test runs the kind topology live: a run-scoped kind cluster (or an existing
+// cluster named by QUOTAQUAL_KIND_KUBECONFIG), every lever, the nine scenarios, and teardown.
+//
+// It lives in its own package because package topology's TestMain re-executes its tests
+// inside the netns engine's private namespaces, where neither the Docker engine (which kind
+// drives) nor the cluster's API server can be reached. It needs a kind node image present
+// locally — none can be had on the project's machines (no registry), so there it skips with
+// that reason. Load one (`docker load -i kindest-node.tar`) and, when it is not kind v0.33.0's
+// default, name it with QUOTAQUAL_KIND_NODE_IMAGE.
+package kinde2e_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/scenarios"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+var binary string
+
+// TestMain builds a static quotaqual binary for the image.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "quotaqual-kind-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "quotaqual")
+	build := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/quotaqual/quotaqual/cmd/quotaqual")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the quotaqual binary for the kind tests:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// nodeImage returns the kind node image to use, or skips with the reason it cannot run.
+func nodeImage(t *testing.T) string {
+	t.Helper()
+	if topology.Inside() {
+		t.Skip("inside the netns engine's namespaces neither Docker nor a kind API server can be reached")
+	}
+	if !topology.DockerAvailable() {
+		t.Skip("no Docker engine answers: kind cannot create a cluster here")
+	}
+	img := os.Getenv(topology.EnvKindNodeImage)
+	if img == "" {
+		img = topology.DefaultKindNodeImage
+	}
+	if !imageExists(img) {
+		t.Skipf("no kind node image present locally (%s): a kind cluster cannot start on this machine; load one (docker load) and set %s to it",
+			img, topology.EnvKindNodeImage)
+	}
+	return img
+}
+
+func imageExists(ref string) bool {
+	return exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", ref).Run() == nil
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtures.Deployment, fixtures.Profile) {
+	t.Helper()
+	id := topology.NewRunID()
+	p, err := fixtures.ProfileByName("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range scenarios.All() {
+		names = append(names, s.Name)
+	}
+	d, err := fixtures.NewDeployment(id, p, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := topology.New(topology.EngineKind, topology.Spec{
+		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d, Stdout: testWriter{t}, Kind: kind,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := topo.Down(ctx); err != nil {
+			t.Errorf("Down: %v", err)
+		}
+	})
+	return topo, d, p
+}
+
+func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
+	t.Helper()
+	cred, ok := d.Credential("", subject)
+	if !ok {
+		t.Fatalf("no walkthrough credential for %s", subject)
+	}
+	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
+	req.SetBasicAuth(cred.Username, cred.Password)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := topo.Client().Do(req)
+	if err != nil {
+		t.Logf("chat via %s: %v", gateway, err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+}
+
+func eventually(t *testing.T, what string, within time.Duration, f func() int, want func(int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := 0
+	for time.Now().Before(deadline) {
+		if last = f(); want(last) {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("%s: last status %d after %s", what, last, within)
+}
+
+// exercise brings the topology up and pulls every lever.
+func exercise(t *testing.T, topo topology.Topology, d *fixtures.Deployment, p fixtures.Profile) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := topo.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Logf("up in %s; facts: %v", time.Since(start).Round(time.Second), topo.Facts())
+	caps := topo.Capabilities()
+	if !caps.NetworkPolicy || !caps.Partition {
+		t.Fatalf("NetworkPolicy enforcement was not proven live: %+v", caps)
+	}
+
+	// Data path through Client(): both gateways admit, with provider attribution.
+	for _, g := range topology.Gateways {
+		if code, site := chat(t, topo, g, d, fixtures.Subjects[0]); code != http.StatusOK || site == "" {
+			t.Errorf("chat via %s: %d, site %q", g, code, site)
+		}
+	}
+
+	// Reachability: every probe agrees with the policy (the live NetworkPolicy proof).
+	pol := topology.DefaultPolicy(topo.Ports())
+	ports := map[string][]int{topology.HostValkey: {topo.Ports().Valkey}}
+	for _, g := range topology.Gateways {
+		ports[g] = []int{topo.Ports().GatewayData, topo.Ports().GatewayAdmin}
+	}
+	for _, pr := range topology.Providers {
+		ports[pr] = []int{topo.Ports().ProviderData, topo.Ports().ProviderAdmin}
+	}
+	for _, from := range append([]string{topology.HostObserver}, topology.Hosts...) {
+		if from == topology.HostValkey {
+			continue
+		}
+		for _, to := range topology.Hosts {
+			for _, port := range ports[to] {
+				r := topo.Probe(ctx, from, to, port)
+				if want := pol.Allows(from, to, port); !r.Supported || r.Reached != want {
+					t.Errorf("probe %s → %s:%d: reached=%v (%s), policy allows=%v", from, to, port, r.Reached, r.Error, want)
+				}
+			}
+		}
+	}
+
+	// Partition gateway-a from valkey: gateway-a is cut off, gateway-b is not; heal restores.
+	if err := topo.Partition(ctx, topology.HostGatewayA, topology.HostValkey); err != nil {
+		t.Fatalf("Partition: %v", err)
+	}
+	if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); r.Reached {
+		t.Error("gateway-a reaches valkey while partitioned")
+	}
+	if r := topo.Probe(ctx, topology.HostGatewayB, topology.HostValkey, topo.Ports().Valkey); !r.Reached {
+		t.Errorf("gateway-b lost valkey in gateway-a's partition: %s", r.Error)
+	}
+	if err := topo.Heal(ctx, topology.HostGatewayA, topology.HostValkey); err != nil {
+		t.Fatalf("Heal: %v", err)
+	}
+
+	// Rollout restart of gateway-a: ready again and admitting.
+	if err := topo.RestartGateway(ctx, topology.HostGatewayA); err != nil {
+		t.Fatalf("RestartGateway: %v", err)
+	}
+	eventually(t, "gateway-a after restart", time.Minute, func() int {
+		c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[1])
+		return c
+	}, func(c int) bool { return c == http.StatusOK })
+
+	// Valkey scaled to 0: fail closed with 503; scaled back: admission recovers.
+	if err := topo.StopValkey(ctx); err != nil {
+		t.Fatalf("StopValkey: %v", err)
+	}
+	for _, g := range topology.Gateways {
+		if code, _ := chat(t, topo, g, d, fixtures.Subjects[2]); code != http.StatusServiceUnavailable {
+			t.Errorf("%s with valkey stopped: %d, want 503", g, code)
+		}
+	}
+	if err := topo.StartValkey(ctx); err != nil {
+		t.Fatalf("StartValkey: %v", err)
+	}
+	eventually(t, "admission after valkey is back", p.RecoveryMax+time.Minute, func() int {
+		c, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[2])
+		return c
+	}, func(c int) bool { return c == http.StatusOK || c == http.StatusTooManyRequests })
+
+	// The nine scenarios, as `quotaqual run --topology kind` runs them.
+	env := &scenarios.Env{Topo: topo, Deployment: d, Profile: p,
+		Record: func(evidence.RequestRecord) {}, Progress: func(s string) { t.Log(s) }}
+	for _, r := range scenarios.Run(ctx, env, scenarios.All()) {
+		t.Logf("scenario %s: %s", r.Name, r.Status)
+		if r.Status != evidence.Passed {
+			t.Errorf("scenario %s: %s", r.Name, r.Status)
+		}
+	}
+
+	// Logs of every component, including the gateway pod the restart replaced.
+	dir := t.TempDir()
+	if err := topo.CollectLogs(dir); err != nil {
+		t.Errorf("CollectLogs: %v", err)
+	}
+	for _, h := range topology.Hosts {
+		if h == topology.HostClient {
+			continue // the idle client pod logs nothing
+		}
+		b, err := os.ReadFile(filepath.Join(dir, h+".log"))
+		if err != nil || len(b) == 0 {
+			t.Errorf("no log for %s: %v", h, err)
+		}
+		if h == topology.HostGatewayA && strings.Count(string(b), "=== pod ") < 2 {
+			t.Errorf("gateway-a's log lacks the pod the restart replaced")
+		}
+	}
+
+	td, err := topo.Down(context.Background())
+	if err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	t.Logf("teardown in %s: %v", td.Elapsed, td.Removed)
+	if len(td.Removed) == 0 {
+		t.Error("Down removed nothing")
+	}
+	// Logs stay collectable after Down (qualify collects them after teardown).
+	if err := topo.CollectLogs(t.TempDir()); err != nil {
+		t.Errorf("CollectLogs after Down: %v", err)
+	}
+}
+
+// TestKindTopology creates a run-scoped kind cluster, pulls every lever, runs the nine
+// scenarios and deletes the cluster.
+func TestKindTopology(t *testing.T) {
+	img := nodeImage(t)
+	topo, d, p := newTopo(t, topology.KindOptions{NodeImage: img})
+	exercise(t, topo, d, p)
+	out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=io.x-k8s.kind.cluster", "--format", "{{.Names}}").Output()
+	if id := topo.Facts()["run_id"].(string); strings.Contains(string(out), "qq-"+id) {
+		t.Errorf("kind node containers of run %s left after Down: %s", id, out)
+	}
+}
+
+// TestKindTopologyExistingCluster runs against the cluster QUOTAQUAL_KIND_KUBECONFIG (and
+// QUOTAQUAL_KIND_CONTEXT) names, in a run-scoped namespace only.
+func TestKindTopologyExistingCluster(t *testing.T) {
+	kc := os.Getenv("QUOTAQUAL_KIND_KUBECONFIG")
+	if kc == "" {
+		t.Skip("QUOTAQUAL_KIND_KUBECONFIG is not set: no existing cluster to run against")
+	}
+	if topology.Inside() {
+		t.Skip("inside the netns engine's namespaces the cluster cannot be reached")
+	}
+	topo, d, p := newTopo(t, topology.KindOptions{Kubeconfig: kc, Context: os.Getenv("QUOTAQUAL_KIND_CONTEXT")})
+	exercise(t, topo, d, p)
+}
+
+// TestKindUpWithoutNodeImageFailsClearly is the live path where this machine can take it:
+// with Docker but no kind node image, Up builds the images, then stops before creating
+// anything, naming the missing image and the fix, and Down has nothing to remove.
+func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
+	if topology.Inside() || !topology.DockerAvailable() {
+		t.Skip("needs a Docker engine outside the netns engine's namespaces")
+	}
+	const missing = "kindest/node:v0.0.0-quotaqual-absent"
+	if imageExists(missing) {
+		t.Skip(missing + " exists")
+	}
+	hadValkey := imageExists(topology.DefaultValkeyImage)
+	topo, _, _ := newTopo(t, topology.KindOptions{NodeImage: missing})
+	t.Cleanup(func() {
+		if f, ok := topo.Facts()["quotaqual_image"].(string); ok && f != "" {
+			_ = exec.Command("docker", "image", "rm", f).Run()
+		}
+		if !hadValkey {
+			_ = exec.Command("docker", "image", "rm", topology.DefaultValkeyImage).Run()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := topo.Up(ctx)
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), topology.EnvKindNodeImage) {
+		t.Fatalf("Up without a node image: %v", err)
+	}
+	td, err := topo.Down(ctx)
+	if err != nil || len(td.Removed) != 0 {
+		t.Errorf("Down after the failed Up: %+v, %v", td, err)
+	}
+}
+
+// KindCleanup asks the Docker engine (through kind's provider) for the run's cluster and
+// removes nothing that is not its own.
+func TestKindCleanupOfAnUnknownRunRemovesNothing(t *testing.T) {
+	if topology.Inside() || !topology.DockerAvailable() {
+		t.Skip("needs a Docker engine outside the netns engine's namespaces")
+	}
+	td, err := topology.KindCleanup(context.Background(), topology.NewRunID())
+	if err != nil || len(td.Removed) != 0 {
+		t.Errorf("KindCleanup of an unknown run: %+v, %v", td, err)
+	}
+}
