@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,12 @@ func quotaqualBinary(t *testing.T) string {
 // given), runs list and tears down. Component logs are kept when the test fails.
 func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
 	t.Helper()
+	return topologyRunWith(t, engine, backend, nil, list)
+}
+
+// topologyRunWith is topologyRun with a test-only change to the enforced network policy.
+func topologyRunWith(t *testing.T, engine, backend string, adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+	t.Helper()
 	bin := quotaqualBinary(t)
 	p, err := fixtures.ProfileByName("quick")
 	if err != nil {
@@ -99,7 +106,7 @@ func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evide
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.New(engine, topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d})
+	topo, err := topology.New(engine, topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d, AdjustPolicy: adjust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +225,71 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 		}
 		t.Logf("%s failed as it must: %s", r.Name, firstLine(r.Reason))
 	}
+}
+
+// TestNetworkPolicyFailsWhenTheEnforcedPolicyIsWrong proves network-policy can fail: with the
+// Valkey rule missing, the gateways' positive control to Valkey fails; with an extra rule that
+// lets the client reach Valkey, the client's negative control fails.
+func TestNetworkPolicyFailsWhenTheEnforcedPolicyIsWrong(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
+	}
+	if reason := os.Getenv(envNoNetns); reason != "" {
+		t.Skip("netns topology unavailable on this host: " + reason)
+	}
+	list, err := Select([]string{"network-policy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		adjust func(topology.Policy) topology.Policy
+	}{
+		{"without the valkey rule", func(p topology.Policy) topology.Policy {
+			var kept []topology.PolicyRule
+			for _, r := range p.Rules {
+				if r.Name != "valkey-from-gateways" {
+					kept = append(kept, r)
+				}
+			}
+			p.Rules = kept
+			return p
+		}},
+		{"with the client allowed to valkey", func(p topology.Policy) topology.Policy {
+			for i, r := range p.Rules {
+				if r.Name == "valkey-from-gateways" {
+					p.Rules[i].From = append(append([]string{}, r.From...), topology.HostClient)
+				}
+			}
+			return p
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			results, _, _ := topologyRunWith(t, topology.EngineNetns, fixtures.BackendValkey, c.adjust, list)
+			if len(results) != 1 || results[0].Status != evidence.Failed {
+				t.Fatalf("network-policy under a wrong policy: %v, want failed", describeAll(results))
+			}
+			var failed []string
+			for _, a := range results[0].Assertions {
+				if !a.OK {
+					failed = append(failed, a.Name)
+				}
+			}
+			if !slices.ContainsFunc(failed, func(n string) bool { return strings.Contains(n, "valkey") }) {
+				t.Errorf("network-policy failed, but not on a valkey probe: %v", failed)
+			}
+			t.Logf("failed as it must, on: %s", strings.Join(failed, "; "))
+		})
+	}
+}
+
+func describeAll(rs []evidence.ScenarioResult) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, describe(r))
+	}
+	return out
 }
 
 // TestQualificationOnNetnsTopology runs all nine on the netns engine: every component in its

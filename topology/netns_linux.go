@@ -94,6 +94,9 @@ func newNetns(spec Spec) (Topology, error) {
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},
 	}
+	if spec.AdjustPolicy != nil {
+		t.policy = spec.AdjustPolicy(t.policy)
+	}
 	t.ports = netnsPorts
 	t.observer = &http.Client{Transport: newTransport(nil)}
 	t.client = &http.Client{Transport: newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -31,6 +31,10 @@ type Spec struct {
 	Deployment *fixtures.Deployment
 	DenyMode   string    // DenyReject (default) or DenyDrop
 	Stdout     io.Writer // optional progress lines
+	// AdjustPolicy, when set, changes the network policy before the netns engine enforces
+	// it. Production never sets it; tests use it to prove that the network-policy scenario
+	// fails when the enforced policy is not the intended one (a missing or an extra rule).
+	AdjustPolicy func(Policy) Policy
 
 	// Docker engine only: images to run instead of the ones it builds when missing (see
 	// docker_image.go), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
