@@ -27,19 +27,20 @@ import (
 
 // Options are what `quotaqual run` takes.
 type Options struct {
-	Topology    string   // auto, netns, docker, process
-	Profile     string   // quick, reference
-	Scenarios   []string // empty: all, in order
-	EvidenceDir string   // default ./quotaqual-evidence
-	Bundle      string   // "" or "tar.gz"
-	Keep        bool     // leave the topology up (until the process exits)
-	RunID       string   // empty: generated
-	DenyMode    string   // reject (default) or drop
-	Binary      string   // the quotaqual binary to run as gateway and provider; default os.Executable
-	EngineWhy   string   // why auto chose the engine, for the manifest and progress
-	ValkeyImage string   // docker: the Valkey image (default: built locally from the host's valkey-server)
-	Image       string   // docker: the quotaqual image (default: built from the running binary)
-	Reporter    Reporter // progress; nil: silent
+	Topology    string               // auto, netns, docker, process
+	Profile     string               // quick, reference
+	Scenarios   []string             // empty: all, in order
+	EvidenceDir string               // default ./quotaqual-evidence
+	Bundle      string               // "" or "tar.gz"
+	Keep        bool                 // leave the topology up (until the process exits)
+	RunID       string               // empty: generated
+	DenyMode    string               // reject (default) or drop
+	Binary      string               // the quotaqual binary to run as gateway and provider; default os.Executable
+	EngineWhy   string               // why auto chose the engine, for the manifest and progress
+	ValkeyImage string               // docker: the Valkey image (default: built locally from the host's valkey-server)
+	Image       string               // docker, kind: the quotaqual image (default: built from the running binary)
+	Kind        topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
+	Reporter    Reporter             // progress; nil: silent
 }
 
 // Reporter receives progress. The ui package implements it for terminals and plain logs.
@@ -77,9 +78,9 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // Validate checks options before anything is started, naming the flag and the fix.
 func (o *Options) Validate() error {
 	switch o.Topology {
-	case "", topology.EngineAuto, topology.EngineNetns, topology.EngineDocker, topology.EngineProcess:
+	case "", topology.EngineAuto, topology.EngineNetns, topology.EngineDocker, topology.EngineProcess, topology.EngineKind:
 	default:
-		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns, docker or process", o.Topology)}
+		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns, docker, process or kind", o.Topology)}
 	}
 	if o.Profile == "" {
 		o.Profile = "quick"
@@ -187,6 +188,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		DenyMode:       o.DenyMode,
 		ValkeyImage:    o.ValkeyImage,
 		QuotaqualImage: o.Image,
+		Kind:           o.Kind,
 	})
 	if err == nil {
 		out.Engine = topo.Engine()

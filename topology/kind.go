@@ -180,6 +180,9 @@ func newKind(spec Spec) (*kindTopo, error) {
 		saved:     map[string]bool{},
 		pf:        map[string]httpstream.Connection{},
 	}
+	if spec.AdjustPolicy != nil {
+		t.base = spec.AdjustPolicy(t.base)
+	}
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return t.dialService(ctx, addr) }
 	t.client = &http.Client{Transport: newTransport(dial)}
 	t.observer = &http.Client{Transport: newTransport(dial)}

@@ -63,6 +63,13 @@ else. Without --run-id it lists the runs that still have processes.`,
 			if derr != nil {
 				td.Errors = append(td.Errors, "docker: "+derr.Error())
 			}
+			// A kind run leaves a cluster named after its run id (when --keep or a crash).
+			ktd, kerr := topology.KindCleanup(ctx, runID)
+			td.Removed = append(td.Removed, ktd.Removed...)
+			td.Errors = append(td.Errors, ktd.Errors...)
+			if kerr != nil {
+				td.Errors = append(td.Errors, "kind: "+kerr.Error())
+			}
 			fmt.Fprintln(out, "netns runs leave nothing behind: their namespaces die with the run's process tree.")
 			if len(td.Removed) == 0 && len(td.Errors) == 0 {
 				fmt.Fprintf(out, "run %s: no process left\n", runID)

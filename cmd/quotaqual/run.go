@@ -34,6 +34,10 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
   quotaqual run --profile reference --bundle tar.gz --evidence-dir /tmp/evidence`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Kind.Keep = o.Keep
+			if (o.Kind.Kubeconfig != "" || o.Kind.Context != "" || o.Kind.NodeImage != "") && o.Topology != topology.EngineKind {
+				return withCode(ExitUsage, fmt.Errorf("--kubeconfig, --context and --kind-node-image apply to --topology kind only"))
+			}
 			if err := o.Validate(); err != nil {
 				return withCode(ExitUsage, err)
 			}
@@ -66,7 +70,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces), docker (containers) or process (loopback)")
+	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces), docker (containers), process (loopback) or kind (Kubernetes)")
 	f.StringVar(&o.Profile, "profile", "quick", "scenario parameters: quick (short window) or reference (the upstream 60 s window)")
 	f.StringArrayVar(&o.Scenarios, "scenario", nil, "run only this scenario (repeatable); see `quotaqual scenarios`")
 	f.StringVar(&o.EvidenceDir, "evidence-dir", "quotaqual-evidence", "directory that receives <run-id>/")
@@ -76,6 +80,9 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
 	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")
 	f.StringVar(&o.Image, "image", "", "docker: quotaqual image to run (default: built from this binary)")
+	f.StringVar(&o.Kind.NodeImage, "kind-node-image", "", "kind: node image for the run's cluster (default: kind's, or QUOTAQUAL_KIND_NODE_IMAGE)")
+	f.StringVar(&o.Kind.Kubeconfig, "kubeconfig", "", "kind: run in a namespace of an existing cluster instead of creating one")
+	f.StringVar(&o.Kind.Context, "context", "", "kind: kubeconfig context of the existing cluster")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON on stdout instead of the closing table (progress stays on stderr)")
 	return cmd
 }
