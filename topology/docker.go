@@ -640,21 +640,11 @@ func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 	c := t.ctr(host)
 	var last string
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, readyURL, nil)
-		resp, err := t.observer.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				rcancel()
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+		ok, status := getOK(ctx, t.observer, readyURL, 2*time.Second)
+		if ok {
+			return nil
 		}
-		rcancel()
+		last = status
 		if st, serr := c.State(ctx); serr == nil && !st.Running {
 			logs, _ := t.containerLog(ctx, c.GetContainerID())
 			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, lastLines(logs, 5))

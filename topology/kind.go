@@ -852,21 +852,11 @@ func (t *kindTopo) waitHTTP(ctx context.Context, url string, within time.Duratio
 	defer cancel()
 	var last string
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
-		resp, err := t.observer.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				rcancel()
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+		ok, status := getOK(ctx, t.observer, url, 5*time.Second)
+		if ok {
+			return nil
 		}
-		rcancel()
+		last = status
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s did not answer 200 within %s (last: %s)", url, within, last)

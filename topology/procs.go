@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -108,21 +107,11 @@ func (c *component) waitReady(ctx context.Context, client *http.Client) error {
 	defer tick.Stop()
 	var last string
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, httpPollWait)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, c.readyURL, nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				rcancel()
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+		ok, status := getOK(ctx, client, c.readyURL, httpPollWait)
+		if ok {
+			return nil
 		}
-		rcancel()
+		last = status
 		select {
 		case <-done:
 			return &exitedEarlyError{host: c.host, log: c.logPath, tail: logTail(c.logPath)}
