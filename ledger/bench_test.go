@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -267,6 +269,118 @@ func BenchmarkValkey(b *testing.B) {
 			b.ReportMetric(pairsPerSec, "pairs/s")
 			b.ReportMetric(evalshaPerSec, "evalsha/s")
 			b.ReportMetric(pairsPerSec/evalshaPerSec, "x-evalsha-throughput")
+		})
+	}
+}
+
+// cmdstats reads the server's EVALSHA+EVAL call count and total µs (INFO commandstats).
+func (vb *valkeyBench) cmdstats(ctx context.Context) (calls, usec float64, err error) {
+	info, err := vb.raw.Do(ctx, vb.raw.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(val, 64)
+			switch k {
+			case "calls":
+				calls += f
+			case "usec":
+				usec += f
+			}
+		}
+	}
+	return calls, usec, nil
+}
+
+// BenchmarkValkeyServerCost: the server's own µs per Reserve and per Settle script call (INFO
+// commandstats read before and after each batch of 64 reserves on 64 keys, then of their 64
+// settles): a figure a loaded client machine moves much less than wall-clock latency.
+// "fresh" keys hold a few seconds of buckets (as the throughput benchmarks do); "full-window"
+// keys start with 59 non-empty one-second buckets of their one-minute window, the steady state
+// of a key in use for a minute. The full-window prefill writes the bucket hash directly (the
+// key layout of ledger/scripts/common.lua) before any ledger call, and checks through Inspect
+// that the ledger counts it.
+func BenchmarkValkeyServerCost(b *testing.B) {
+	vb := newValkeyBench(b)
+	ctx := context.Background()
+	for _, full := range []bool{false, true} {
+		name := "fresh"
+		if full {
+			name = "full-window"
+		}
+		b.Run(name, func(b *testing.B) {
+			ns := fmt.Sprintf("bench-cost-%d", vb.ns.Add(1))
+			v, err := ledger.NewValkey(ledger.ValkeyOptions{URL: vb.srv.URL(), Namespace: ns, Timeout: 2 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = v.Close() })
+			q := benchQuota()
+			keys := make([]string, 64)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("tenant-%d", i)
+			}
+			if full {
+				now := time.Now().UnixMilli() / 1000
+				for _, k := range keys {
+					sum := sha256.Sum256([]byte(q.Rule + "\x00" + k))
+					hk := ns + ":{" + hex.EncodeToString(sum[:])[:32] + "}:s1"
+					cmd := vb.raw.B().Hset().Key(hk).FieldValue()
+					for i := int64(1); i <= 59; i++ {
+						cmd = cmd.FieldValue(strconv.FormatInt(now-i, 10), "1")
+					}
+					if err := vb.raw.Do(ctx, cmd.Build()).Error(); err != nil {
+						b.Fatal(err)
+					}
+					if err := vb.raw.Do(ctx, vb.raw.B().Pexpire().Key(hk).Milliseconds(120000).Build()).Error(); err != nil {
+						b.Fatal(err)
+					}
+					st, err := v.Inspect(ctx, q, k)
+					if err != nil || st.Windows[0].Settled < 55 {
+						b.Fatalf("prefill not counted (key layout changed?): %+v %v", st, err)
+					}
+				}
+			}
+			var resCalls, resUs, setCalls, setUs float64
+			rs := make([]ledger.Reservation, len(keys))
+			b.ResetTimer()
+			for n := 0; n < b.N; n += len(keys) {
+				c0, u0, err := vb.cmdstats(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, k := range keys {
+					d, err := v.Reserve(ctx, q, k, 10)
+					if err != nil || !d.Admitted {
+						b.Fatalf("reserve: %+v, %v", d, err)
+					}
+					rs[i] = d.Reservation
+				}
+				c1, u1, err := vb.cmdstats(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range rs {
+					if _, err := v.Settle(ctx, r, benchUsage); err != nil {
+						b.Fatal(err)
+					}
+				}
+				c2, u2, err := vb.cmdstats(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resCalls, resUs = resCalls+c1-c0, resUs+u1-u0
+				setCalls, setUs = setCalls+c2-c1, setUs+u2-u1
+			}
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(resUs/resCalls, "reserve-server-µs")
+			b.ReportMetric(setUs/setCalls, "settle-server-µs")
 		})
 	}
 }

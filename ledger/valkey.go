@@ -19,16 +19,22 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
+// loadScript assembles a script: scripts/head.lua (clock, state read), then the script, with
+// scripts/common.lua (the general machinery) in place of its "-- @common" line, so that a fast
+// path returning before that line never builds it.
 func loadScript(name string) *valkey.Lua {
-	common, err := scriptFS.ReadFile("scripts/common.lua")
-	if err != nil {
-		panic(err)
+	read := func(f string) string {
+		b, err := scriptFS.ReadFile("scripts/" + f + ".lua")
+		if err != nil {
+			panic(err)
+		}
+		return string(b)
 	}
-	body, err := scriptFS.ReadFile("scripts/" + name + ".lua")
-	if err != nil {
-		panic(err)
+	body := read(name)
+	if strings.Count(body, "\n-- @common\n") != 1 {
+		panic("ledger: scripts/" + name + ".lua must have exactly one -- @common line")
 	}
-	return valkey.NewLuaScript(string(common) + "\n" + string(body))
+	return valkey.NewLuaScript(read("head") + "\n" + strings.Replace(body, "\n-- @common\n", "\n"+read("common")+"\n", 1))
 }
 
 var (
@@ -236,11 +242,12 @@ func (v *Valkey) fail(op string, err error) error {
 	return storeError("valkey "+op, err)
 }
 
-// scriptKeys builds the keys and the common ARGV prefix of a quota key's scripts.
+// scriptKeys builds the keys and the common ARGV prefix of a quota key's scripts (see
+// ledger/scripts/common.lua): ttl, signature, the widths and the distinct windows.
 type scriptKeys struct {
 	keys    []string
 	args    []string
-	slotOf  []int // budget index -> 1-based width slot
+	slotOf  []int // budget index -> 1-based distinct-window slot
 	ttlMs   int64
 	budgets []checkedBudget
 }
@@ -257,19 +264,48 @@ func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 	sk := scriptKeys{budgets: bs, ttlMs: storeTTLMs(q), slotOf: make([]int, len(bs))}
 	sk.keys = make([]string, 0, 2+len(widths))
 	sk.keys = append(sk.keys, p+":a", p+":d")
-	sk.args = make([]string, 0, 2+2*len(widths)+extra)
-	sk.args = append(sk.args, strconv.FormatInt(sk.ttlMs, 10), strconv.Itoa(len(widths)))
-	for wi, w := range widths {
+	sk.args = make([]string, 0, 4+2*len(widths)+2*len(bs)+extra)
+	sk.args = append(sk.args, strconv.FormatInt(sk.ttlMs, 10), "", strconv.Itoa(len(widths)))
+	for _, w := range widths {
 		var maxWin int64
-		for bi, b := range bs {
+		for _, b := range bs {
 			if b.widthMs == w {
 				maxWin = max(maxWin, b.windowMs)
-				sk.slotOf[bi] = wi + 1
 			}
 		}
 		sk.keys = append(sk.keys, p+":s"+strconv.FormatInt(w/1000, 10))
 		sk.args = append(sk.args, strconv.FormatInt(w, 10), strconv.FormatInt(maxWin, 10))
 	}
+	// Distinct windows, each with the slot of its width. The signature names the window list:
+	// the running totals in the store are this quota's only when it matches.
+	nwinAt := len(sk.args)
+	sk.args = append(sk.args, "")
+	sig := []byte("v2")
+	var wins []int64
+	for bi, b := range bs {
+		slot := 0
+		for wi, w := range wins {
+			if w == b.windowMs {
+				slot = wi + 1
+			}
+		}
+		if slot == 0 {
+			wins = append(wins, b.windowMs)
+			slot = len(wins)
+			ws := 0
+			for i, w := range widths {
+				if w == b.widthMs {
+					ws = i + 1
+				}
+			}
+			win := strconv.FormatInt(b.windowMs, 10)
+			sk.args = append(sk.args, win, strconv.Itoa(ws))
+			sig = append(append(sig, ':'), win...)
+		}
+		sk.slotOf[bi] = slot
+	}
+	sk.args[1] = string(sig)
+	sk.args[nwinAt] = strconv.Itoa(len(wins))
 	return sk
 }
 
@@ -354,7 +390,7 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 	v.pendingRes++
 	v.lmu.Unlock()
 
-	sk := v.layout(q, key, 4+3*len(q.Budgets))
+	sk := v.layout(q, key, 4+2*len(q.Budgets))
 	id := newReservationID()
 	sk.args = append(sk.args,
 		strconv.FormatInt(estimate, 10),
@@ -362,7 +398,7 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 		id,
 		strconv.Itoa(len(q.Budgets)))
 	for i, b := range sk.budgets {
-		sk.args = append(sk.args, strconv.FormatInt(b.windowMs, 10), strconv.FormatInt(b.capacity, 10), strconv.Itoa(sk.slotOf[i]))
+		sk.args = append(sk.args, strconv.Itoa(sk.slotOf[i]), strconv.FormatInt(b.capacity, 10))
 	}
 	out, err := v.run(ctx, "reserve", reserveScript, sk.keys, sk.args)
 	if err == nil && len(out) != 3+2*len(q.Budgets) {
@@ -482,10 +518,10 @@ func (v *Valkey) Inspect(ctx context.Context, q *Quota, key string) (KeyState, e
 	if q == nil || len(q.Budgets) == 0 {
 		return KeyState{}, nil
 	}
-	sk := v.layout(q, key, 1+2*len(q.Budgets))
+	sk := v.layout(q, key, 1+len(q.Budgets))
 	sk.args = append(sk.args, strconv.Itoa(len(q.Budgets)))
-	for i, b := range sk.budgets {
-		sk.args = append(sk.args, strconv.FormatInt(b.windowMs, 10), strconv.Itoa(sk.slotOf[i]))
+	for i := range sk.budgets {
+		sk.args = append(sk.args, strconv.Itoa(sk.slotOf[i]))
 	}
 	out, err := v.run(ctx, "inspect", inspectScript, sk.keys, sk.args)
 	if err != nil {

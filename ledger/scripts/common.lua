@@ -1,111 +1,386 @@
--- quotaqual ledger: shared prelude of every script (ledger/valkey.go prepends it).
+-- quotaqual ledger: the general machinery of every script (ledger/valkey.go puts it where a
+-- script says "-- @common", after head.lua, which reads the clock and the state).
 --
 -- Keys of one quota key, all under one hash tag <ns>:{<hash>} so they live in one slot:
---   KEYS[1]   <p>:a          hash  reservation id -> estimate; field '#' = tokens held by live
---                                   reservations
+--   KEYS[1]   <p>:a          hash  reservation id -> estimate, and the bookkeeping fields:
+--                                   '#'        tokens held by live reservations
+--                                   'e'        a lower bound of the earliest deadline in KEYS[2]
+--                                              (absent: unknown)
+--                                   'v'        the signature (window list) of the quota whose
+--                                              running totals the fields below are
+--                                   'h<w_ms>'  the highest bucket index written to the width's
+--                                              hash
+--                                   't<W_ms>'  window W's running total: the sum of every
+--                                              bucket of its width's hash with index >= l<W_ms>
+--                                   'l<W_ms>'  window W's low watermark: the oldest bucket it
+--                                              counts, floor((then - W) / width) at the last call
 --   KEYS[2]   <p>:d          zset  reservation id -> lease deadline (ms, store clock)
 --   KEYS[3..] <p>:s<width_s> hash  bucket index (floor(ms / width)) -> settled tokens, one hash
 --                                   per distinct bucket width of the quota
 -- ARGV of every script starts with:
---   [1] ttl_ms  [2] nwidths  then per width, in KEYS[3..] order: width_ms, max_window_ms
+--   [1] ttl_ms  [2] signature  [3] nwidths  then per width, in KEYS[3..] order: width_ms,
+--   max_window_ms;  then nwindows, then per distinct window: window_ms, width slot (1-based)
 -- and the script's own arguments follow at ARGV[base + 1].
 --
--- The expiry sweep writes exactly the keys admission reads (KEYS[1], KEYS[2], KEYS[3..]): an
--- expired reservation's estimate is charged into the bucket of its deadline in every width
--- hash and its hold is removed from '#'. This mirrors ledger/accounting.go; the conformance
--- suite holds the two to identical results.
+-- Admission reads O(1) fields per window: the running totals, kept exact by every write (a
+-- charge into bucket b adds to every total whose watermark is <= b) and advanced lazily (when a
+-- window's low end moves past buckets, those are read with one HMGET of exactly the indices
+-- that left and subtracted; the longest window of a width deletes them). A window whose width
+-- hash holds nothing at or above its new low end (h < lo) is known empty without a read. The
+-- totals are only trusted when 'v' is this quota's signature and the store clock has not gone
+-- back past a written bucket; otherwise the call reads the width hashes whole (bounded: pruned
+-- to the longest window) and, when 'v' differed, rebuilds the totals for this quota.
+--
+-- The expiry sweep writes exactly what admission reads (KEYS[1], KEYS[2], KEYS[3..] and the
+-- totals): an expired reservation's estimate is charged into the bucket of its deadline in every
+-- width hash (and every total counting that bucket) and its hold is removed from '#'. A bucket
+-- older than the longest window of its width is outside every window and not written. This
+-- mirrors ledger/accounting.go; the conformance suite holds the two to identical results.
+--
+-- TTLs: every key that gains data in a call gets the TTL again (PEXPIRE). KEYS[1] is written
+-- whenever a bucket is, so it never expires before a bucket hash; a bucket hash that expired
+-- held only buckets older than every window, which the h < lo rule already counts as empty.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = ARGV[1]
+local sig = ARGV[2]
+local NONE = '4503599627370496' -- 'e' when no reservation is live
 
-local ttl = tonumber(ARGV[1])
-local nwidths = tonumber(ARGV[2])
-local widths = {}
-for i = 1, nwidths do
-  widths[i] = { key = KEYS[2 + i], w = tonumber(ARGV[1 + 2 * i]), maxwin = tonumber(ARGV[2 + 2 * i]) }
+-- widths[i] = { key, w, maxwin, lo (of maxwin at now), h, all (buckets, when read whole) }
+-- windows[j] = { win, wd (its width), lo, t, l, exact (use the buckets, not the total) }
+local widths, windows = {}, {}
+local p = 4
+for i = 1, tonumber(ARGV[3]) do
+  local w = tonumber(ARGV[p])
+  local maxwin = tonumber(ARGV[p + 1])
+  widths[i] = { key = KEYS[2 + i], w = w, hf = 'h' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
+  p = p + 2
 end
-local base = 2 + 2 * nwidths
-
-local function fdiv(a, b)
-  return math.floor(a / b)
+for j = 1, tonumber(ARGV[p]) do
+  local win = tonumber(ARGV[p + 1])
+  local wd = widths[tonumber(ARGV[p + 2])]
+  windows[j] = { win = win, tf = 't' .. ARGV[p + 1], lf = 'l' .. ARGV[p + 1], wd = wd, lo = floor((now - win) / wd.w), prune = (win == wd.maxwin) }
+  p = p + 2
 end
 
-local function idx(n)
-  return string.format('%d', n)
-end
+local reserved = 0
+local earliest = nil -- lower bound of the earliest deadline (nil: unknown)
+local aexists = false
+-- Changed bookkeeping fields, written back by commit. statechanged: the totals, watermarks or
+-- 'e' moved (kept with any write to KEYS[1], or alone when KEYS[1] exists).
+local statechanged, rdirty, edirty, vdirty = false, false, false, false
+local prunes = nil -- width -> list of bucket fields to delete (only with the state persisted)
+local gone = nil -- ids the sweep removed in this call
 
--- touch gives every key of the quota key the TTL again (keys that do not exist are skipped
--- by PEXPIRE itself).
-local function touch()
-  for i = 1, #KEYS do
-    redis.call('PEXPIRE', KEYS[i], ttl)
+-- load takes the bookkeeping fields from r (read by state in the head, in the order of the
+-- widths and windows) and returns whether they are this quota's totals, and the extra
+-- field's value (nil when absent).
+local function load(r, extra)
+  -- (a missing field is false, not nil, in a script)
+  aexists = (r[1] or r[2] or r[3]) and true or false
+  if r[1] then
+    reserved = tonumber(r[1])
   end
-end
-
--- sweep charges every reservation whose lease ran out (deadline <= now) at its estimate, in
--- the bucket of its deadline, and frees its hold. Returns true when it changed anything.
-local function sweep()
-  local exp = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', idx(now), 'WITHSCORES')
-  if #exp == 0 then
-    return false
+  if r[2] then
+    earliest = tonumber(r[2])
   end
-  local freed = 0
-  for i = 1, #exp, 2 do
-    local est = redis.call('HGET', KEYS[1], exp[i])
-    if est then
-      local dl = tonumber(exp[i + 1])
-      for _, w in ipairs(widths) do
-        redis.call('HINCRBY', w.key, idx(fdiv(dl, w.w)), est)
-      end
-      freed = freed + tonumber(est)
-      redis.call('HDEL', KEYS[1], exp[i])
+  local valid = r[3] == sig
+  for i = 1, #widths do
+    if r[3 + i] then
+      widths[i].h = tonumber(r[3 + i])
+    else
+      valid = false
     end
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', idx(now))
-  if freed ~= 0 then
-    redis.call('HINCRBY', KEYS[1], '#', idx(-freed))
+  local o = 3 + #widths
+  for j = 1, #windows do
+    local tv, lv = r[o + 2 * j - 1], r[o + 2 * j]
+    if tv and lv then
+      windows[j].t, windows[j].l = tonumber(tv), tonumber(lv)
+    else
+      valid = false
+    end
+  end
+  local x = nil
+  if extra and r[o + 2 * #windows + 1] then
+    x = r[o + 2 * #windows + 1]
+  end
+  return valid, x
+end
+
+-- readall reads a width's hash whole (once per call): its buckets as a list of {index, tokens}.
+local function readall(wd)
+  if wd.all then
+    return wd.all
+  end
+  local all = redis.call('HGETALL', wd.key)
+  local out = {}
+  for j = 1, #all, 2 do
+    out[#out + 1] = { tonumber(all[j]), tonumber(all[j + 1]) }
+  end
+  wd.all = out
+  return out
+end
+
+local function addprune(wd, field)
+  prunes = prunes or {}
+  local l = prunes[wd]
+  if not l then
+    l = {}
+    prunes[wd] = l
+  end
+  l[#l + 1] = field
+end
+
+-- rebuild recomputes every total of this quota from the width hashes (when 'v' names another
+-- quota's totals or fields are missing) and drops buckets older than each width's longest
+-- window.
+local function rebuild()
+  for _, wd in ipairs(widths) do
+    local h = nil
+    for _, b in ipairs(readall(wd)) do
+      if b[1] < wd.lo then
+        addprune(wd, idx(b[1]))
+      elseif h == nil or b[1] > h then
+        h = b[1]
+      end
+    end
+    wd.h = h or (wd.lo - 1) -- no bucket above h: below every window when there is none
+  end
+  for _, win in ipairs(windows) do
+    local s = 0
+    for _, b in ipairs(win.wd.all) do
+      if b[1] >= win.lo then
+        s = s + b[2]
+      end
+    end
+    win.t, win.l, win.dirty = s, win.lo, true
+  end
+  for _, wd in ipairs(widths) do
+    wd.dirty = true
+  end
+  statechanged, vdirty = true, true
+end
+
+-- advance moves each window's watermark to its low end at now, subtracting the buckets that
+-- left (read with one HMGET of exactly their indices; at most the buckets of one window).
+local function advance()
+  for _, win in ipairs(windows) do
+    local wd = win.wd
+    if win.lo > win.l then
+      if wd.h == nil or win.lo > wd.h then
+        -- nothing at or above the new low end: everything this total counted has left
+        if win.prune and wd.h ~= nil and win.t ~= 0 then
+          for b = win.l, wd.h do
+            addprune(wd, idx(b))
+          end
+        end
+        win.t = 0
+      else
+        local f = {}
+        for b = win.l, win.lo - 1 do
+          f[#f + 1] = idx(b)
+        end
+        local vals = redis.call('HMGET', wd.key, unpack(f))
+        local s = 0
+        for k = 1, #vals do
+          if vals[k] then
+            s = s + tonumber(vals[k])
+            if win.prune then
+              addprune(wd, f[k])
+            end
+          end
+        end
+        win.t = win.t - s
+      end
+      win.l = win.lo
+      win.dirty, statechanged = true, true
+    elseif win.lo < win.l then
+      win.exact = true -- the store clock went back: count the buckets themselves
+    end
+  end
+end
+
+-- charge adds tokens to bucket b of width wd and to every total counting it. Returns whether
+-- it wrote (a bucket older than the width's longest window is outside every window).
+local function charge(wd, b, tokens)
+  if b < wd.lo then
+    return false
+  end
+  redis.call('HINCRBY', wd.key, idx(b), tokens)
+  wd.written = true
+  if b > wd.h then
+    wd.h, wd.dirty = b, true
+  end
+  if wd.all then
+    wd.all[#wd.all + 1] = { b, tonumber(tokens) }
+  end
+  for _, win in ipairs(windows) do
+    if win.wd == wd and b >= win.l then
+      win.t, win.dirty = win.t + tonumber(tokens), true
+    end
   end
   return true
 end
 
--- prune deletes buckets older than the longest window of their width and returns, per width,
--- the remaining non-empty buckets as a list of {index, tokens}. At most ~62 fields per width.
-local function prune()
-  local out = {}
-  for i, w in ipairs(widths) do
-    local lo = fdiv(now - w.maxwin, w.w)
-    local all = redis.call('HGETALL', w.key)
-    local keep = {}
-    for j = 1, #all, 2 do
-      local b = tonumber(all[j])
-      if b < lo then
-        redis.call('HDEL', w.key, all[j])
-      else
-        local v = tonumber(all[j + 1])
-        if v ~= 0 then
-          keep[#keep + 1] = { b, v }
+-- sweep charges every reservation whose lease ran out (deadline <= now) at its estimate, in the
+-- bucket of its deadline, and frees its hold. It runs only when the earliest deadline may have
+-- passed ('e'). Returns true when it charged or freed anything.
+local function sweep()
+  if earliest ~= nil and earliest > now then
+    return false
+  end
+  local exp = redis.call('ZRANGEBYSCORE', D, '-inf', idx(now), 'WITHSCORES')
+  local changed = false
+  if #exp > 0 then
+    local ids = {}
+    for i = 1, #exp, 2 do
+      ids[#ids + 1] = exp[i]
+    end
+    local ests = redis.call('HMGET', A, unpack(ids))
+    gone = {}
+    local freed = 0
+    for k, id in ipairs(ids) do
+      gone[id] = true
+      local est = ests[k]
+      if est then
+        local dl = tonumber(exp[2 * k])
+        for _, wd in ipairs(widths) do
+          charge(wd, floor(dl / wd.w), est)
         end
+        freed = freed + tonumber(est)
       end
     end
-    table.sort(keep, function(x, y) return x[1] < y[1] end)
-    out[i] = keep
+    redis.call('HDEL', A, unpack(ids))
+    redis.call('ZREMRANGEBYSCORE', D, '-inf', idx(now))
+    reserved, rdirty = reserved - freed, true
+    changed = true
   end
-  return out
+  local e = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
+  local ne = NONE
+  if #e == 2 then
+    ne = e[2]
+  end
+  if earliest == nil or tonumber(ne) ~= earliest then
+    statechanged, edirty = true, true
+  end
+  earliest = tonumber(ne)
+  return changed
 end
 
-local function reserved_tokens()
-  return tonumber(redis.call('HGET', KEYS[1], '#') or '0')
+-- prepare takes the state r read by the head, brings the totals to now and sweeps. Returns
+-- the extra field's value (nil when absent or removed by the sweep) and whether the sweep
+-- changed anything.
+local function prepare(r, extra)
+  local valid, x = load(r, extra)
+  if valid then
+    advance()
+  else
+    rebuild()
+  end
+  for _, win in ipairs(windows) do
+    if win.wd.h > win.wd.cur then
+      win.exact = true -- a bucket newer than now (the clock went back) must not count
+    end
+  end
+  local swept = sweep()
+  if x and gone and gone[extra] then
+    x = nil
+  end
+  return x, swept
 end
 
--- window_settled sums the buckets a window counts at now: floor((now-window)/w) ..
--- floor(now/w), inclusive. buckets is sorted by index.
-local function window_settled(buckets, window, w)
-  local lo, hi = fdiv(now - window, w), fdiv(now, w)
+-- settled is the usage window win counts at now.
+local function settled(win)
+  if not win.exact then
+    return win.t
+  end
+  local lo, hi = win.lo, win.wd.cur
   local s = 0
-  for _, b in ipairs(buckets) do
+  for _, b in ipairs(readall(win.wd)) do
     if b[1] >= lo and b[1] <= hi then
       s = s + b[2]
     end
   end
   return s
+end
+
+-- buckets lists the non-empty buckets window win counts at now, sorted by index.
+local function buckets(win)
+  local lo, hi = win.lo, win.wd.cur
+  local out = {}
+  for _, b in ipairs(readall(win.wd)) do
+    if b[1] >= lo and b[1] <= hi and b[2] ~= 0 then
+      out[#out + 1] = b
+    end
+  end
+  table.sort(out, function(x, y) return x[1] < y[1] end)
+  -- merge duplicates (a bucket charged again after the hash was read)
+  local m = {}
+  for _, b in ipairs(out) do
+    if #m > 0 and m[#m][1] == b[1] then
+      m[#m] = { b[1], m[#m][2] + b[2] }
+    else
+      m[#m + 1] = b
+    end
+  end
+  return m
+end
+
+-- commit persists the changed bookkeeping fields of KEYS[1] when the call wrote KEYS[1] (write)
+-- or changed the totals of an existing KEYS[1], deletes the buckets that left their width's
+-- longest window (only together with the totals that no longer count them), and renews TTLs:
+-- of KEYS[1] when touch (a reservation was added or renewed) or when this call created it, of
+-- KEYS[2] when touchd, and of every bucket hash written. extra: field/value pairs of KEYS[1] to
+-- set as well. A KEYS[1] that outlives its buckets is harmless (h < lo counts them empty); one
+-- that expires first loses 'v', and the next call rebuilds the totals from the buckets.
+local function commit(write, touch, touchd, extra)
+  if not (write or (statechanged and aexists)) then
+    return
+  end
+  local f = extra or {}
+  if rdirty then
+    f[#f + 1] = '#'
+    f[#f + 1] = idx(reserved)
+  end
+  if edirty then
+    f[#f + 1] = 'e'
+    f[#f + 1] = idx(earliest)
+  end
+  if vdirty then
+    f[#f + 1] = 'v'
+    f[#f + 1] = sig
+  end
+  for _, wd in ipairs(widths) do
+    if wd.dirty then
+      f[#f + 1] = wd.hf
+      f[#f + 1] = idx(wd.h)
+    end
+  end
+  for _, win in ipairs(windows) do
+    if win.dirty then
+      f[#f + 1] = win.tf
+      f[#f + 1] = idx(win.t)
+      f[#f + 1] = win.lf
+      f[#f + 1] = idx(win.l)
+    end
+  end
+  if #f > 0 then
+    redis.call('HSET', A, unpack(f))
+  end
+  if prunes then
+    for wd, l in pairs(prunes) do
+      redis.call('HDEL', wd.key, unpack(l))
+    end
+  end
+  if touch or not aexists then
+    redis.call('PEXPIRE', A, ttl)
+  end
+  if touchd then
+    redis.call('PEXPIRE', D, ttl)
+  end
+  for _, wd in ipairs(widths) do
+    if wd.written then
+      redis.call('PEXPIRE', wd.key, ttl)
+    end
+  end
 end

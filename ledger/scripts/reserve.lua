@@ -1,5 +1,5 @@
 -- reserve: ARGV[base+1] estimate, [base+2] lease_ms, [base+3] id, [base+4] nbudgets, then per
--- budget: window_ms, capacity, width slot (1-based index into the widths).
+-- budget: window slot (1-based index into the windows), capacity.
 -- Returns {admitted, refusing budget (1-based, 0 when admitted), retry_after_ms,
 --          remaining_1, reset_ms_1, remaining_2, reset_ms_2, ...}.
 -- Idempotent by id: a retry of a call whose reply was lost finds its reservation live and
@@ -8,66 +8,104 @@ local est = tonumber(ARGV[base + 1])
 local lease = tonumber(ARGV[base + 2])
 local id = ARGV[base + 3]
 local nb = tonumber(ARGV[base + 4])
+local r = state(id)
 
-local swept = sweep()
-local buckets = prune()
-local reserved = reserved_tokens()
-local repeated = redis.call('HEXISTS', KEYS[1], id) == 1
-if repeated then
-  -- Already admitted (and held in reserved): check nothing more, write nothing.
-  reserved = reserved - est
-end
-
-local budgets = {}
-local admit = true
-for i = 1, nb do
-  local o = base + 4 + 3 * (i - 1)
-  local b = { window = tonumber(ARGV[o + 1]), cap = tonumber(ARGV[o + 2]), slot = tonumber(ARGV[o + 3]) }
-  b.w = widths[b.slot].w
-  b.buckets = {}
-  local lo, hi = fdiv(now - b.window, b.w), fdiv(now, b.w)
-  local s = 0
-  for _, x in ipairs(buckets[b.slot]) do
-    if x[1] >= lo and x[1] <= hi then
-      s = s + x[2]
-      b.buckets[#b.buckets + 1] = x
+-- Fast path: the totals are current and the id is new. Admit when the estimate fits every
+-- window; a denial (which needs the buckets for its retry-after) takes the general path.
+if current(r) and not r[4 + nwd + 2 * nwin] then
+  local held = tonumber(r[1] or '0') + est
+  local o = 3 + nwd
+  local fits = true
+  for i = 1, nb do
+    local j = tonumber(ARGV[base + 3 + 2 * i])
+    if tonumber(r[o + 2 * j - 1]) + held > tonumber(ARGV[base + 4 + 2 * i]) then
+      fits = false
+      break
     end
   end
-  b.settled = s
-  if s + reserved + est > b.cap and not repeated then
+  if fits then
+    local out = { 1, 0, 0 }
+    for i = 1, nb do
+      local j = tonumber(ARGV[base + 3 + 2 * i])
+      local remaining = tonumber(ARGV[base + 4 + 2 * i]) - tonumber(r[o + 2 * j - 1]) - held
+      if remaining < 0 then
+        remaining = 0
+      end
+      -- live reservations count as usage settled now: the newest bucket is now's
+      local w = tonumber(ARGV[2 + 2 * tonumber(ARGV[wbase + 2 * j])])
+      out[2 + 2 * i] = remaining
+      out[3 + 2 * i] = (floor(now / w) + 1) * w + tonumber(ARGV[wbase - 1 + 2 * j]) - now
+    end
+    local dl = now + lease
+    redis.call('ZADD', D, idx(dl), id)
+    if dl < tonumber(r[2]) then
+      redis.call('HSET', A, id, ARGV[base + 1], '#', idx(held), 'e', idx(dl))
+    else
+      redis.call('HSET', A, id, ARGV[base + 1], '#', idx(held))
+    end
+    redis.call('PEXPIRE', A, ARGV[1])
+    redis.call('PEXPIRE', D, ARGV[1])
+    return out
+  end
+end
+
+-- @common
+
+local held_before, swept = prepare(r, id)
+local repeated = held_before and true or false
+local res = reserved
+if repeated then
+  -- Already admitted (and held in reserved): check nothing more, write nothing.
+  res = reserved - est
+end
+
+local admit = true
+local sums = {}
+for i = 1, nb do
+  local o = base + 4 + 2 * i
+  local s = settled(windows[tonumber(ARGV[o - 1])])
+  sums[i] = s
+  if s + res + est > tonumber(ARGV[o]) and not repeated then
     admit = false
   end
-  budgets[i] = b
 end
 
-local held = reserved
+local held = res
 if admit then
-  held = reserved + est
+  held = res + est
 end
 
-local earliest = nil
+local earliest_live = nil
 local out = { 0, 0, 0 }
 local worst = -1
-for i, b in ipairs(budgets) do
-  local remaining = b.cap - b.settled - held
+for i = 1, nb do
+  local o = base + 4 + 2 * i
+  local win = windows[tonumber(ARGV[o - 1])]
+  local cap = tonumber(ARGV[o])
+  local s = sums[i]
+  local w = win.wd.w
+  local remaining = cap - s - held
   if remaining < 0 then
     remaining = 0
   end
   local newest = nil
-  for _, x in ipairs(b.buckets) do
-    if x[2] > 0 then
-      newest = x[1]
+  local bs = nil
+  if held > 0 and not win.exact then
+    newest = win.wd.cur -- no bucket is newer than now
+  else
+    bs = buckets(win)
+    for _, x in ipairs(bs) do
+      if x[2] > 0 then
+        newest = x[1]
+      end
     end
-  end
-  if held > 0 then
-    local cur = fdiv(now, b.w)
-    if newest == nil or cur > newest then
-      newest = cur
+    if held > 0 and (newest == nil or win.wd.cur > newest) then
+      newest = win.wd.cur
     end
   end
   local reset = 0
   if newest ~= nil then
-    reset = (newest + 1) * b.w + b.window - now
+    reset = (newest + 1) * w + win.win - now
     if reset < 0 then
       reset = 0
     end
@@ -75,15 +113,15 @@ for i, b in ipairs(budgets) do
   out[#out + 1] = remaining
   out[#out + 1] = reset
 
-  if not admit and b.settled + reserved + est > b.cap then
-    local need = b.settled + reserved + est - b.cap
+  if not admit and s + res + est > cap then
+    local need = s + res + est - cap
     local freed = 0
     local wait = nil
-    for _, x in ipairs(b.buckets) do
+    for _, x in ipairs(bs or buckets(win)) do
       if x[2] > 0 then
         freed = freed + x[2]
         if freed >= need then
-          wait = (x[1] + 1) * b.w + b.window - now
+          wait = (x[1] + 1) * w + win.win - now
           if wait < 1 then
             wait = 1
           end
@@ -92,16 +130,16 @@ for i, b in ipairs(budgets) do
       end
     end
     if wait == nil then
-      if earliest == nil then
-        local e = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-        earliest = -1
+      if earliest_live == nil then
+        local e = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
+        earliest_live = -1
         if #e == 2 then
-          earliest = tonumber(e[2])
+          earliest_live = tonumber(e[2])
         end
       end
       wait = 1000
-      if earliest >= 0 and earliest - now > wait then
-        wait = earliest - now
+      if earliest_live >= 0 and earliest_live - now > wait then
+        wait = earliest_live - now
       end
     end
     if wait > worst then
@@ -112,15 +150,18 @@ for i, b in ipairs(budgets) do
   end
 end
 
-if admit and repeated then
+if admit then
   out[1] = 1
-elseif admit then
-  out[1] = 1
-  redis.call('HSET', KEYS[1], id, ARGV[base + 1])
-  redis.call('HINCRBY', KEYS[1], '#', ARGV[base + 1])
-  redis.call('ZADD', KEYS[2], idx(now + lease), id)
-  touch()
-elseif swept then
-  touch()
+end
+if admit and not repeated then
+  local dl = now + lease
+  reserved, rdirty = reserved + est, true
+  if earliest == nil or dl < earliest then
+    earliest, edirty = dl, true
+  end
+  redis.call('ZADD', D, idx(dl), id)
+  commit(true, true, true, { id, ARGV[base + 1] })
+else
+  commit(swept, false, false)
 end
 return out

@@ -2,26 +2,61 @@
 -- Returns {1, charged, estimate} or {0} when the reservation is not live (settled before,
 -- expired and charged at its estimate, or never existed).
 local id = ARGV[base + 1]
-local swept = sweep()
-local est = redis.call('HGET', KEYS[1], id)
-if not est then
-  if swept then
-    touch()
+local r = state(id)
+
+-- Fast path: the totals are current and the reservation is live. Charge the bucket of now in
+-- every width hash and every window's total (each window's watermark is its low end, at or
+-- before now's bucket).
+local est = r[4 + nwd + 2 * nwin]
+if est and current(r) then
+  redis.call('HDEL', A, id)
+  redis.call('ZREM', D, id)
+  local charged = est
+  if ARGV[base + 2] == '1' then
+    charged = ARGV[base + 3]
   end
+  local c = tonumber(charged)
+  local f = { '#', idx(tonumber(r[1] or '0') - tonumber(est)) }
+  if c ~= 0 then
+    for i = 1, nwd do
+      local cur = floor(now / tonumber(ARGV[2 + 2 * i]))
+      redis.call('HINCRBY', KEYS[2 + i], idx(cur), charged)
+      redis.call('PEXPIRE', KEYS[2 + i], ARGV[1])
+      if cur > tonumber(r[3 + i]) then
+        f[#f + 1] = 'h' .. ARGV[2 + 2 * i]
+        f[#f + 1] = idx(cur)
+      end
+    end
+    for j = 1, nwin do
+      f[#f + 1] = 't' .. ARGV[wbase - 1 + 2 * j]
+      f[#f + 1] = idx(tonumber(r[3 + nwd + 2 * j - 1]) + c)
+    end
+  end
+  -- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease needs.
+  redis.call('HSET', A, unpack(f))
+  return { 1, c, tonumber(est) }
+end
+
+-- @common
+
+local swept
+est, swept = prepare(r, id)
+if not est then
+  commit(swept, false, false)
   return { 0 }
 end
-redis.call('HDEL', KEYS[1], id)
-redis.call('ZREM', KEYS[2], id)
-redis.call('HINCRBY', KEYS[1], '#', idx(-tonumber(est)))
+redis.call('HDEL', A, id)
+redis.call('ZREM', D, id)
+reserved, rdirty = reserved - tonumber(est), true
 local charged = est
 if ARGV[base + 2] == '1' then
   charged = ARGV[base + 3]
 end
 if tonumber(charged) ~= 0 then
-  for _, w in ipairs(widths) do
-    redis.call('HINCRBY', w.key, idx(fdiv(now, w.w)), charged)
+  for _, wd in ipairs(widths) do
+    charge(wd, wd.cur, charged)
   end
 end
-prune()
-touch()
+-- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease needs.
+commit(true, false, false)
 return { 1, tonumber(charged), tonumber(est) }
