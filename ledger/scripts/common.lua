@@ -37,9 +37,13 @@
 -- older than the longest window of its width is outside every window and not written. This
 -- mirrors ledger/accounting.go; the conformance suite holds the two to identical results.
 --
--- TTLs: every key that gains data in a call gets the TTL again (PEXPIRE). KEYS[1] is written
--- whenever a bucket is, so it never expires before a bucket hash; a bucket hash that expired
--- held only buckets older than every window, which the h < lo rule already counts as empty.
+-- TTLs: a key that gains data gets the TTL again (PEXPIRE): KEYS[1] and KEYS[2] when a
+-- reservation is added or renewed (and KEYS[1] when a call creates it); a bucket hash whenever
+-- the general path writes it or makes the totals this quota's, and in settle's fast path only
+-- when it creates a bucket (see there). KEYS[1] may outlive a bucket hash: one that expired
+-- held only buckets older than every window, which the h < lo rule counts as empty. KEYS[1]
+-- may also expire first (it lives as long as its reservations need): then 'v' is gone and the
+-- next call rebuilds the totals from the buckets.
 
 local ttl = ARGV[1]
 local sig = ARGV[2]
@@ -156,7 +160,9 @@ local function rebuild()
     win.t, win.l, win.dirty = s, win.lo, true
   end
   for _, wd in ipairs(widths) do
-    wd.dirty = true
+    -- the totals become this quota's: its TTL on every bucket hash (see the fast path of
+    -- settle.lua, which renews a bucket hash's TTL only when it creates a bucket)
+    wd.dirty, wd.written = true, true
   end
   statechanged, vdirty = true, true
 end

@@ -20,8 +20,13 @@ if est and current(r) then
   if c ~= 0 then
     for i = 1, nwd do
       local cur = floor(now / tonumber(ARGV[2 + 2 * i]))
-      redis.call('HINCRBY', KEYS[2 + i], idx(cur), charged)
-      redis.call('PEXPIRE', KEYS[2 + i], ARGV[1])
+      if tonumber(redis.call('HINCRBY', KEYS[2 + i], idx(cur), charged)) == c then
+        -- A new bucket (counts are positive): renew the hash's TTL. An existing bucket b was
+        -- created at a time >= b * width under a TTL >= width + longest window, or existed
+        -- when the totals became this quota's (a rebuild renewed every hash's TTL) and no
+        -- other quota has written since ('v'), so its TTL already covers this charge.
+        redis.call('PEXPIRE', KEYS[2 + i], ARGV[1])
+      end
       if cur > tonumber(r[3 + i]) then
         f[#f + 1] = 'h' .. ARGV[2 + 2 * i]
         f[#f + 1] = idx(cur)
