@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -80,6 +82,9 @@ type Valkey struct {
 	dialing chan struct{}
 	dialErr error
 	closed  bool
+
+	layouts  sync.Map // *Quota -> *quotaLayout
+	nlayouts atomic.Int64
 
 	lmu        sync.Mutex
 	keys       map[string]*trackedKey
@@ -242,30 +247,60 @@ func (v *Valkey) fail(op string, err error) error {
 	return storeError("valkey "+op, err)
 }
 
-// scriptKeys builds the keys and the common ARGV prefix of a quota key's scripts (see
-// ledger/scripts/common.lua): ttl, signature, the widths and the distinct windows.
+// scriptKeys is one call's keys and ARGV (see ledger/scripts/common.lua): the quota's common
+// ARGV prefix (ttl, signature, widths, distinct windows), then the script's own arguments.
 type scriptKeys struct {
-	keys    []string
-	args    []string
-	slotOf  []int // budget index -> 1-based distinct-window slot
-	ttlMs   int64
-	budgets []checkedBudget
+	keys []string
+	args []string
+	*quotaLayout
 }
+
+// quotaLayout is what every script call of a quota shares whatever the key, computed once per
+// *Quota (and again if its budgets or lease are changed in place).
+type quotaLayout struct {
+	budgets  []Budget // a copy, to notice a quota changed in place
+	lease    time.Duration
+	argv     []string // the common ARGV prefix; never modified
+	suffixes []string // ":s<width_s>" per width, in ARGV order
+	slotOf   []int    // budget index -> 1-based distinct-window slot
+	ttlMs    int64
+	checked  []checkedBudget
+	leaseArg string
+	// reserve's per-budget arguments (window slot, capacity) and inspect's (nbudgets, slots)
+	reserveArgs, inspectArgs []string
+}
+
+// maxLayouts bounds the per-quota cache (a gateway has one quota per rule; a caller building a
+// new *Quota per call only makes the cache start over).
+const maxLayouts = 1024
 
 func (v *Valkey) prefix(rule, key string) string {
 	sum := sha256.Sum256([]byte(compositeKey(rule, key)))
 	return v.ns + ":{" + hex.EncodeToString(sum[:])[:32] + "}"
 }
 
-func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
-	p := v.prefix(q.Rule, key)
+func (v *Valkey) quotaLayout(q *Quota) *quotaLayout {
+	if l, ok := v.layouts.Load(q); ok {
+		ql := l.(*quotaLayout)
+		if ql.lease == q.Lease && slices.Equal(ql.budgets, q.Budgets) {
+			return ql
+		}
+	}
+	ql := newQuotaLayout(q)
+	if v.nlayouts.Add(1) > maxLayouts {
+		v.layouts.Clear()
+		v.nlayouts.Store(1)
+	}
+	v.layouts.Store(q, ql)
+	return ql
+}
+
+func newQuotaLayout(q *Quota) *quotaLayout {
 	bs := prepareBudgets(q)
 	widths := distinctWidths(bs)
-	sk := scriptKeys{budgets: bs, ttlMs: storeTTLMs(q), slotOf: make([]int, len(bs))}
-	sk.keys = make([]string, 0, 2+len(widths))
-	sk.keys = append(sk.keys, p+":a", p+":d")
-	sk.args = make([]string, 0, 4+2*len(widths)+2*len(bs)+extra)
-	sk.args = append(sk.args, strconv.FormatInt(sk.ttlMs, 10), "", strconv.Itoa(len(widths)))
+	ql := &quotaLayout{budgets: slices.Clone(q.Budgets), lease: q.Lease, checked: bs, ttlMs: storeTTLMs(q),
+		slotOf: make([]int, len(bs)), leaseArg: strconv.FormatInt(q.Lease.Milliseconds(), 10)}
+	args := []string{strconv.FormatInt(ql.ttlMs, 10), "", strconv.Itoa(len(widths))}
 	for _, w := range widths {
 		var maxWin int64
 		for _, b := range bs {
@@ -273,13 +308,13 @@ func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 				maxWin = max(maxWin, b.windowMs)
 			}
 		}
-		sk.keys = append(sk.keys, p+":s"+strconv.FormatInt(w/1000, 10))
-		sk.args = append(sk.args, strconv.FormatInt(w, 10), strconv.FormatInt(maxWin, 10))
+		ql.suffixes = append(ql.suffixes, ":s"+strconv.FormatInt(w/1000, 10))
+		args = append(args, strconv.FormatInt(w, 10), strconv.FormatInt(maxWin, 10))
 	}
 	// Distinct windows, each with the slot of its width. The signature names the window list:
 	// the running totals in the store are this quota's only when it matches.
-	nwinAt := len(sk.args)
-	sk.args = append(sk.args, "")
+	nwinAt := len(args)
+	args = append(args, "")
 	sig := []byte("v2")
 	var wins []int64
 	for bi, b := range bs {
@@ -299,13 +334,33 @@ func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 				}
 			}
 			win := strconv.FormatInt(b.windowMs, 10)
-			sk.args = append(sk.args, win, strconv.Itoa(ws))
+			args = append(args, win, strconv.Itoa(ws))
 			sig = append(append(sig, ':'), win...)
 		}
-		sk.slotOf[bi] = slot
+		ql.slotOf[bi] = slot
 	}
-	sk.args[1] = string(sig)
-	sk.args[nwinAt] = strconv.Itoa(len(wins))
+	args[1] = string(sig)
+	args[nwinAt] = strconv.Itoa(len(wins))
+	ql.argv = args
+	ql.inspectArgs = append(ql.inspectArgs, strconv.Itoa(len(bs)))
+	for i, b := range bs {
+		ql.reserveArgs = append(ql.reserveArgs, strconv.Itoa(ql.slotOf[i]), strconv.FormatInt(b.capacity, 10))
+		ql.inspectArgs = append(ql.inspectArgs, strconv.Itoa(ql.slotOf[i]))
+	}
+	return ql
+}
+
+// layout returns a call's keys and its ARGV holding the common prefix, with room for extra
+// more arguments.
+func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
+	ql := v.quotaLayout(q)
+	p := v.prefix(q.Rule, key)
+	sk := scriptKeys{quotaLayout: ql, keys: make([]string, 2+len(ql.suffixes)), args: make([]string, len(ql.argv), len(ql.argv)+extra)}
+	sk.keys[0], sk.keys[1] = p+":a", p+":d"
+	for i, suf := range ql.suffixes {
+		sk.keys[2+i] = p + suf
+	}
+	copy(sk.args, ql.argv)
 	return sk
 }
 
@@ -392,14 +447,8 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 
 	sk := v.layout(q, key, 4+2*len(q.Budgets))
 	id := newReservationID()
-	sk.args = append(sk.args,
-		strconv.FormatInt(estimate, 10),
-		strconv.FormatInt(q.Lease.Milliseconds(), 10),
-		id,
-		strconv.Itoa(len(q.Budgets)))
-	for i, b := range sk.budgets {
-		sk.args = append(sk.args, strconv.Itoa(sk.slotOf[i]), strconv.FormatInt(b.capacity, 10))
-	}
+	sk.args = append(sk.args, strconv.FormatInt(estimate, 10), sk.leaseArg, id, sk.inspectArgs[0])
+	sk.args = append(sk.args, sk.reserveArgs...)
 	out, err := v.run(ctx, "reserve", reserveScript, sk.keys, sk.args)
 	if err == nil && len(out) != 3+2*len(q.Budgets) {
 		err = v.fail("reserve", fmt.Errorf("unexpected reply of %d values", len(out)))
@@ -462,7 +511,7 @@ func (v *Valkey) Renew(ctx context.Context, r Reservation) (bool, error) {
 	}
 	localNow := time.Now().UnixMilli()
 	sk := v.layout(r.Quota, r.Key, 2)
-	sk.args = append(sk.args, r.ID, strconv.FormatInt(r.Quota.Lease.Milliseconds(), 10))
+	sk.args = append(sk.args, r.ID, sk.leaseArg)
 	out, err := v.run(ctx, "renew", renewScript, sk.keys, sk.args)
 	if err != nil {
 		return false, err
@@ -519,10 +568,7 @@ func (v *Valkey) Inspect(ctx context.Context, q *Quota, key string) (KeyState, e
 		return KeyState{}, nil
 	}
 	sk := v.layout(q, key, 1+len(q.Budgets))
-	sk.args = append(sk.args, strconv.Itoa(len(q.Budgets)))
-	for i := range sk.budgets {
-		sk.args = append(sk.args, strconv.Itoa(sk.slotOf[i]))
-	}
+	sk.args = append(sk.args, sk.inspectArgs...)
 	out, err := v.run(ctx, "inspect", inspectScript, sk.keys, sk.args)
 	if err != nil {
 		return KeyState{}, err
