@@ -129,6 +129,10 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 	copt.Dialer.Timeout = opts.Timeout
 	copt.ConnWriteTimeout = max(4*opts.Timeout, time.Second)
 	copt.DisableCache = true
+	// Under concurrency valkey-go pipelines calls; waiting up to 20µs after each flush lets more
+	// calls share one write (fewer system calls on both sides: +10-15% reserve+settle pairs/s at
+	// 64 goroutines on 2 cores). A lone call is sent at once (valkey-go's synchronous path).
+	copt.MaxFlushDelay = 20 * time.Microsecond
 	v := &Valkey{
 		ns:      opts.Namespace,
 		timeout: opts.Timeout,
