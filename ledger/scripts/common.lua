@@ -135,6 +135,21 @@ local function addprune(wd, field)
   l[#l + 1] = field
 end
 
+-- batched runs cmd on key with the fields of list, 1000 at a time (unpack's stack bound: a
+-- sweep may find many leases run out at once) and returns the replies' values in order.
+local function batched(cmd, key, list)
+  local out = {}
+  for i = 1, #list, 1000 do
+    local r = redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+    if type(r) == 'table' then
+      for k = 1, #r do
+        out[#out + 1] = r[k]
+      end
+    end
+  end
+  return out
+end
+
 -- rebuild recomputes every total of this quota from the width hashes (when 'v' names another
 -- quota's totals or fields are missing) and drops buckets older than each width's longest
 -- window.
@@ -186,7 +201,7 @@ local function advance()
         for b = win.l, win.lo - 1 do
           f[#f + 1] = idx(b)
         end
-        local vals = redis.call('HMGET', wd.key, unpack(f))
+        local vals = batched('HMGET', wd.key, f)
         local s = 0
         for k = 1, #vals do
           if vals[k] then
@@ -242,7 +257,7 @@ local function sweep()
     for i = 1, #exp, 2 do
       ids[#ids + 1] = exp[i]
     end
-    local ests = redis.call('HMGET', A, unpack(ids))
+    local ests = batched('HMGET', A, ids)
     gone = {}
     local freed = 0
     for k, id in ipairs(ids) do
@@ -256,7 +271,7 @@ local function sweep()
         freed = freed + tonumber(est)
       end
     end
-    redis.call('HDEL', A, unpack(ids))
+    batched('HDEL', A, ids)
     redis.call('ZREMRANGEBYSCORE', D, '-inf', idx(now))
     reserved, rdirty = reserved - freed, true
     changed = true
@@ -375,7 +390,7 @@ local function commit(write, touch, touchd, extra)
   end
   if prunes then
     for wd, l in pairs(prunes) do
-      redis.call('HDEL', wd.key, unpack(l))
+      batched('HDEL', wd.key, l)
     end
   end
   if touch or not aexists then
