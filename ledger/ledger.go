@@ -7,11 +7,15 @@
 // reservation (a lease) that Renew extends while the request is in flight. Settle charges the
 // actual usage (the estimate when usage is unknown) exactly once per reservation id. A
 // reservation whose lease runs out is charged at its estimate, at the moment its lease expired.
-// Any store failure is an error, and callers fail closed.
+// Any store failure is an error, and callers fail closed. A reserve that failed after it may
+// have reached the store (a timeout) is released by the ledger itself — settled at zero in the
+// background, since the caller answered 503 and contacted no provider — instead of holding its
+// estimate until the lease runs out.
 //
 // Accounting: settled usage is kept in buckets whose width is one second for windows up to a
-// minute and window/60 (rounded up to whole seconds) beyond, so one admission reads at most ~61
-// buckets per window whatever the window's length. A window at time now counts every bucket
+// minute and window/60 (rounded up to whole seconds) beyond; the Valkey backend also keeps a
+// running total per window, so an admission reads O(1) fields when the totals are current and at
+// most ~61 buckets per window when they must be rebuilt — whatever the window's length. A window at time now counts every bucket
 // that overlaps (now-window, now], so usage leaves a window up to one bucket late, never early.
 // Settled usage is charged in the bucket of the settlement time; expired reservations in the
 // bucket of their lease deadline. The memory and Valkey backends implement the same algorithm

@@ -90,6 +90,14 @@ type Valkey struct {
 	keys       map[string]*trackedKey
 	ids        map[string]int64 // reservation id -> local lease deadline (unix ms)
 	pendingRes int              // Reserve calls in flight, each holding a reservation slot
+
+	// Background releases of ambiguous reserves (valkey_release.go).
+	releaseSlots    chan struct{}
+	releases        sync.WaitGroup
+	releasesDone    atomic.Int64
+	releasesNoop    atomic.Int64
+	releasesFailed  atomic.Int64
+	releasesDropped atomic.Int64
 }
 
 type trackedKey struct {
@@ -140,6 +148,8 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 		copt:    copt,
 		keys:    make(map[string]*trackedKey),
 		ids:     make(map[string]int64),
+
+		releaseSlots: make(chan struct{}, maxReleasesInFlight),
 	}
 	v.secrets = append(v.secrets, opts.URL)
 	if copt.Password != "" {
@@ -164,6 +174,7 @@ func (v *Valkey) Backend() string { return "valkey" }
 
 // Close implements Ledger: it waits for a connection attempt in progress and closes the client.
 func (v *Valkey) Close() error {
+	v.releases.Wait() // each is bounded by its attempts' timeouts
 	v.cmu.Lock()
 	v.closed = true
 	ch := v.dialing
@@ -373,7 +384,7 @@ func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args [
 	defer cancel()
 	c, err := v.conn(ctx)
 	if err != nil {
-		return nil, v.fail(op, err)
+		return nil, v.fail(op, fmt.Errorf("%w: %w", errNotSent, err))
 	}
 	for attempt := 1; ; attempt++ {
 		resp := s.Exec(ctx, c, keys, args)
@@ -471,6 +482,7 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 	}
 	v.lmu.Unlock()
 	if err != nil {
+		v.releaseAmbiguous(Reservation{ID: id, Key: key, Quota: q, Estimate: estimate}, err)
 		return Decision{}, err
 	}
 
