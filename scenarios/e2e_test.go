@@ -18,7 +18,7 @@ import (
 	"github.com/quotaqual/quotaqual/topology"
 )
 
-var e2eScenarios = flag.String("scenarios", "", "comma-separated scenarios for the end-to-end test (default: all nine)")
+var e2eScenarios = flag.String("scenarios", "", "comma-separated scenarios for the end-to-end test (default: all)")
 
 // Set by TestMain outside the namespaces, read inside.
 const (
@@ -151,7 +151,8 @@ func describe(r evidence.ScenarioResult) string {
 
 // TestQualificationOnProcessTopology runs the scenarios against real processes on loopback: a
 // valkey-server, two gateways and three providers started from the freshly built binary. On
-// this engine network-policy has no isolation to prove and must report skipped, with the reason.
+// this engine network-policy has no isolation to prove and valkey-partition no network to cut:
+// both must report skipped, with the reason.
 func TestQualificationOnProcessTopology(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: starts valkey-server, two gateways and three providers; not in -short")
@@ -169,7 +170,7 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 	}
 	for _, r := range results {
 		want := evidence.Passed
-		if r.Name == "network-policy" {
+		if r.Name == "network-policy" || r.Name == "valkey-partition" {
 			want = evidence.Skipped
 		}
 		if r.Status != want {
@@ -284,6 +285,34 @@ func TestNetworkPolicyFailsWhenTheEnforcedPolicyIsWrong(t *testing.T) {
 	}
 }
 
+// TestValkeyPartitionFailsWhenGatewaysIgnoreTheStore proves valkey-partition can fail: gateways
+// that keep their own in-memory ledgers go on admitting when cut off from Valkey.
+func TestValkeyPartitionFailsWhenGatewaysIgnoreTheStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
+	}
+	if reason := os.Getenv(envNoNetns); reason != "" {
+		t.Skip("netns topology unavailable on this host: " + reason)
+	}
+	list, err := Select([]string{"valkey-partition"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, _, _ := topologyRun(t, topology.EngineNetns, fixtures.BackendMemory, list)
+	if len(results) != 1 || results[0].Status != evidence.Failed {
+		t.Fatalf("valkey-partition on gateways that ignore the store: %v, want failed", describeAll(results))
+	}
+	found := false
+	for _, a := range results[0].Assertions {
+		if !a.OK && strings.Contains(a.Name, "→ 503") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("valkey-partition failed, but not on the cut-off gateway's 503: %s", describe(results[0]))
+	}
+}
+
 func describeAll(rs []evidence.ScenarioResult) []string {
 	var out []string
 	for _, r := range rs {
@@ -292,7 +321,7 @@ func describeAll(rs []evidence.ScenarioResult) []string {
 	return out
 }
 
-// TestQualificationOnNetnsTopology runs all nine on the netns engine: every component in its
+// TestQualificationOnNetnsTopology runs every scenario on the netns engine: every component in its
 // own network namespace behind the nftables policy, so network-policy runs and must pass.
 func TestQualificationOnNetnsTopology(t *testing.T) {
 	if testing.Short() {

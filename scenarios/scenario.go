@@ -43,7 +43,8 @@ type Scenario struct {
 	Run       func(ctx context.Context, env *Env) *Result
 }
 
-// All returns the nine scenarios in the qualification's order.
+// All returns the scenarios in the qualification's order: the nine of the upstream
+// qualification, then valkey-partition (one replica cut off from the store).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -55,6 +56,7 @@ func All() []Scenario {
 		gatewayRestart(),
 		valkeyOutage(),
 		networkPolicy(),
+		valkeyPartition(),
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -95,8 +96,8 @@ func TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies(t *testing.T) 
 	if out.Topology != topology.EngineNetns {
 		t.Errorf("topology %q, want netns", out.Topology)
 	}
-	if len(out.Results) != 9 {
-		t.Fatalf("%d results, want the nine scenarios", len(out.Results))
+	if want := len(scenarios.All()); len(out.Results) != want {
+		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
 	for _, r := range out.Results {
 		if r.Status != evidence.Passed {
@@ -361,8 +362,8 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	if out.Topology != topology.EngineDocker {
 		t.Errorf("topology %q, want docker", out.Topology)
 	}
-	if len(out.Results) != 9 {
-		t.Fatalf("%d results, want the nine scenarios", len(out.Results))
+	if want := len(scenarios.All()); len(out.Results) != want {
+		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
 	for _, r := range out.Results {
 		if r.Status != evidence.Passed {

@@ -1,0 +1,115 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// partitionRequests is how many requests the cut-off gateway gets while partitioned.
+const partitionRequests = 3
+
+// valkeyPartition cuts one gateway off from Valkey while the other keeps its link: the case an
+// outage scenario cannot show. The cut-off replica must fail closed in bounded time (a silent
+// network is bounded only by the store timeout, unlike a stopped server that refuses at once);
+// the healthy replica must keep admitting against the same shared budget; and the cut-off one
+// must recover once the network heals, without a restart.
+func valkeyPartition() Scenario {
+	return Scenario{
+		Name:      "valkey-partition",
+		Summary:   "gateway-a cut off from Valkey: it answers 503 within the store timeout plus a margin while gateway-b keeps admitting; healed: gateway-a recovers",
+		Invariant: "fail closed per replica: a gateway that cannot reach the store never admits, and never blocks longer than its store timeout; the other replica is unaffected",
+		Needs:     []Need{NeedPartition},
+		Run:       runValkeyPartition,
+	}
+}
+
+func runValkeyPartition(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	for _, gw := range []string{gwA, gwB} {
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-partition", Subject: appA})
+		r.Check("admitted on "+gw+" before the partition", http.StatusOK, o.Status, o.Admitted())
+	}
+	if _, err := env.waitIdle(ctx, gwA, appA); err != nil {
+		return r.Error(err)
+	}
+	before, err := env.settledProviders(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("provider call counts before: %w", err))
+	}
+
+	env.Progressf("partitioning gateway-a from valkey")
+	cutAt := time.Now()
+	if err := env.Topo.Partition(ctx, gwA, topology.HostValkey); err != nil {
+		return r.Error(fmt.Errorf("partitioning gateway-a from valkey: %w", err))
+	}
+	r.Fact("partition_ms", ms(time.Since(cutAt)))
+	healed := false
+	defer func() {
+		if !healed {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
+			defer cancel()
+			if err := env.Topo.Heal(c, gwA, topology.HostValkey); err != nil {
+				r.Error(fmt.Errorf("healing the partition after a failed step: %w", err))
+			}
+		}
+	}()
+
+	slo := p.StoreTimeout + p.OutageSLO
+	var decisions []float64
+	var worst time.Duration
+	for i := 0; i < partitionRequests; i++ {
+		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA})
+		decisions = append(decisions, ms(o.Latency))
+		worst = max(worst, o.Latency)
+		what := fmt.Sprintf("cut-off gateway-a request %d", i+1)
+		r.Check(what+" → 503", http.StatusServiceUnavailable, o.Status, o.Status == http.StatusServiceUnavailable)
+		r.Check(what+" error type", storeUnavailable, o.ErrorType, o.ErrorType == storeUnavailable)
+		r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
+	}
+	r.Fact("time_to_decision_ms", decisions)
+	r.Fact("worst_time_to_decision_ms", ms(worst))
+
+	// The healthy replica keeps serving the same subjects from the same shared budget.
+	admittedOnB := 0
+	for _, s := range []string{appB, appC} {
+		o := env.Chat(ctx, ChatCall{Gateway: gwB, Label: "healthy-replica", Subject: s})
+		r.Check("gateway-b still admits "+s+" during the partition", http.StatusOK, o.Status, o.Admitted())
+		if o.Admitted() {
+			admittedOnB++
+		}
+	}
+	during, err := env.settledProviders(ctx)
+	if err != nil {
+		r.Error(fmt.Errorf("provider call counts during the partition: %w", err))
+	} else {
+		d := TotalDelta(before, during)
+		r.Check("providers saw only gateway-b's admitted requests", admittedOnB, d, d == int64(admittedOnB))
+	}
+
+	env.Progressf("healing the partition")
+	healAt := time.Now()
+	healed = true
+	if err := env.Topo.Heal(ctx, gwA, topology.HostValkey); err != nil {
+		return r.Error(fmt.Errorf("healing the partition: %w", err))
+	}
+	var got Outcome
+	var statusesSeen []int
+	tries, err := poll(ctx, 100*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
+		got = env.Chat(ctx, ChatCall{Gateway: gwA, Label: "recover", Subject: appA})
+		statusesSeen = append(statusesSeen, got.Status)
+		return got.Admitted(), nil
+	})
+	recovery := time.Since(healAt)
+	r.Fact("recovery_statuses", statusesSeen)
+	r.Fact("time_to_recovery_ms", ms(recovery))
+	r.Check("gateway-a recovered after the heal within RecoveryMax, without a restart", "≤ "+p.RecoveryMax.String(),
+		fmt.Sprintf("%s after %d tries (%v)", recovery.Round(time.Millisecond), tries, err), got.Admitted() && recovery <= p.RecoveryMax)
+	r.Key("cut-off replica 503 within %s (SLO %s), other replica admitted %d/2, recovered in %s",
+		worst.Round(time.Millisecond), slo, admittedOnB, recovery.Round(time.Millisecond))
+	return r
+}
