@@ -616,6 +616,7 @@ func TestEndToEnd(t *testing.T) {
 			`quotaqual_gateway_admission_seconds_bucket`,
 			`quotaqual_gateway_upstream_seconds_bucket`,
 			`quotaqual_gateway_renewals_total{result="renewed",rule="long"}`,
+			`quotaqual_gateway_ambiguous_reserve_releases_total{result="released"}`,
 		} {
 			if !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/quotaqual/quotaqual/ledger"
 )
 
 // metrics are the gateway's Prometheus series, on their own registry. Every label is bounded:
@@ -84,4 +86,29 @@ func newMetrics(queueDepth func() float64) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// releaseReporter is a ledger that releases ambiguous reserves in the background (the Valkey
+// backend: a reserve that timed out after it may have run is settled at zero).
+type releaseReporter interface{ Releases() ledger.ReleaseStats }
+
+// registerReleases exports those releases, so an operator can see holds that a slow store
+// would otherwise have kept for a whole lease.
+func (m *metrics) registerReleases(l releaseReporter) {
+	results := []struct {
+		result string
+		value  func(ledger.ReleaseStats) int64
+	}{
+		{"released", func(r ledger.ReleaseStats) int64 { return r.Released }},
+		{"noop", func(r ledger.ReleaseStats) int64 { return r.Noop }},
+		{"failed", func(r ledger.ReleaseStats) int64 { return r.Failed }},
+		{"dropped", func(r ledger.ReleaseStats) int64 { return r.Dropped }},
+	}
+	for _, res := range results {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Name: "ambiguous_reserve_releases_total",
+			Help:        "Reserves that failed after they may have reached the store, released in the background by result: released (a hold existed), noop (none did), failed and dropped (the lease expires at the estimate).",
+			ConstLabels: prometheus.Labels{"result": res.result},
+		}, func() float64 { return float64(res.value(l.Releases())) }))
+	}
 }

@@ -128,6 +128,9 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 	}
 	s.settler = newSettler(s, settleQueueSize, settleWorkers)
 	s.m = newMetrics(func() float64 { return float64(len(s.settler.ch)) })
+	if v, ok := led.(releaseReporter); ok {
+		s.m.registerReleases(v)
+	}
 	s.settler.start()
 	return s, nil
 }
