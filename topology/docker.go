@@ -47,7 +47,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -893,20 +892,7 @@ func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) Probe
 		return res
 	}
 	b, _ := io.ReadAll(out)
-	var po struct {
-		Reached   bool   `json:"reached"`
-		Error     string `json:"error"`
-		ElapsedNS int64  `json:"elapsed_ns"`
-	}
-	line := lastLines(b, 1)
-	if err := json.Unmarshal([]byte(line), &po); err != nil {
-		res.Error = "probe output not understood: " + line
-		return res
-	}
-	res.Reached, res.Error = po.Reached, po.Error
-	if po.ElapsedNS > 0 {
-		res.Elapsed = time.Duration(po.ElapsedNS) // the connect itself, not the exec around it
-	}
+	readProbeOutput(b, &res)
 	return res
 }
 

@@ -39,7 +39,6 @@ package topology
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -945,20 +944,7 @@ func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeRe
 		res.Error = err.Error()
 		return res
 	}
-	var po struct {
-		Reached   bool   `json:"reached"`
-		Error     string `json:"error"`
-		ElapsedNS int64  `json:"elapsed_ns"`
-	}
-	line := lastLines(out, 1)
-	if err := json.Unmarshal([]byte(line), &po); err != nil {
-		res.Error = "probe output not understood: " + line
-		return res
-	}
-	res.Reached, res.Error = po.Reached, po.Error
-	if po.ElapsedNS > 0 {
-		res.Elapsed = time.Duration(po.ElapsedNS) // the connect itself, not the exec around it
-	}
+	readProbeOutput(out, &res)
 	return res
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 // Hidden helpers the docker topology runs inside its containers (whose images have no shell):
@@ -23,14 +25,6 @@ import (
 //	quotaqual sleep                                 idle until SIGTERM (the client container's process)
 func init() {
 	subcommands = append(subcommands, newProbeCmd, newRelayCmd, newSleepCmd)
-}
-
-// probeOutput is what `quotaqual probe` prints: one JSON line.
-type probeOutput struct {
-	To        string `json:"to"`
-	Reached   bool   `json:"reached"`
-	Error     string `json:"error,omitempty"`
-	ElapsedNS int64  `json:"elapsed_ns"`
 }
 
 func newProbeCmd() *cobra.Command {
@@ -48,7 +42,7 @@ func newProbeCmd() *cobra.Command {
 			if timeout <= 0 || timeout > time.Minute {
 				return withCode(ExitUsage, fmt.Errorf("--timeout %s is out of range: use 1ms to 1m", timeout))
 			}
-			out := probeOutput{To: to}
+			out := topology.ProbeOutput{To: to}
 			d := net.Dialer{Timeout: timeout}
 			start := time.Now()
 			conn, err := d.DialContext(cmd.Context(), "tcp", to)
