@@ -246,6 +246,7 @@ func Run(ctx context.Context, o Options) Outcome {
 	if o.Keep {
 		collectLogs(topo, writer, workDir)
 		rep.Done("ok", "topology kept up: stop this process (Ctrl-C) to tear it down")
+		describeKept(rep, topo)
 	} else {
 		td, derr := topo.Down(context.Background())
 		manifest.Teardown = td
@@ -277,11 +278,24 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	if o.Keep && ctx.Err() == nil {
 		<-ctx.Done()
-		td, _ := topo.Down(context.Background())
-		_ = td
+		_, _ = topo.Down(context.Background()) // the bundle is already written
 	}
 	out.Code = code
 	return out
+}
+
+// describeKept tells where a kept topology's gateways answer. On netns they live inside the
+// run's namespaces, which nothing outside this process can reach: `quotaqual up` forwards
+// ports for that.
+func describeKept(rep Reporter, topo topology.Topology) {
+	if topo.Engine() == topology.EngineNetns {
+		rep.Note("the gateways live inside this run's namespaces; for a walkthrough from your shell use `quotaqual up`")
+		return
+	}
+	for _, g := range topology.Gateways {
+		ep := topo.Gateway(g)
+		rep.Note("%s: data %s, admin %s", g, ep.DataURL, ep.AdminURL)
+	}
 }
 
 // finish writes the bundle's closing files and packs it when asked.
