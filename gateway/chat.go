@@ -9,9 +9,11 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotaqual/quotaqual/ledger"
@@ -46,6 +48,10 @@ type chatRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
+
+	// forwardModel, when set, is written into the forwarded body: the model came from the
+	// x-model header and the body had none.
+	forwardModel string
 }
 
 // requestRecord is what the per-request log line reports. It never holds credentials, prompts
@@ -133,25 +139,31 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 				typeInvalidRequest, codeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
 			return
 		}
-		rec.decision, rec.reason, rec.status = resultBadRequest, "body_read", 400
-		s.m.requests.WithLabelValues("", resultBadRequest, "body_read").Inc()
-		rec.latency = time.Since(rec.start)
-		s.logRequest(rec)
-		return // the client went away while sending
+		// The client went away while sending, or sent a malformed body: answer anyway (a
+		// handler that writes nothing would send 200 OK).
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "body_read",
+			typeInvalidRequest, codeInvalidJSON, "the request body could not be read")
+		return
 	}
-	var cr chatRequest
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := json.Unmarshal(body, &cr); err != nil {
-			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidJSON,
-				typeInvalidRequest, codeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
-			return
-		}
+	cr, err := parseChatRequest(body)
+	if err != nil {
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidJSON,
+			typeInvalidRequest, codeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
+		return
 	}
-	model := ""
-	if cr.Model != nil {
+	// One model decides the rule and is what the provider serves: the body's, else the x-model
+	// header's, which is then written into the forwarded body. Both, disagreeing, is refused.
+	model, headerModel := "", r.Header.Get("x-model")
+	switch {
+	case cr.Model != nil && headerModel != "" && *cr.Model != headerModel:
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "model_conflict",
+			typeInvalidRequest, codeModelNotAllowed, "the body's model and the x-model header disagree; send one model")
+		return
+	case cr.Model != nil:
 		model = *cr.Model
-	} else {
-		model = r.Header.Get("x-model")
+	default:
+		model = headerModel
+		cr.forwardModel = headerModel
 	}
 	if len(model) > maxModelBytes {
 		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "model_too_long",
@@ -215,12 +227,19 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	if s.renew {
 		rn = s.startRenewal(res)
 	}
+	queued := false
+	defer func() {
+		// forward panicked (net/http recovers it): settle at the estimate rather than leave a
+		// hold that the renewer would keep alive for the life of the process.
+		if !queued {
+			rec.latency = time.Since(rec.start)
+			s.settler.enqueue(settleJob{res: res, usage: ledger.Usage{}, rec: rec, rn: rn})
+		}
+	}()
 	usage := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
-	if rn != nil {
-		rn.stop()
-	}
 	rec.latency = time.Since(rec.start)
-	s.settler.enqueue(settleJob{res: res, usage: usage, rec: rec})
+	queued = true
+	s.settler.enqueue(settleJob{res: res, usage: usage, rec: rec, rn: rn})
 }
 
 // denyQuota writes the 429 (or the 400 for an estimate no window can ever hold).
@@ -325,15 +344,27 @@ func removeConnectionHeaders(h http.Header) {
 // upstreamBody returns the body to send and whether the gateway added include_usage (so the
 // usage-only final chunk must be removed from the client's stream).
 func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
-	if cr.Stream == nil || !*cr.Stream {
-		return body, false
-	}
-	if cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage != nil && *cr.StreamOptions.IncludeUsage {
+	stream := cr.Stream != nil && *cr.Stream
+	wantsUsage := cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage != nil && *cr.StreamOptions.IncludeUsage
+	if cr.forwardModel == "" && (!stream || wantsUsage) {
 		return body, false
 	}
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil {
+	if len(bytes.TrimSpace(body)) == 0 {
+		obj = map[string]json.RawMessage{}
+	} else if err := json.Unmarshal(body, &obj); err != nil {
 		return body, false
+	}
+	if cr.forwardModel != "" {
+		m, _ := json.Marshal(cr.forwardModel)
+		obj["model"] = m
+	}
+	if !stream || wantsUsage {
+		nb, err := json.Marshal(obj)
+		if err != nil {
+			return body, false
+		}
+		return nb, false
 	}
 	opts := map[string]json.RawMessage{}
 	if raw, ok := obj["stream_options"]; ok {
@@ -387,10 +418,20 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	}
 	out.Header = upstreamHeaders(r.Header, rec.id)
 	out.ContentLength = int64(len(upBody))
+	// Whether the request reached the wire: one that never did (connection refused, DNS,
+	// client gone first) consumed nothing and is settled at zero, not at the estimate.
+	var wrote atomic.Bool
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	}))
 
 	resp, err := s.transport.RoundTrip(out)
 	if err != nil {
-		return s.upstreamFailed(w, r, ctx, rec, p, err)
+		u := s.upstreamFailed(w, r, ctx, rec, p, err)
+		if !wrote.Load() {
+			u = ledger.Usage{Tokens: 0, Known: true}
+		}
+		return u
 	}
 	defer resp.Body.Close()
 	s.m.upstreamRequests.WithLabelValues(p.site, statusClass(resp.StatusCode)).Inc()

@@ -38,6 +38,12 @@ func inProcessGateway(t *testing.T, policy string, led func(*ledger.CompiledPoli
 	t.Helper()
 	prov := httptest.NewServer(fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4}).DataHandler())
 	t.Cleanup(prov.Close)
+	return inProcessGatewayTo(t, prov.URL, policy, led)
+}
+
+// inProcessGatewayTo is inProcessGateway with the provider at providerURL.
+func inProcessGatewayTo(t *testing.T, providerURL, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
+	t.Helper()
 	doc := `
 listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
@@ -47,7 +53,7 @@ auth:
       password_env: QQI_PW
 providers:
   - site: inproc
-    url: ` + prov.URL + `
+    url: ` + providerURL + `
 quota:
 ` + policy
 	cfg, err := ParseConfig([]byte(doc), func(k string) (string, bool) {

@@ -26,6 +26,10 @@ type settleJob struct {
 	res   ledger.Reservation
 	usage ledger.Usage
 	rec   *requestRecord
+	// rn keeps the lease renewed until the settlement is done: stopped on enqueue, a lease
+	// could run out while the job waits in the queue or retries against a slow store, and the
+	// ledger would then charge the estimate and lose any overage.
+	rn *renewer
 }
 
 type settler struct {
@@ -66,6 +70,9 @@ func (st *settler) enqueue(j settleJob) {
 		}
 	}
 	st.mu.RUnlock()
+	if j.rn != nil {
+		j.rn.stop() // dropped: let the lease run out and charge the estimate
+	}
 	s := st.s
 	s.m.settlements.WithLabelValues(j.res.Quota.Rule, "dropped").Inc()
 	s.m.inFlight.WithLabelValues(j.res.Quota.Rule).Dec()
@@ -93,6 +100,9 @@ func (st *settler) close(ctx context.Context) bool {
 }
 
 func (st *settler) settle(j settleJob) {
+	if j.rn != nil {
+		defer j.rn.stop()
+	}
 	s := st.s
 	rule := j.res.Quota.Rule
 	var (
