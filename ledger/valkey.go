@@ -92,6 +92,8 @@ type Valkey struct {
 	pendingRes int              // Reserve calls in flight, each holding a reservation slot
 
 	// Background releases of ambiguous reserves (valkey_release.go).
+	rmu             sync.Mutex
+	releasesClosed  bool // set by Close: no new release starts
 	releaseSlots    chan struct{}
 	releases        sync.WaitGroup
 	releasesDone    atomic.Int64
@@ -174,6 +176,9 @@ func (v *Valkey) Backend() string { return "valkey" }
 
 // Close implements Ledger: it waits for a connection attempt in progress and closes the client.
 func (v *Valkey) Close() error {
+	v.rmu.Lock()
+	v.releasesClosed = true
+	v.rmu.Unlock()
 	v.releases.Wait() // each is bounded by its attempts' timeouts
 	v.cmu.Lock()
 	v.closed = true

@@ -32,13 +32,23 @@ func (v *Valkey) releaseAmbiguous(r Reservation, err error) {
 	if errors.Is(err, errNotSent) {
 		return
 	}
+	// Add must not race Close's Wait: once Close has begun, no release starts (its lease
+	// expires at the estimate, the conservative fallback).
+	v.rmu.Lock()
+	if v.releasesClosed {
+		v.rmu.Unlock()
+		v.releasesDropped.Add(1)
+		return
+	}
 	select {
 	case v.releaseSlots <- struct{}{}:
 	default:
+		v.rmu.Unlock()
 		v.releasesDropped.Add(1)
 		return
 	}
 	v.releases.Add(1)
+	v.rmu.Unlock()
 	go func() {
 		defer func() { <-v.releaseSlots; v.releases.Done() }()
 		backoff := 25 * time.Millisecond

@@ -37,7 +37,7 @@
 -- older than the longest window of its width is outside every window and not written. This
 -- mirrors ledger/accounting.go; the conformance suite holds the two to identical results.
 --
--- TTLs: a key that gains data gets the TTL again (PEXPIRE): KEYS[1] and KEYS[2] when a
+-- TTLs: a key that gains data gets the TTL again (extend: never shortened): KEYS[1] and KEYS[2] when a
 -- reservation is added or renewed (and KEYS[1] when a call creates it); a bucket hash whenever
 -- the general path writes it or makes the totals this quota's, and in settle's fast path only
 -- when it creates a bucket (see there). KEYS[1] may outlive a bucket hash: one that expired
@@ -394,14 +394,14 @@ local function commit(write, touch, touchd, extra)
     end
   end
   if touch or not aexists then
-    redis.call('PEXPIRE', A, ttl)
+    extend(A, ttl)
   end
   if touchd then
-    redis.call('PEXPIRE', D, ttl)
+    extend(D, ttl)
   end
   for _, wd in ipairs(widths) do
     if wd.written then
-      redis.call('PEXPIRE', wd.key, ttl)
+      extend(wd.key, ttl)
     end
   end
 end

@@ -19,6 +19,17 @@ local function idx(n)
   return string.format('%d', n)
 end
 
+-- extend gives key a TTL of ttl ms unless it already has a longer one. Two policies for one
+-- rule (a rolling deploy that changes the lease or the windows) share these keys, and a plain
+-- PEXPIRE from the shorter one would cut the TTL of state the longer one still holds — a live
+-- lease vanishing uncharged. GT lengthens an existing TTL (the usual case: one call); NX sets
+-- the TTL of a key that has none yet.
+local function extend(key, ttl)
+  if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ttl, 'NX')
+  end
+end
+
 -- state reads '#', 'e', 'v', then h<w> per width, then t<W>, l<W> per window, then extra (a
 -- reservation id) when given. A missing field reads false.
 local function state(extra)

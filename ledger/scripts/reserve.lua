@@ -43,8 +43,8 @@ if current(r) and not r[4 + nwd + 2 * nwin] then
     else
       redis.call('HSET', A, id, ARGV[base + 1], '#', idx(held))
     end
-    redis.call('PEXPIRE', A, ARGV[1])
-    redis.call('PEXPIRE', D, ARGV[1])
+    extend(A, ARGV[1])
+    extend(D, ARGV[1])
     return out
   end
 end

@@ -25,7 +25,7 @@ if est and current(r) then
         -- created at a time >= b * width under a TTL >= width + longest window, or existed
         -- when the totals became this quota's (a rebuild renewed every hash's TTL) and no
         -- other quota has written since ('v'), so its TTL already covers this charge.
-        redis.call('PEXPIRE', KEYS[2 + i], ARGV[1])
+        extend(KEYS[2 + i], ARGV[1])
       end
       if cur > tonumber(r[3 + i]) then
         f[#f + 1] = 'h' .. ARGV[2 + 2 * i]
