@@ -194,3 +194,27 @@ func TestLeaseIsRenewedUntilTheSettlementCompletes(t *testing.T) {
 		t.Errorf("settled %d: the actual usage (above the estimate of 2) was lost", qs.Windows[0].Settled)
 	}
 }
+
+// Shutdown stays within its deadline (shutdown_timeout) even when settlements are slow: the
+// queue drain gets what is left of the budget, not a fixed 5 s on top of it.
+func TestShutdownStaysWithinItsDeadline(t *testing.T) {
+	var wrapped *delayedSettle
+	s, url := inProcessGateway(t, memoryPolicy, func(p *ledger.CompiledPolicy) ledger.Ledger {
+		wrapped = &delayedSettle{Ledger: ledger.NewMemory(p.Limits, nil), delay: 4 * time.Second}
+		return wrapped
+	})
+	if r := chat(url, chatOpts{auth: basicAuth("alice", "pw"), body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`}); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := s.Shutdown(ctx)
+	took := time.Since(start)
+	if took > 1300*time.Millisecond {
+		t.Errorf("Shutdown with a 1 s deadline took %s: it overran its budget waiting for a slow settlement", took.Round(time.Millisecond))
+	}
+	if err == nil {
+		t.Errorf("Shutdown reported a clean drain although a settlement was still waiting on the store")
+	}
+}

@@ -204,22 +204,32 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.draining.Store(true)
 		s.ready.Store(false)
 		s.log.Info("gateway draining")
+		// Everything happens within ctx's deadline (shutdown_timeout): in-flight requests get
+		// it less a reserve in which their settlements can still reach the store; the handler
+		// wait, the queue drain and the admin listener share what is left. Without a deadline
+		// the old fixed budgets apply.
+		deadline, bounded := ctx.Deadline()
+		if !bounded {
+			deadline = time.Now().Add(s.cfg.shutdownTimeout + 8*time.Second)
+		}
+		reqCtx, cancelReq := context.WithDeadline(ctx, deadline.Add(-s.settleReserve(time.Until(deadline))))
+		defer cancelReq()
 		if s.dataSrv != nil {
-			if err := s.dataSrv.Shutdown(ctx); err != nil {
+			if err := s.dataSrv.Shutdown(reqCtx); err != nil {
 				s.log.Warn("in-flight requests did not finish before the shutdown deadline; closing their connections", "error", err.Error())
 				_ = s.dataSrv.Close()
 			}
 		}
 		// Handlers of closed connections still settle; give them a moment to reach the queue.
-		waitGroup(&s.handlers, 2*time.Second)
-		drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		waitGroup(&s.handlers, min(2*time.Second, time.Until(deadline)))
+		drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		if !s.settler.close(drainCtx) {
 			s.log.Warn("settlement queue not drained before the deadline; the remaining reservations expire and are charged at their estimate")
 			result = errors.New("settlement queue not drained")
 		}
 		if s.adminSrv != nil {
-			actx, acancel := context.WithTimeout(context.Background(), time.Second)
+			actx, acancel := context.WithTimeout(context.Background(), max(10*time.Millisecond, min(time.Second, time.Until(deadline))))
 			_ = s.adminSrv.Shutdown(actx)
 			acancel()
 		}
@@ -230,6 +240,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Info("gateway stopped")
 	})
 	return result
+}
+
+// settleReserve is the part of a shutdown budget kept for settlements after the in-flight
+// requests end: enough for one settle with its retries (3 store timeouts and backoff), at
+// least a quarter of the budget, at most half.
+func (s *Server) settleReserve(budget time.Duration) time.Duration {
+	r := max(3*s.storeTimeout+250*time.Millisecond, budget/4)
+	return max(0, min(r, budget/2))
 }
 
 // waitGroup waits for wg at most d.
