@@ -211,7 +211,7 @@ func TestShutdownStaysWithinItsDeadline(t *testing.T) {
 	start := time.Now()
 	err := s.Shutdown(ctx)
 	took := time.Since(start)
-	if took > 1300*time.Millisecond {
+	if took > 2500*time.Millisecond { // the bug took the full 4 s settlement; the bound leaves room for a loaded machine
 		t.Errorf("Shutdown with a 1 s deadline took %s: it overran its budget waiting for a slow settlement", took.Round(time.Millisecond))
 	}
 	if err == nil {
