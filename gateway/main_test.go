@@ -203,7 +203,7 @@ type providerProc struct {
 
 func startProvider(t testing.TB, site string, extra ...string) *providerProc {
 	t.Helper()
-	data, admin := freeAddr(t), freeAddr(t)
+	data, admin := freeAddrPair(t)
 	args := append([]string{"provider", "--site", site, "--listen", data, "--admin-listen", admin}, extra...)
 	p := startProc(t, "provider-"+site, nil, args...)
 	waitReady(t, "http://"+admin+"/readyz", 10*time.Second, p)
@@ -257,7 +257,7 @@ func (g *gatewayProc) url() string { return "http://" + g.data + "/v1/chat/compl
 
 func startGateway(t testing.TB, name, cfgTemplate string, env []string) *gatewayProc {
 	t.Helper()
-	data, admin := freeAddr(t), freeAddr(t)
+	data, admin := freeAddrPair(t)
 	cfg := strings.NewReplacer("{{listen}}", data, "{{admin}}", admin).Replace(cfgTemplate)
 	path := filepath.Join(t.TempDir(), name+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
@@ -359,4 +359,22 @@ func decodeErr(t testing.TB, b []byte) apiErrBody {
 		t.Fatalf("error body is not OpenAI-style JSON: %v: %s", err, b)
 	}
 	return e
+}
+
+// freeAddrPair returns two distinct loopback addresses whose ports were free a moment ago:
+// both listeners stay open until both ports are chosen, so the kernel cannot hand the same
+// port out twice (two freeAddr calls in a row can).
+func freeAddrPair(t testing.TB) (string, string) {
+	t.Helper()
+	a, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return a.Addr().String(), b.Addr().String()
 }
