@@ -114,13 +114,18 @@ func TestAmbiguousReserveIsReleasedNotHeldUntilTheLeaseExpires(t *testing.T) {
 	if got := st.Windows[0].Settled; got != 0 {
 		t.Errorf("released at %d settled tokens, want 0: the request never reached a provider", got)
 	}
-	// The release found the hold (so the script had run in Valkey) and settled it.
-	for l.Releases().Released == 0 && time.Now().Before(deadline) {
+	// Exactly one release ran and succeeded. Usually it finds the hold (the script ran in
+	// Valkey) and settles it; on a heavily loaded machine the client can give up before the
+	// command is even written, and then the release finds nothing (noop). Without the release,
+	// either the hold above stays for the whole lease or these stats stay zero.
+	for rs := l.Releases(); rs.Released+rs.Noop == 0 && time.Now().Before(deadline); rs = l.Releases() {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if rs := l.Releases(); rs != (ledger.ReleaseStats{Released: 1}) {
-		t.Errorf("release stats %+v, want exactly one hold released", rs)
+	rs := l.Releases()
+	if rs.Released+rs.Noop != 1 || rs.Failed != 0 || rs.Dropped != 0 {
+		t.Errorf("release stats %+v, want exactly one release, succeeded", rs)
 	}
+	t.Logf("release stats %+v", rs)
 	// The full capacity is available again.
 	d, err := l.Reserve(ctx, q, "k", 60)
 	if err != nil || !d.Admitted {
