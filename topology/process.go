@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/fixtures"
@@ -214,9 +215,20 @@ func (t *processTopo) Facts() map[string]any {
 func loop(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // freePorts picks n distinct free TCP ports on 127.0.0.1, holding all listeners until every
-// port is chosen so they differ. Another process can still take one before the component
-// binds it; startWithFreePorts retries then.
+// port is chosen so they differ. Components start concurrently and each picks its own ports
+// before binding them, so a port handed out a moment ago is free again until its component
+// binds it: recently handed-out ports are skipped, or two components could race for one port
+// (the loser exits, and its readiness poll would be answered by the winner). Another process
+// can still take a port before the component binds it; startWithFreePorts retries then.
 func freePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	now := time.Now()
+	for p, at := range handedOut.at {
+		if now.Sub(at) > handedOutFor {
+			delete(handedOut.at, p)
+		}
+	}
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -224,16 +236,33 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	var out []int
-	for range n {
+	for len(out) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("picking a free port on 127.0.0.1: %w", err)
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		ls = append(ls, l) // held open, so the next Listen gets another port either way
+		p := l.Addr().(*net.TCPAddr).Port
+		if _, recent := handedOut.at[p]; recent {
+			continue
+		}
+		out = append(out, p)
+	}
+	for _, p := range out {
+		handedOut.at[p] = now
 	}
 	return out, nil
 }
+
+// handedOut remembers the ports freePorts returned recently (see there).
+var handedOut = struct {
+	sync.Mutex
+	at map[int]time.Time
+}{at: map[int]time.Time{}}
+
+// handedOutFor is how long a returned port is not returned again: far longer than a component
+// takes to bind it.
+const handedOutFor = time.Minute
 
 // newTransport is an HTTP transport with explicit timeouts; dial, when set, creates the
 // connections (the netns engine dials from inside a namespace).

@@ -33,9 +33,10 @@ type component struct {
 	logPath  string
 	readyURL string // polled until it answers 200
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	started time.Time
 }
 
 // start launches the process with its output appended to its log. The child gets SIGKILL if
@@ -72,7 +73,7 @@ func (c *component) start() error {
 		log.Close()
 		close(done)
 	}()
-	c.cmd, c.done = cmd, done
+	c.cmd, c.done, c.started = cmd, done, time.Now()
 	return nil
 }
 
@@ -108,8 +109,15 @@ func (c *component) waitReady(ctx context.Context, client *http.Client) error {
 	var last string
 	for {
 		ok, status := getOK(ctx, client, c.readyURL, httpPollWait)
-		if ok {
-			return nil
+		// A 200 counts only from a process that has been up long enough to have bound its
+		// ports (or failed to) and is still running: if another process holds the port we
+		// picked, it answers for us while ours exits on its failed bind.
+		if ok && time.Since(c.startedAt()) >= minUpBeforeReady {
+			select {
+			case <-done:
+			default:
+				return nil
+			}
 		}
 		last = status
 		select {
@@ -120,6 +128,16 @@ func (c *component) waitReady(ctx context.Context, client *http.Client) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// minUpBeforeReady is how long a component must have run before a 200 from its ready URL is
+// believed: longer than a quotaqual or valkey process takes to start and bind.
+const minUpBeforeReady = 150 * time.Millisecond
+
+func (c *component) startedAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started
 }
 
 // exitedEarlyError says the process ended before it was ready (for instance a port taken
