@@ -95,11 +95,10 @@ func EnsureValkeyImage(ctx context.Context) error {
 // EnsureQuotaqualImage returns the tag of an image that runs exactly binary (a Linux
 // quotaqual binary), building quotaqual:bin-<digest> when the engine does not have it yet.
 func EnsureQuotaqualImage(ctx context.Context, binary string) (string, error) {
-	digest, err := fileSHA256(binary)
+	tag, digest, err := quotaqualImageTag(binary)
 	if err != nil {
-		return "", fmt.Errorf("reading the quotaqual binary %s: %w", binary, err)
+		return "", err
 	}
-	tag := quotaqualImageRepo + ":bin-" + digest[:12]
 	if imageExists(ctx, tag) {
 		return tag, nil
 	}
@@ -119,6 +118,21 @@ func EnsureQuotaqualImage(ctx context.Context, binary string) (string, error) {
 		return "", err
 	}
 	return tag, nil
+}
+
+// QuotaqualImageTag is the tag EnsureQuotaqualImage uses for binary: content-addressed, so a
+// caller can remove exactly the image its own binary produced.
+func QuotaqualImageTag(binary string) (string, error) {
+	tag, _, err := quotaqualImageTag(binary)
+	return tag, err
+}
+
+func quotaqualImageTag(binary string) (tag, digest string, err error) {
+	digest, err = fileSHA256(binary)
+	if err != nil {
+		return "", "", fmt.Errorf("reading the quotaqual binary %s: %w", binary, err)
+	}
+	return quotaqualImageRepo + ":bin-" + digest[:12], digest, nil
 }
 
 func fileSHA256(path string) (string, error) {

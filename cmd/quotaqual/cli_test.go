@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -342,12 +341,16 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	// The quotaqual image is built from this test's binary (quotaqual:bin-<digest>); remove it
 	// afterwards unless it existed before. The Valkey image is built from the host's
 	// valkey-server when missing and kept: it is the same for every run.
-	before := dockerImages(t)
+	// Remove exactly the image this test's binary produced (content-addressed), never another
+	// test package's, which may be running at the same moment.
+	tag, err := topology.QuotaqualImageTag(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hadImage := exec.Command("docker", "image", "inspect", tag).Run() == nil
 	t.Cleanup(func() {
-		for _, img := range dockerImages(t) {
-			if !slices.Contains(before, img) && strings.HasPrefix(img, "quotaqual:bin-") {
-				_ = exec.Command("docker", "image", "rm", img).Run()
-			}
+		if !hadImage {
+			_ = exec.Command("docker", "image", "rm", tag).Run()
 		}
 	})
 	evDir := t.TempDir()
@@ -377,14 +380,4 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	if dout, _, _ := quotaqual(t, time.Minute, "down", "--run-id", out.RunID); strings.Contains(dout, "stopped") {
 		t.Errorf("the docker run left resources behind:\n%s", dout)
 	}
-}
-
-// dockerImages lists repository:tag of the local images.
-func dockerImages(t *testing.T) []string {
-	out, err := exec.Command("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}").Output()
-	if err != nil {
-		t.Logf("docker image ls: %v", err)
-		return nil
-	}
-	return strings.Fields(string(out))
 }

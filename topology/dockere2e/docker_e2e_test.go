@@ -63,12 +63,11 @@ func images(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	hadValkey := imageExists(topology.DefaultValkeyImage)
+	// The Valkey image is kept: it is the same for every run, and another test package may be
+	// about to start a container from it (removing it there would fail that test — no
+	// registry to pull it back from).
 	if err := topology.EnsureValkeyImage(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if !hadValkey {
-		t.Cleanup(func() { removeImage(t, topology.DefaultValkeyImage) })
 	}
 	tag, err := topology.EnsureQuotaqualImage(ctx, binary)
 	if err != nil {
