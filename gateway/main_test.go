@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/quotaqual/quotaqual/internal/testbin"
 	"io"
 	"net"
 	"net/http"
@@ -59,11 +60,7 @@ func buildBinary() {
 			return
 		}
 		binPath = filepath.Join(binDir, "quotaqual")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/quotaqual/quotaqual/cmd/quotaqual")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build ./cmd/quotaqual: %v\n%s", err, out)
-		}
+		binErr = testbin.Build(binPath)
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -47,10 +47,7 @@ func testMain(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "quotaqual")
-		build := exec.Command("go", "build", "-o", bin, "github.com/quotaqual/quotaqual/cmd/quotaqual")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if err := testbin.Build(bin); err != nil {
 			fmt.Fprintln(os.Stderr, "building the quotaqual binary for the scenario tests:", err)
 			return 1
 		}

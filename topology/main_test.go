@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/testbin"
 )
 
 // testBinary is the quotaqual binary built once for all tests.
@@ -35,9 +35,7 @@ func testMain(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "quotaqual")
-		build := exec.Command("go", "build", "-o", bin, "../cmd/quotaqual")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
+		if err := testbin.Build(bin); err != nil {
 			fmt.Fprintln(os.Stderr, "building the quotaqual binary for the topology tests:", err)
 			return 1
 		}

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
 var binary string
@@ -33,10 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "quotaqual")
-	build := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/quotaqual/quotaqual/cmd/quotaqual")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := testbin.Build(binary); err != nil {
 		fmt.Fprintln(os.Stderr, "building the quotaqual binary for the docker tests:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -79,10 +78,6 @@ func images(t *testing.T) string {
 	return tag
 }
 
-func imageExists(ref string) bool {
-	return exec.Command("docker", "image", "inspect", ref).Run() == nil
-}
-
 // removeImage removes ref unless a container still uses it (another run's).
 func removeImage(t *testing.T, ref string) {
 	if os.Getenv("QQ_DOCKER_KEEP") != "" {
@@ -106,7 +101,7 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deploym
 	}
 	topo, err := topology.New(topology.EngineDocker, topology.Spec{
 		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d,
-		QuotaqualImage: qqImage, Stdout: testWriter{t},
+		QuotaqualImage: qqImage, Stdout: e2e.LogWriter{T: t},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -126,48 +121,17 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deploym
 	return topo, d, id
 }
 
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// chat sends one walkthrough request of subject through a gateway with Client().
+// chat sends one walkthrough request of subject through a gateway with Client(); a transport
+// error fails the test.
 func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
 	t.Helper()
-	cred, ok := d.Credential("", subject)
-	if !ok {
-		t.Fatalf("no walkthrough credential for %s", subject)
-	}
-	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
-	req.SetBasicAuth(cred.Username, cred.Password)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := topo.Client().Do(req)
-	if err != nil {
-		t.Errorf("chat via %s: %v", gateway, err)
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+	return e2e.Chat(t, topo, gateway, d, subject, 10*time.Second, t.Errorf)
 }
 
-// eventually polls chat until want(status) or the deadline.
+// eventually polls f every 100 ms until want(status) or the deadline.
 func eventually(t *testing.T, what string, within time.Duration, f func() int, want func(int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	last := 0
-	for time.Now().Before(deadline) {
-		if last = f(); want(last) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Errorf("%s: last status %d after %s", what, last, within)
+	e2e.Eventually(t, what, within, 100*time.Millisecond, f, want)
 }
 
 func decided(code int) bool { return code == http.StatusOK || code == http.StatusTooManyRequests }

@@ -12,7 +12,6 @@ package kinde2e_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,8 +22,10 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
 var binary string
@@ -37,10 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "quotaqual")
-	build := exec.Command("go", "build", "-trimpath", "-o", binary, "github.com/quotaqual/quotaqual/cmd/quotaqual")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := testbin.Build(binary); err != nil {
 		fmt.Fprintln(os.Stderr, "building the quotaqual binary for the kind tests:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -63,22 +61,11 @@ func nodeImage(t *testing.T) string {
 	if img == "" {
 		img = topology.DefaultKindNodeImage
 	}
-	if !imageExists(img) {
+	if !e2e.ImageExists(img) {
 		t.Skipf("no kind node image present locally (%s): a kind cluster cannot start on this machine; load one (docker load) and set %s to it",
 			img, topology.EnvKindNodeImage)
 	}
 	return img
-}
-
-func imageExists(ref string) bool {
-	return exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", ref).Run() == nil
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtures.Deployment, fixtures.Profile) {
@@ -97,7 +84,7 @@ func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtu
 		t.Fatal(err)
 	}
 	topo, err := topology.New(topology.EngineKind, topology.Spec{
-		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d, Stdout: testWriter{t}, Kind: kind,
+		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d, Stdout: e2e.LogWriter{T: t}, Kind: kind,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -114,37 +101,13 @@ func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtu
 
 func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
 	t.Helper()
-	cred, ok := d.Credential("", subject)
-	if !ok {
-		t.Fatalf("no walkthrough credential for %s", subject)
-	}
-	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
-	req.SetBasicAuth(cred.Username, cred.Password)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := topo.Client().Do(req)
-	if err != nil {
-		t.Logf("chat via %s: %v", gateway, err)
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+	return e2e.Chat(t, topo, gateway, d, subject, 15*time.Second, t.Logf)
 }
 
+// eventually polls f every 250 ms until want(status) or the deadline.
 func eventually(t *testing.T, what string, within time.Duration, f func() int, want func(int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	last := 0
-	for time.Now().Before(deadline) {
-		if last = f(); want(last) {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Errorf("%s: last status %d after %s", what, last, within)
+	e2e.Eventually(t, what, within, 250*time.Millisecond, f, want)
 }
 
 // exercise brings the topology up and pulls every lever.
@@ -307,10 +270,10 @@ func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
 		t.Skip("needs a Docker engine outside the netns engine's namespaces")
 	}
 	const missing = "kindest/node:v0.0.0-quotaqual-absent"
-	if imageExists(missing) {
+	if e2e.ImageExists(missing) {
 		t.Skip(missing + " exists")
 	}
-	hadValkey := imageExists(topology.DefaultValkeyImage)
+	hadValkey := e2e.ImageExists(topology.DefaultValkeyImage)
 	topo, _, _ := newTopo(t, topology.KindOptions{NodeImage: missing})
 	t.Cleanup(func() {
 		if f, ok := topo.Facts()["quotaqual_image"].(string); ok && f != "" {

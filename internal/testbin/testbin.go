@@ -1,0 +1,22 @@
+// Package testbin builds the quotaqual binary that end-to-end tests run as real gateway,
+// provider and harness processes. It is built static (CGO_ENABLED=0, -trimpath) so the same
+// binary also runs inside the scratch images of the docker and kind topologies.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// Build compiles github.com/quotaqual/quotaqual/cmd/quotaqual to path; the go command's output
+// goes to stderr.
+func Build(path string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-o", path, "github.com/quotaqual/quotaqual/cmd/quotaqual")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/quotaqual: %w", err)
+	}
+	return nil
+}
