@@ -97,28 +97,8 @@ func (vb *valkeyBench) evalsha(ctx context.Context) error {
 // RESETSTAT (INFO commandstats, EVALSHA and EVAL together): what the store spends, without the
 // network and the client.
 func (vb *valkeyBench) serverMicrosPerScript(ctx context.Context) (float64, bool) {
-	info, err := vb.raw.Do(ctx, vb.raw.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		return 0, false
-	}
-	var calls, usec float64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			k, val, _ := strings.Cut(kv, "=")
-			f, _ := strconv.ParseFloat(val, 64)
-			switch k {
-			case "calls":
-				calls += f
-			case "usec":
-				usec += f
-			}
-		}
-	}
-	if calls == 0 {
+	calls, usec, err := vb.cmdstats(ctx)
+	if err != nil || calls == 0 {
 		return 0, false
 	}
 	return usec / calls, true
