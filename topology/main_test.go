@@ -164,3 +164,21 @@ func waitStoreBack(t *testing.T, topo Topology, gateway string, d *fixtures.Depl
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// upTopology brings an engine's topology up for a test, tears it down when the test ends, and
+// returns how long Up took.
+func upTopology(t *testing.T, engine string, spec Spec) (Topology, time.Duration) {
+	t.Helper()
+	topo, err := New(engine, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := topo.Up(context.Background()); err != nil {
+		topo.Down(context.Background())
+		t.Fatal(err)
+	}
+	upTime := time.Since(start)
+	t.Cleanup(func() { topo.Down(context.Background()) })
+	return topo, upTime
+}

@@ -39,17 +39,7 @@ func TestNetnsEngine(t *testing.T) {
 	requireNetns(t)
 	spec := newSpec(t, DenyReject)
 	ctx := context.Background()
-	topo, err := New(EngineNetns, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := topo.Up(ctx); err != nil {
-		topo.Down(ctx)
-		t.Fatal(err)
-	}
-	upTime := time.Since(start)
-	t.Cleanup(func() { topo.Down(context.Background()) })
+	topo, upTime := upTopology(t, EngineNetns, spec)
 	P := topo.Ports()
 
 	t.Run("ready", func(t *testing.T) {
@@ -153,7 +143,7 @@ func TestNetnsEngine(t *testing.T) {
 		}
 	})
 
-	start = time.Now()
+	start := time.Now()
 	td, err := topo.Down(ctx)
 	downTime := time.Since(start)
 	if err != nil {

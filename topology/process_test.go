@@ -11,17 +11,7 @@ import (
 func TestProcessEngine(t *testing.T) {
 	spec := newSpec(t, "")
 	ctx := context.Background()
-	topo, err := New(EngineProcess, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := topo.Up(ctx); err != nil {
-		topo.Down(ctx)
-		t.Fatal(err)
-	}
-	upTime := time.Since(start)
-	t.Cleanup(func() { topo.Down(context.Background()) })
+	topo, upTime := upTopology(t, EngineProcess, spec)
 
 	for _, g := range Gateways {
 		if code, err := getStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
@@ -65,7 +55,7 @@ func TestProcessEngine(t *testing.T) {
 	// within a deadline.
 	waitStoreBack(t, topo, HostGatewayB, spec.Deployment, 10*time.Second)
 
-	start = time.Now()
+	start := time.Now()
 	td, err := topo.Down(ctx)
 	downTime := time.Since(start)
 	if err != nil {
