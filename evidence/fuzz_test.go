@@ -51,12 +51,12 @@ func FuzzRedact(f *testing.F) {
 	f.Add(`{"a":[`, `]}`, "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(16), uint8(0))
 	f.Fuzz(func(t *testing.T, prefix, suffix, secret string, form, k uint8) {
 		if len(secret) < minSecretLen || len(secret) > 64 || len(prefix)+len(suffix) > 4096 {
-			t.Skip()
+			t.Skip("outside the generated-credential domain: secrets of 6-64 bytes, surroundings up to 4 KiB")
 		}
 		if strings.ContainsAny(secret, "[]") {
 			// A secret overlapping the marker itself ("REDACTED]x") cannot be told apart from
 			// it; generated credentials never contain brackets.
-			t.Skip()
+			t.Skip("secret contains brackets, which generated credentials never do")
 		}
 		r := NewRedactor([]string{secret})
 		in := prefix + plant(secret, form, int(k%3)) + suffix

@@ -163,7 +163,7 @@ func (top *topology) usageOf(t testing.TB, id string) (int64, bool) {
 
 func TestEndToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("end-to-end: real processes")
+		t.Skip("end-to-end: starts valkey-server, two gateways and three providers; not in -short")
 	}
 	top := startTopology(t)
 

@@ -155,7 +155,7 @@ func TestDockerSharedLibraries(t *testing.T) {
 	t.Run("a dynamic binary brings its libraries and interpreter", func(t *testing.T) {
 		bin, err := exec.LookPath("valkey-server")
 		if err != nil {
-			t.Skip("valkey-server not installed")
+			t.Skip("valkey-server is not on PATH, so there is no dynamic binary to inspect: install it with .ci/install-deps")
 		}
 		files, err := withSharedLibraries(bin)
 		if err != nil {
@@ -169,7 +169,7 @@ func TestDockerSharedLibraries(t *testing.T) {
 	})
 	t.Run("a static binary is alone", func(t *testing.T) {
 		if testBinary == "" {
-			t.Skip("no test binary")
+			t.Skip("QQ_TEST_BINARY is unset: TestMain built no quotaqual binary to inspect")
 		}
 		files, err := withSharedLibraries(testBinary)
 		if err != nil {

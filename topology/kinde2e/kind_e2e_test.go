@@ -271,7 +271,7 @@ func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
 	}
 	const missing = "kindest/node:v0.0.0-quotaqual-absent"
 	if e2e.ImageExists(missing) {
-		t.Skip(missing + " exists")
+		t.Skip("an image named " + missing + " exists locally, so a missing node image cannot be shown")
 	}
 	hadValkey := e2e.ImageExists(topology.DefaultValkeyImage)
 	topo, _, _ := newTopo(t, topology.KindOptions{NodeImage: missing})
