@@ -89,3 +89,55 @@ type Manifest struct {
 	Teardown         any               `json:"teardown,omitempty"`
 	Files            map[string]string `json:"files"` // relative path -> sha256 hex, every file but manifest.json
 }
+
+// Facts with a shape the HTML report draws. A scenario records them with Result.Fact under
+// these names; the report reads them back from results.json and renders any scenario that has
+// them, without knowing what the scenario does.
+const (
+	// FaultWindowsFact holds []FaultWindow: when a fault lever was held.
+	FaultWindowsFact = "fault_windows"
+	// LedgerSamplesFact holds a LedgerSeries: the quota state of one key sampled over time.
+	LedgerSamplesFact = "ledger_samples"
+	// ProbesFact holds []Probe: reachability probes, drawn as a from × to:port matrix.
+	ProbesFact = "probes"
+)
+
+// FaultWindow is a span during which a scenario held a fault lever: a gateway restart, a
+// store outage, a partition, a failover. End is zero when the lever was never released.
+type FaultWindow struct {
+	Kind   string    `json:"kind"`   // restart, outage, partition, failover, …
+	Target string    `json:"target"` // what the lever acted on, e.g. "gateway-a", "valkey", "gateway-a→valkey"
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end"`
+}
+
+// LedgerSeries is one quota key's state sampled from the ledger over time, with the capacity
+// of its window and the estimate each admitted request reserves (so the report can reconstruct
+// reserved tokens from the request log and draw both against the capacity line).
+type LedgerSeries struct {
+	Subject  string         `json:"subject"` // subject label
+	Capacity int64          `json:"capacity"`
+	Estimate int64          `json:"estimate"`
+	Samples  []LedgerSample `json:"samples"`
+}
+
+// LedgerSample is one reading of a quota key.
+type LedgerSample struct {
+	At       time.Time `json:"at"`
+	Reserved int64     `json:"reserved"`
+	Active   int64     `json:"active"`
+	Settled  int64     `json:"settled"`
+}
+
+// Probe is one reachability probe: from a host to a host's port, what the policy expects
+// ("reached" for a positive control, "denied" for a negative one) and what happened.
+type Probe struct {
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Port      int     `json:"port"`
+	Expected  string  `json:"expected"`
+	Reached   bool    `json:"reached"`
+	Supported bool    `json:"supported"`
+	Error     string  `json:"error,omitempty"`
+	ElapsedMS float64 `json:"elapsed_ms"`
+}

@@ -333,6 +333,12 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 	} else {
 		errs = append(errs, w.writeOwned(JUnitFile, w.red.Bytes(junitXML)))
 	}
+	// The HTML report is drawn from the same redacted results and the request log as written.
+	if html, err := w.renderReport(m, red.Scenarios); err != nil {
+		errs = append(errs, err)
+	} else {
+		errs = append(errs, w.writeOwned(ReportFile, w.red.Bytes(html)))
+	}
 	canaries, err := NewCanaryFile(w.secrets)
 	if err != nil {
 		errs = append(errs, err)
@@ -374,6 +380,18 @@ type resultsDoc struct {
 	SchemaVersion string           `json:"schema_version"`
 	RunID         string           `json:"run_id"`
 	Scenarios     []ScenarioResult `json:"scenarios"`
+}
+
+func (w *Writer) renderReport(m Manifest, results []ScenarioResult) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(w.dir, RequestsFile))
+	if err != nil {
+		return nil, fmt.Errorf("evidence: read %s for the report: %w", RequestsFile, err)
+	}
+	reqs, err := parseRequests(b)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: the report: %w", err)
+	}
+	return RenderReport(m, results, reqs)
 }
 
 func nonNil(r []ScenarioResult) []ScenarioResult {

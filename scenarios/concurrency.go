@@ -56,12 +56,6 @@ func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 	return int64(best) * estimate, at
 }
 
-type quotaSample struct {
-	At       time.Time
-	Reserved int64
-	Active   int64
-}
-
 func runConcurrency(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
@@ -80,33 +74,8 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		return r
 	}
 
-	// Sampler: reserved tokens from the ledger, every ~10 ms, until the burst is over.
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	var samples []quotaSample
-	var sampleErrs int
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for i := 0; ; i++ {
-			gw := alternate(i)
-			q, err := env.Quota(sampleCtx, gw, appA)
-			if sampleCtx.Err() != nil {
-				return
-			}
-			if err != nil {
-				sampleErrs++
-			} else {
-				samples = append(samples, quotaSample{At: time.Now(), Reserved: q.ReservedTokens, Active: q.ActiveReservations})
-			}
-			t := time.NewTimer(quotaSampleInterval)
-			select {
-			case <-sampleCtx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	// Sampler: the ledger's reserved tokens every ~10 ms, until the burst has settled.
+	sampler := env.sampleLedger(ctx, appA, quotaSampleInterval)
 
 	// The burst, released together through a barrier, alternating gateways.
 	outs := make([]Outcome, p.Burst)
@@ -129,8 +98,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	burstEnd := time.Now()
 	// Keep sampling until the reservations have settled, then stop.
 	idle, idleErr := env.waitIdle(ctx, gwA, appA)
-	stopSampling()
-	<-sampled
+	samples, sampleErrs := sampler.Stop(env, r, appA)
 
 	after, err := env.settledProviders(ctx)
 	if err != nil {

@@ -37,7 +37,10 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 
 	env.Progressf("restarting gateway-a")
 	restartStart := time.Now()
-	if err := env.Topo.RestartGateway(ctx, gwA); err != nil {
+	endFault := env.Fault("restart", gwA)
+	err = env.Topo.RestartGateway(ctx, gwA)
+	endFault()
+	if err != nil {
 		return r.Error(fmt.Errorf("restarting gateway-a: %w", err))
 	}
 	restartTook := time.Since(restartStart)

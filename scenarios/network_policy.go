@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -69,22 +70,10 @@ func policyProbes(ports topology.Ports) []probeSpec {
 	return ps
 }
 
-// probeFact is how one probe is kept in the evidence.
-type probeFact struct {
-	From      string  `json:"from"`
-	To        string  `json:"to"`
-	Port      int     `json:"port"`
-	Expected  string  `json:"expected"`
-	Reached   bool    `json:"reached"`
-	Supported bool    `json:"supported"`
-	Error     string  `json:"error,omitempty"`
-	ElapsedMS float64 `json:"elapsed_ms"`
-}
-
 func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	specs := policyProbes(env.Topo.Ports())
-	var facts []probeFact
+	var facts []evidence.Probe
 	positiveOK := map[string]bool{} // host → at least one positive control from it reached
 	listening := map[string]bool{}  // "host:port" → a positive control reached it
 	target := func(s probeSpec) string { return fmt.Sprintf("%s:%d", s.To, s.Port) }
@@ -102,7 +91,8 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 		if s.Allowed {
 			exp = "reached"
 		}
-		facts = append(facts, probeFact{s.From, s.To, s.Port, exp, pr.Reached, pr.Supported, pr.Error, ms(pr.Elapsed)})
+		facts = append(facts, evidence.Probe{From: s.From, To: s.To, Port: s.Port, Expected: exp, Reached: pr.Reached,
+			Supported: pr.Supported, Error: pr.Error, ElapsedMS: ms(pr.Elapsed)})
 		if s.Allowed {
 			positiveOK[s.From] = positiveOK[s.From] || (pr.Supported && pr.Reached)
 			if s.From != s.To {
@@ -110,7 +100,7 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 			}
 		}
 	}
-	r.Fact("probes", facts)
+	r.Fact(evidence.ProbesFact, facts)
 	var denied, negatives int
 	for i, s := range specs {
 		pr := results[i]

@@ -114,6 +114,7 @@ type Result struct {
 	keyFact    string
 	errs       []error
 	skip       string
+	faults     []evidence.FaultWindow // recorded by Env.Fault
 }
 
 // NewResult returns an empty result (unit tests; scenarios use env.NewResult).
@@ -238,6 +239,9 @@ func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResu
 		r := runOne(ctx, env, sc)
 		res.Elapsed = time.Since(start)
 		res.Facts = append(res.Facts, r.facts...)
+		if len(r.faults) > 0 {
+			res.Facts = append(res.Facts, evidence.Fact{Name: evidence.FaultWindowsFact, Value: r.faults})
+		}
 		res.Assertions = append(res.Assertions, r.assertions...)
 		res.KeyFact = r.keyFact
 		res.Status, res.Reason = r.verdict()

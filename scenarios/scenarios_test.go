@@ -455,3 +455,41 @@ func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T)
 		}
 	}
 }
+
+func TestFaultWindowsAreRecordedAsAFactOnEveryPath(t *testing.T) {
+	res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{fake("levers", nil, func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		end := env.Fault("outage", "valkey")
+		end()
+		end()                                      // a second call keeps the first end
+		env.Fault("partition", "gateway-a→valkey") // never released: the window stays open
+		r.Check("x", 1, 1, true)
+		return r
+	})})
+	var windows []evidence.FaultWindow
+	for _, f := range res[0].Facts {
+		if f.Name == evidence.FaultWindowsFact {
+			windows = f.Value.([]evidence.FaultWindow)
+		}
+	}
+	if len(windows) != 2 {
+		t.Fatalf("fault windows %+v, want 2", windows)
+	}
+	if w := windows[0]; w.Kind != "outage" || w.Target != "valkey" || w.Start.IsZero() || w.End.Before(w.Start) || w.End.IsZero() {
+		t.Errorf("outage window %+v", w)
+	}
+	if w := windows[1]; w.Kind != "partition" || !w.End.IsZero() {
+		t.Errorf("unreleased window %+v: End must stay zero", w)
+	}
+	// A scenario that pulls no lever records no window fact.
+	res = Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{fake("calm", nil, func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		r.Check("x", 1, 1, true)
+		return r
+	})})
+	for _, f := range res[0].Facts {
+		if f.Name == evidence.FaultWindowsFact {
+			t.Errorf("a scenario without levers has fault windows: %v", f.Value)
+		}
+	}
+}

@@ -40,6 +40,8 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 
 	env.Progressf("stopping valkey")
 	stopAt := time.Now()
+	endFault := env.Fault("outage", "valkey")
+	defer endFault() // the window ends once valkey is started again, on every path
 	if err := env.Topo.StopValkey(ctx); err != nil {
 		r.Error(fmt.Errorf("stopping valkey: %w", err))
 		env.restartValkey(ctx, r)
@@ -82,7 +84,9 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	env.Progressf("starting valkey")
 	startAt := time.Now()
 	started = true
-	if err := env.Topo.StartValkey(ctx); err != nil {
+	err = env.Topo.StartValkey(ctx)
+	endFault()
+	if err != nil {
 		return r.Error(fmt.Errorf("starting valkey: %w", err))
 	}
 	r.Fact("start_ms", ms(time.Since(startAt)))

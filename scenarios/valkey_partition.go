@@ -44,6 +44,8 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 
 	env.Progressf("partitioning gateway-a from valkey")
 	cutAt := time.Now()
+	endFault := env.Fault("partition", gwA+"→"+topology.HostValkey)
+	defer endFault() // the window ends once healed, on every path
 	if err := env.Topo.Partition(ctx, gwA, topology.HostValkey); err != nil {
 		return r.Error(fmt.Errorf("partitioning gateway-a from valkey: %w", err))
 	}
@@ -94,7 +96,9 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	env.Progressf("healing the partition")
 	healAt := time.Now()
 	healed = true
-	if err := env.Topo.Heal(ctx, gwA, topology.HostValkey); err != nil {
+	err = env.Topo.Heal(ctx, gwA, topology.HostValkey)
+	endFault()
+	if err != nil {
 		return r.Error(fmt.Errorf("healing the partition: %w", err))
 	}
 	var got Outcome

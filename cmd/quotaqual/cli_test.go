@@ -114,6 +114,7 @@ func TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies(t *testing.T) 
 			t.Errorf("evidence verify %s: exit %d\n%s%s", target, vcode, vout, verr)
 		}
 	}
+	checkReport(t, out.BundleDir, out.BundleTar)
 	// Tampering with any file must be caught.
 	results := filepath.Join(out.BundleDir, "results.json")
 	b, err := os.ReadFile(results)
@@ -378,5 +379,50 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	// Nothing labelled with the run id may be left.
 	if dout, _, _ := quotaqual(t, time.Minute, "down", "--run-id", out.RunID); strings.Contains(dout, "stopped") {
 		t.Errorf("the docker run left resources behind:\n%s", dout)
+	}
+}
+
+// checkReport checks the run's report.html end to end: a section per scenario, the fault
+// windows the lever-pulling scenarios recorded, the ledger plot of concurrency and the
+// reachability matrix; then regenerates it from the tarball and diffs the bundle against itself
+// and against a copy where a scenario regressed.
+func checkReport(t *testing.T, dir, tarball string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatalf("bundle has no report.html: %v", err)
+	}
+	page := string(b)
+	for _, sc := range scenarios.All() {
+		if !strings.Contains(page, `<section class="scenario" id="scenario-`+sc.Name+`" data-scenario="`+sc.Name+`" data-status="passed">`) {
+			t.Errorf("report.html has no passed section for %s", sc.Name)
+		}
+	}
+	section := func(name string) string {
+		i := strings.Index(page, `data-scenario="`+name+`" data-status`)
+		if i < 0 {
+			return ""
+		}
+		j := strings.Index(page[i:], "</section>")
+		return page[i : i+j]
+	}
+	for name, wants := range map[string][]string{
+		"valkey-outage":    {`data-plot="timeline"`, "outage: valkey", "503 store unavailable"},
+		"gateway-restart":  {`data-plot="timeline"`, "restart: gateway-a", "429 denied"},
+		"valkey-partition": {`data-plot="timeline"`, "partition: gateway-a→valkey"},
+		"concurrency":      {`data-plot="tokens"`, "reserved (ledger samples)", "reserved (reconstructed)", "capacity 60", `data-plot="latency"`},
+		"network-policy":   {`class="reachability"`, "allowed (control)", ">denied<"},
+		"shared-budget":    {`data-plot="remaining"`, "remaining, application-a"},
+	} {
+		sec := section(name)
+		for _, w := range wants {
+			if !strings.Contains(sec, w) {
+				t.Errorf("report section %s lacks %q", name, w)
+			}
+		}
+	}
+	rout, rerr, rcode := quotaqual(t, time.Minute, "evidence", "report", tarball)
+	if want := strings.TrimSuffix(tarball, ".tar.gz") + ".report.html"; rcode != 0 || strings.TrimSpace(rout) != want {
+		t.Errorf("evidence report %s: exit %d, printed %q (want %q)\n%s", tarball, rcode, rout, want, rerr)
 	}
 }

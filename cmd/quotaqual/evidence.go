@@ -29,12 +29,7 @@ func newEvidenceCmd() *cobra.Command {
 file fails) and re-runs the credential canary scan from canaries.json plus the generic
 credential patterns. Exit 0: intact and clean; 1: a checksum mismatch or a finding; 2: bad usage
 or not a readable bundle.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return withCode(ExitUsage, fmt.Errorf("evidence verify takes exactly one bundle directory or .tar.gz, got %d arguments", len(args)))
-			}
-			return nil
-		},
+		Args: exactlyOneBundle("verify"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := evidence.Verify(args[0])
 			if err != nil {
@@ -47,7 +42,38 @@ or not a readable bundle.`,
 			return nil
 		},
 	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "report DIR|BUNDLE.tar.gz",
+		Short: "Render the bundle's report.html again from its files",
+		Long: `report renders report.html from the bundle's manifest.json, results.json and
+requests.jsonl. For a directory it replaces DIR/report.html, updates its checksum in
+manifest.json and re-verifies the bundle; a .tar.gz is left untouched and the report is written
+next to it as NAME.report.html. It prints the report's path. Exit 0: written; 1: written but the
+bundle no longer verifies; 2: bad usage or not a readable bundle.`,
+		Args: exactlyOneBundle("report"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out, err := evidence.RegenerateReport(args[0])
+			if err != nil {
+				if out != "" {
+					return withCode(ExitFailed, err)
+				}
+				return withCode(ExitUsage, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), out)
+			return nil
+		},
+	})
 	return cmd
+}
+
+// exactlyOneBundle accepts one bundle directory or .tar.gz argument.
+func exactlyOneBundle(sub string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return withCode(ExitUsage, fmt.Errorf("evidence %s takes exactly one bundle directory or .tar.gz, got %d arguments", sub, len(args)))
+		}
+		return nil
+	}
 }
 
 func printVerifyReport(w io.Writer, rep evidence.VerifyReport) {

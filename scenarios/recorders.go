@@ -1,0 +1,75 @@
+package scenarios
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+)
+
+// Recorders of time-shaped facts the report draws: when a fault lever was held, and how a
+// quota key's state moved. Both write ordinary facts under the names evidence defines.
+
+// Fault records that a fault lever (kind: restart, outage, partition, failover, …) starts
+// acting on target now, and returns the function that records its end. Call it right before
+// pulling the lever and call the returned function once the lever is released (or defer it);
+// the window lands in the scenario's facts as evidence.FaultWindowsFact, so the report shades
+// it on the timeline. Calling the end function again does nothing.
+func (env *Env) Fault(kind, target string) (end func()) {
+	r := env.current
+	if r == nil {
+		return func() {}
+	}
+	r.faults = append(r.faults, evidence.FaultWindow{Kind: kind, Target: target, Start: time.Now().UTC()})
+	i := len(r.faults) - 1
+	var once sync.Once
+	return func() { once.Do(func() { r.faults[i].End = time.Now().UTC() }) }
+}
+
+// ledgerSampler reads one subject's quota state in the background, alternating gateways.
+type ledgerSampler struct {
+	stop    context.CancelFunc
+	done    chan struct{}
+	samples []evidence.LedgerSample
+	errs    int
+}
+
+// sampleLedger starts sampling subject's quota every interval until Stop.
+func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.Duration) *ledgerSampler {
+	sctx, stop := context.WithCancel(ctx)
+	s := &ledgerSampler{stop: stop, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for i := 0; ; i++ {
+			q, err := env.Quota(sctx, alternate(i), subject)
+			if sctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				s.errs++
+			} else {
+				s.samples = append(s.samples, evidence.LedgerSample{At: time.Now().UTC(),
+					Reserved: q.ReservedTokens, Active: q.ActiveReservations, Settled: q.Settled()})
+			}
+			t := time.NewTimer(interval)
+			select {
+			case <-sctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// Stop ends sampling, records the series as evidence.LedgerSamplesFact in r and returns the
+// samples and how many reads failed.
+func (s *ledgerSampler) Stop(env *Env, r *Result, subject string) ([]evidence.LedgerSample, int) {
+	s.stop()
+	<-s.done
+	r.Fact(evidence.LedgerSamplesFact, evidence.LedgerSeries{Subject: subject, Capacity: env.Profile.Capacity,
+		Estimate: env.Profile.Estimate, Samples: append([]evidence.LedgerSample{}, s.samples...)})
+	return s.samples, s.errs
+}
