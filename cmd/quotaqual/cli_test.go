@@ -425,4 +425,19 @@ func checkReport(t *testing.T, dir, tarball string) {
 	if want := strings.TrimSuffix(tarball, ".tar.gz") + ".report.html"; rcode != 0 || strings.TrimSpace(rout) != want {
 		t.Errorf("evidence report %s: exit %d, printed %q (want %q)\n%s", tarball, rcode, rout, want, rerr)
 	}
+	if dout, derr, dcode := quotaqual(t, time.Minute, "evidence", "diff", dir, tarball); dcode != 0 || !strings.Contains(dout, "verdicts: unchanged") {
+		t.Errorf("diff of a bundle with its own tarball: exit %d\n%s%s", dcode, dout, derr)
+	}
+	worse := filepath.Join(t.TempDir(), "worse")
+	if err := os.CopyFS(worse, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	res := filepath.Join(worse, "results.json")
+	rb, _ := os.ReadFile(res)
+	if err := os.WriteFile(res, bytes.Replace(rb, []byte(`"status": "passed"`), []byte(`"status": "failed"`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if dout, derr, dcode := quotaqual(t, time.Minute, "evidence", "diff", dir, worse); dcode != 1 || !strings.Contains(dout, "REGRESSED") {
+		t.Errorf("diff against a regressed copy: exit %d, want 1\n%s%s", dcode, dout, derr)
+	}
 }

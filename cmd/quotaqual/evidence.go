@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,43 @@ bundle no longer verifies; 2: bad usage or not a readable bundle.`,
 			return nil
 		},
 	})
+	var diffJSON bool
+	diff := &cobra.Command{
+		Use:   "diff BASELINE CANDIDATE",
+		Short: "Compare two bundles: verdict changes, measures that moved, settings that differ",
+		Long: `diff compares a candidate bundle with a baseline (each a directory or .tar.gz): scenarios
+whose verdict changed, numeric facts and per-status request counts and latencies that moved
+(with the relative change), and differences of versions, topology, profile and effective
+configs. Exit 0: no verdict regressed; 1: a verdict regressed (a pass that is now failed,
+skipped or missing, or a skip that is now a failure); 2: bad usage or not a readable bundle.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return withCode(ExitUsage, fmt.Errorf("evidence diff takes a baseline and a candidate bundle, got %d arguments", len(args)))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := evidence.DiffBundles(args[0], args[1])
+			if err != nil {
+				return withCode(ExitUsage, err)
+			}
+			if diffJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(d); err != nil {
+					return err
+				}
+			} else {
+				d.WriteText(cmd.OutOrStdout())
+			}
+			if d.Regressed {
+				return withCode(ExitFailed, nil)
+			}
+			return nil
+		},
+	}
+	diff.Flags().BoolVar(&diffJSON, "json", false, "print the diff as JSON")
+	cmd.AddCommand(diff)
 	return cmd
 }
 

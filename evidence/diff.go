@@ -1,0 +1,324 @@
+package evidence
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Diff compares two finished bundles — a baseline and a candidate — for a CI job that checks a
+// run against the last good one: verdict changes, numeric facts that moved (with the relative
+// change), request counts and latencies per scenario, and differences of versions, topology,
+// profile and effective configs. It reads only the two bundles.
+type Diff struct {
+	Base, Head string
+	Verdicts   []VerdictChange `json:"verdicts"`   // scenarios whose verdict changed (or that exist on one side only)
+	Moved      []FactChange    `json:"moved"`      // numeric facts and request measures that changed
+	Settings   []SettingChange `json:"settings"`   // versions, topology, profile, config digests
+	Regressed  bool            `json:"regressed"`  // a verdict got worse: the CI job fails
+	Unchanged  int             `json:"unchanged"`  // scenarios with the same verdict
+	Scenarios  int             `json:"scenarios"`  // scenarios on either side
+	FactsAlike int             `json:"facts_same"` // numeric measures compared that did not change
+}
+
+// VerdictChange is one scenario whose verdict differs.
+type VerdictChange struct {
+	Scenario  string `json:"scenario"`
+	Base      Status `json:"base"` // "" when the scenario is not in the baseline
+	Head      Status `json:"head"` // "" when the scenario is not in the candidate
+	Regressed bool   `json:"regressed"`
+	Reason    string `json:"reason,omitempty"` // the candidate's reason when it did not pass
+}
+
+// FactChange is one numeric measure that moved.
+type FactChange struct {
+	Scenario string   `json:"scenario"`
+	Name     string   `json:"name"`
+	Base     float64  `json:"base"`
+	Head     float64  `json:"head"`
+	Relative *float64 `json:"relative,omitempty"` // (head-base)/|base|; absent when base is 0
+}
+
+// SettingChange is one run setting that differs.
+type SettingChange struct {
+	Name string `json:"name"`
+	Base string `json:"base"`
+	Head string `json:"head"`
+}
+
+// regressed says whether going from base to head makes a scenario's verdict worse: a pass that
+// is no longer a pass (failed, skipped or gone), or a skip that became a failure.
+func regressed(base, head Status) bool {
+	switch base {
+	case Passed:
+		return head != Passed
+	case Skipped:
+		return head == Failed
+	}
+	return false
+}
+
+// DiffBundles loads two bundles (directories or .tar.gz) and compares them.
+func DiffBundles(basePath, headPath string) (Diff, error) {
+	base, err := LoadBundle(basePath)
+	if err != nil {
+		return Diff{}, fmt.Errorf("baseline: %w", err)
+	}
+	head, err := LoadBundle(headPath)
+	if err != nil {
+		return Diff{}, fmt.Errorf("candidate: %w", err)
+	}
+	return Compare(base, head), nil
+}
+
+// Compare compares a baseline bundle with a candidate.
+func Compare(base, head *Bundle) Diff {
+	d := Diff{Base: base.Path, Head: head.Path}
+	baseRes, headRes := byName(base.Results), byName(head.Results)
+	for _, name := range unionNames(base.Results, head.Results) {
+		d.Scenarios++
+		b, inBase := baseRes[name]
+		h, inHead := headRes[name]
+		var bs, hs Status
+		if inBase {
+			bs = b.Status
+		}
+		if inHead {
+			hs = h.Status
+		}
+		if bs == hs {
+			d.Unchanged++
+		} else {
+			vc := VerdictChange{Scenario: name, Base: bs, Head: hs, Regressed: regressed(bs, hs)}
+			if inHead && hs != Passed {
+				vc.Reason = firstLineOf(h.Reason)
+			}
+			d.Verdicts = append(d.Verdicts, vc)
+			d.Regressed = d.Regressed || vc.Regressed
+		}
+		if inBase && inHead {
+			bm := measures(b, base.Requests)
+			hm := measures(h, head.Requests)
+			for _, k := range sortedKeys(bm) {
+				hv, ok := hm[k]
+				if !ok {
+					continue
+				}
+				bv := bm[k]
+				if bv == hv {
+					d.FactsAlike++
+					continue
+				}
+				fc := FactChange{Scenario: name, Name: k, Base: bv, Head: hv}
+				if bv != 0 {
+					rel := (hv - bv) / math.Abs(bv)
+					fc.Relative = &rel
+				}
+				d.Moved = append(d.Moved, fc)
+			}
+		}
+	}
+	d.Settings = settingChanges(base, head)
+	return d
+}
+
+// measures are a scenario's comparable numbers: every numeric fact (a list of numbers counts
+// by its maximum, as "name (max)"), and from the request log the count of each status and the
+// median and worst latency of each status.
+func measures(r ScenarioResult, reqs []RequestRecord) map[string]float64 {
+	out := map[string]float64{}
+	for _, f := range r.Facts {
+		switch v := f.Value.(type) {
+		case json.Number:
+			if x, err := v.Float64(); err == nil {
+				out[f.Name] = x
+			}
+		case float64:
+			out[f.Name] = v
+		case []any:
+			if strings.Contains(f.Name, "status") {
+				continue // a list of HTTP statuses has no meaningful maximum
+			}
+			worst, n := math.Inf(-1), 0
+			for _, e := range v {
+				if num, ok := e.(json.Number); ok {
+					if x, err := num.Float64(); err == nil {
+						worst, n = max(worst, x), n+1
+					}
+				}
+			}
+			if n > 0 && n == len(v) {
+				out[f.Name+" (max)"] = worst
+			}
+		}
+	}
+	lat := map[int][]float64{}
+	for _, q := range reqs {
+		if q.Scenario != r.Name {
+			continue
+		}
+		lat[q.Status] = append(lat[q.Status], float64(q.Latency)/float64(time.Millisecond))
+	}
+	for status, l := range lat {
+		sort.Float64s(l)
+		out[fmt.Sprintf("requests with status %d", status)] = float64(len(l))
+		out[fmt.Sprintf("latency p50 ms, status %d", status)] = math.Round(l[len(l)/2]*10) / 10
+		out[fmt.Sprintf("latency max ms, status %d", status)] = math.Round(l[len(l)-1]*10) / 10
+	}
+	return out
+}
+
+// settingChanges lists versions, topology, profile, config digests and topology facts that
+// differ. A run's own id is replaced by "<run>" before comparing, so names derived from it
+// (namespaces, keys) do not count as differences.
+func settingChanges(base, head *Bundle) []SettingChange {
+	bm, hm := base.Manifest, head.Manifest
+	norm := func(s, runID string) string {
+		if runID == "" {
+			return s
+		}
+		return strings.ReplaceAll(s, runID, "<run>")
+	}
+	var out []SettingChange
+	add := func(name, b, h string) {
+		if norm(b, bm.RunID) != norm(h, hm.RunID) {
+			out = append(out, SettingChange{name, b, h})
+		}
+	}
+	add("quotaqual version", bm.QuotaqualVersion, hm.QuotaqualVersion)
+	add("valkey version", bm.ValkeyVersion, hm.ValkeyVersion)
+	add("topology", bm.Topology, hm.Topology)
+	add("profile", bm.Profile, hm.Profile)
+	add("schema version", bm.SchemaVersion, hm.SchemaVersion)
+	for _, k := range unionKeys(bm.ConfigDigests, hm.ConfigDigests) {
+		add("config "+k, bm.ConfigDigests[k], hm.ConfigDigests[k])
+	}
+	bt, ht := map[string]string{}, map[string]string{}
+	for k, v := range bm.TopologyFacts {
+		bt[k] = valueString(v)
+	}
+	for k, v := range hm.TopologyFacts {
+		ht[k] = valueString(v)
+	}
+	for _, k := range unionKeys(bt, ht) {
+		if k == "run_id" {
+			continue
+		}
+		add("topology "+k, bt[k], ht[k])
+	}
+	return out
+}
+
+func byName(rs []ScenarioResult) map[string]ScenarioResult {
+	m := make(map[string]ScenarioResult, len(rs))
+	for _, r := range rs {
+		m[r.Name] = r
+	}
+	return m
+}
+
+// unionNames lists the scenarios of both sides: the candidate's order, then the baseline's
+// scenarios the candidate lacks.
+func unionNames(base, head []ScenarioResult) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, rs := range [][]ScenarioResult{head, base} {
+		for _, r := range rs {
+			if !seen[r.Name] {
+				seen[r.Name] = true
+				out = append(out, r.Name)
+			}
+		}
+	}
+	return out
+}
+
+func unionKeys[V any](a, b map[string]V) []string {
+	seen := map[string]bool{}
+	for k := range a {
+		seen[k] = true
+	}
+	for k := range b {
+		seen[k] = true
+	}
+	return sortedKeys(seen)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func firstLineOf(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:197] + "..."
+	}
+	return s
+}
+
+// WriteText prints the diff for a person: verdict changes first, then what moved, then the
+// settings.
+func (d Diff) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "baseline  %s\ncandidate %s\n", d.Base, d.Head)
+	if len(d.Verdicts) == 0 {
+		fmt.Fprintf(w, "verdicts: unchanged (%d scenarios)\n", d.Scenarios)
+	} else {
+		fmt.Fprintf(w, "verdicts: %d changed, %d unchanged\n", len(d.Verdicts), d.Unchanged)
+		for _, v := range d.Verdicts {
+			mark := "  "
+			if v.Regressed {
+				mark = "✗ REGRESSED "
+			} else if v.Head == Passed {
+				mark = "✓ improved "
+			}
+			fmt.Fprintf(w, "  %s%s: %s → %s", mark, v.Scenario, orNone(string(v.Base)), orNone(string(v.Head)))
+			if v.Reason != "" {
+				fmt.Fprintf(w, " (%s)", v.Reason)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if len(d.Moved) == 0 {
+		fmt.Fprintf(w, "measures: none moved (%d compared)\n", d.FactsAlike)
+	} else {
+		fmt.Fprintf(w, "measures: %d moved, %d unchanged\n", len(d.Moved), d.FactsAlike)
+		for _, m := range d.Moved {
+			rel := "new (baseline 0)"
+			if m.Relative != nil {
+				rel = fmt.Sprintf("%+.1f%%", *m.Relative*100)
+			}
+			fmt.Fprintf(w, "  %s: %s %g → %g (%s)\n", m.Scenario, m.Name, m.Base, m.Head, rel)
+		}
+	}
+	if len(d.Settings) == 0 {
+		fmt.Fprintln(w, "settings: versions, topology, profile and configs unchanged")
+	} else {
+		fmt.Fprintf(w, "settings: %d differ\n", len(d.Settings))
+		for _, s := range d.Settings {
+			fmt.Fprintf(w, "  %s: %s → %s\n", s.Name, orNone(s.Base), orNone(s.Head))
+		}
+	}
+	if d.Regressed {
+		fmt.Fprintln(w, "result: REGRESSED")
+	} else {
+		fmt.Fprintln(w, "result: no verdict regressed")
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
