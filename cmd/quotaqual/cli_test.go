@@ -298,7 +298,17 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 			break
 		}
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
+	// The live view follows, as plain lines on a non-terminal.
+	lines := make(chan string, 256)
+	go func() {
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default: // nobody reads any more
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
 	if dataURL == "" {
 		_ = cmd.Process.Kill()
 		t.Fatalf("up printed no gateway-a data URL:\n%s\nstderr:\n%s", printed.String(), stderr.String())
@@ -306,6 +316,29 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 	// Standard output is not a terminal here, so no password may be printed.
 	if strings.Contains(printed.String(), "application-a:") && !strings.Contains(printed.String(), "$QQ_PASSWORD_") {
 		t.Errorf("up printed a credential to a non-terminal:\n%s", printed.String())
+	}
+	// ... but the credentials are in a 0600 env file whose path is printed, and they work.
+	envFile := ""
+	for _, l := range strings.Split(printed.String(), "\n") {
+		if _, after, ok := strings.Cut(l, "credentials: "); ok {
+			envFile = strings.Fields(after)[0]
+		}
+	}
+	password := ""
+	if envFile == "" {
+		t.Errorf("up printed no credentials file on a non-terminal:\n%s", printed.String())
+	} else if st, err := os.Stat(envFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("credentials file %s: %v, mode %v; want 0600", envFile, err, st.Mode().Perm())
+	} else {
+		b, _ := os.ReadFile(envFile)
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "export QQ_PASSWORD_1='"); ok {
+				password = strings.TrimSuffix(v, "'")
+			}
+		}
+		if password == "" || strings.Contains(printed.String(), password) {
+			t.Errorf("credentials file lacks QQ_PASSWORD_1, or its password was printed:\n%s", b)
+		}
 	}
 	// The forwarded port reaches a real gateway: no credentials is a 401 with WWW-Authenticate.
 	resp, err := http.Post(dataURL+"/v1/chat/completions", "application/json",
@@ -319,11 +352,53 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 				resp.Status, resp.Header.Get("WWW-Authenticate"))
 		}
 	}
+	// An admitted request with the file's credential appears in the live view as it happens:
+	// once the view has shown its first state, send one and wait for its event.
+	var live strings.Builder
+	readLive := func(until func(string) bool, what string) {
+		deadline := time.After(15 * time.Second)
+		for {
+			select {
+			case l := <-lines:
+				live.WriteString(l + "\n")
+				if until(l) {
+					return
+				}
+			case <-deadline:
+				t.Errorf("the live view showed no %s within 15s:\n%s", what, live.String())
+				return
+			}
+		}
+	}
+	if password != "" {
+		readLive(func(l string) bool { return strings.Contains(l, "gateway-b: admitted ") }, "first state")
+		req, _ := http.NewRequest(http.MethodPost, dataURL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"qwen3-0.6b","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`))
+		req.SetBasicAuth("application-a", password)
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			t.Errorf("authorized request through up: %v", err)
+		} else {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("authorized request with the env file's credential: %s, want 200", resp.Status)
+			}
+		}
+		readLive(func(l string) bool { return strings.HasSuffix(l, "gateway-a: 1 admitted (200)") }, "'gateway-a: 1 admitted (200)' event")
+		if !strings.Contains(live.String(), "application-a: 60/60 tokens remaining in the 4s window") {
+			t.Errorf("the live view's first state lacks application-a's budget:\n%s", live.String())
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("up after Ctrl-C: %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+	if envFile != "" {
+		if _, err := os.Stat(envFile); !os.IsNotExist(err) {
+			t.Errorf("credentials file %s still there after teardown (%v)", envFile, err)
+		}
 	}
 	if left := topology.FindRunProcesses(runID); len(left) > 0 {
 		t.Errorf("processes of run %s still running after up ended: %v", runID, left)
@@ -439,5 +514,34 @@ func checkReport(t *testing.T, dir, tarball string) {
 	}
 	if dout, derr, dcode := quotaqual(t, time.Minute, "evidence", "diff", dir, worse); dcode != 1 || !strings.Contains(dout, "REGRESSED") {
 		t.Errorf("diff against a regressed copy: exit %d, want 1\n%s%s", dcode, dout, derr)
+	}
+}
+
+func TestDemoWalksThroughTheStoryAndTearsDown(t *testing.T) {
+	runID := fmt.Sprintf("demo-%d", time.Now().UnixNano()%1e6)
+	stdout, stderr, code := quotaqual(t, 2*time.Minute, "demo", "--run-id", runID)
+	if code != 0 {
+		t.Fatalf("demo: exit %d\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	steps := []string{
+		"Step 1/5: Admitted on both gateways", "gateway-a → 200 OK", "gateway-b → 200 OK",
+		"Step 2/5: The shared budget runs out", "→ 429 Too Many Requests",
+		"Step 3/5: A 429 with its headers", "Retry-After: ", "X-Ratelimit-Limit-Tokens: 60", "X-Quotaqual-Provider-Site: (absent)",
+		"Step 4/5: Valkey stopped", "$ # lever: stop valkey-server", "gateway-a → 503 Service Unavailable", "gateway-b → 503 Service Unavailable", "quota_store_unavailable",
+		"Step 5/5: Recovery", "$ # lever: start valkey-server", "admitted again",
+	}
+	at := 0
+	for _, s := range steps {
+		i := strings.Index(stdout[at:], s)
+		if i < 0 {
+			t.Fatalf("demo output lacks %q after position %d:\n%s", s, at, stdout)
+		}
+		at += i
+	}
+	if !strings.Contains(stdout, `$ curl -sS -i -u "application-a:$QQ_PASSWORD_1"`) {
+		t.Errorf("the demo does not show the commands it runs:\n%s", stdout)
+	}
+	if left := topology.FindRunProcesses(runID); len(left) > 0 {
+		t.Errorf("processes of run %s still running after the demo: %v", runID, left)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,10 +20,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/walkthrough"
 )
 
-func init() { subcommands = append(subcommands, newUpCmd) }
+func init() { subcommands = append(subcommands, newUpCmd, newDemoCmd) }
 
 // upForwards are the loopback port forwards `up` offers on the netns topology, in the order
 // the outer process passes their listeners into the namespace.
@@ -34,8 +37,14 @@ var upForwards = []struct {
 	{topology.HostGatewayA, true}, {topology.HostGatewayB, true},
 }
 
-func newUpCmd() *cobra.Command {
+func newUpCmd() *cobra.Command { return upCommand(false) }
+
+// newDemoCmd is `up --demo` under its own name.
+func newDemoCmd() *cobra.Command { return upCommand(true) }
+
+func upCommand(demoCmd bool) *cobra.Command {
 	var engine, profile, runID, denyMode string
+	demo := demoCmd
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Bring the topology up for a walkthrough; Ctrl-C tears it down",
@@ -43,8 +52,15 @@ func newUpCmd() *cobra.Command {
 fresh credentials and keeps it running until Ctrl-C or SIGTERM, then tears everything down.
 
 It prints the gateway URLs and ready-to-paste curl commands with this run's walkthrough
-credentials — on the terminal only: when standard output is not a terminal the passwords are
-replaced by the environment variables' names.
+credentials, then a live view: each subject's remaining tokens per window as a bar, each
+gateway's admitted / denied / 503 counters and store state, and events as they happen. When
+standard output is not a terminal the passwords are not printed: they go to a 0600 env file
+whose path is printed (source it, then the curl lines work), and the live view is plain lines,
+one per event.
+
+With --demo (or as quotaqual demo) it instead walks through the story in about a minute —
+requests admitted on both gateways, the shared budget running out, a 429 with its headers,
+Valkey stopped and the 503s, recovery — showing each command it runs, then tears down.
 
 On the netns topology the gateways live in private network namespaces that the rest of the
 machine cannot reach. up therefore listens on free 127.0.0.1 ports and forwards each
@@ -82,8 +98,13 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			if engine == topology.EngineNetns && !topology.Inside() {
 				return upReexec(runID)
 			}
-			return upServe(cmd, engine, prof, runID, denyMode)
+			return upServe(cmd, engine, prof, runID, denyMode, demo)
 		},
+	}
+	if demoCmd {
+		cmd.Use, cmd.Short = "demo", "A narrated one-minute walkthrough on a fresh topology (up --demo)"
+	} else {
+		cmd.Flags().BoolVar(&demo, "demo", false, "run the narrated walkthrough, then tear down")
 	}
 	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
 	cmd.Flags().StringVar(&profile, "profile", fixtures.DefaultProfile, "quick or reference")
@@ -123,7 +144,7 @@ func upReexec(runID string) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, denyMode string) error {
+func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, denyMode string, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -198,32 +219,69 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 	if f, ok := out.(*os.File); ok {
 		tty = isatty.IsTerminal(f.Fd())
 	}
-	fmt.Fprintf(out, "\nquotaqual up — run %s, %s topology, profile %s\n\n", runID, engine, prof.Name)
+	var subjects []walkthrough.Subject
+	for _, label := range fixtures.Subjects {
+		if c, ok := d.Credential("", label); ok {
+			subjects = append(subjects, walkthrough.Subject{Label: label, Username: c.Username, Password: c.Password, EnvVar: c.EnvVar})
+		}
+	}
+	envFile := ""
+	if !tty {
+		// Never write a password into a pipe or a log: the curl lines read it from the
+		// environment, and this file (readable by its owner only) sets it.
+		if envFile, err = writeCredentialsFile(runID, subjects); err != nil {
+			return withCode(ExitTopology, err)
+		}
+		defer os.Remove(envFile)
+	}
+	var header strings.Builder
+	fmt.Fprintf(&header, "quotaqual up — run %s, %s topology, profile %s\n\n", runID, engine, prof.Name)
 	for _, g := range topology.Gateways {
-		fmt.Fprintf(out, "  %-10s data  %s\n  %-10s admin %s  (/readyz /metrics /admin/quota)\n", g, data[g], "", admin[g])
+		fmt.Fprintf(&header, "  %-10s data  %s\n  %-10s admin %s  (/readyz /metrics /admin/quota)\n", g, data[g], "", admin[g])
 	}
 	if engine == topology.EngineNetns {
-		fmt.Fprintln(out, "\n  (loopback forwards into the run's namespaces: data from the client host, admin from the observer)")
+		fmt.Fprintln(&header, "\n  (loopback forwards into the run's namespaces: data from the client host, admin from the observer)")
 	}
-	fmt.Fprintln(out, "\nTry (each subject has its own budget, shared by both gateways):")
-	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
-	for i, label := range fixtures.Subjects {
-		c, ok := d.Credential("", label)
-		if !ok {
-			continue
-		}
-		pw := c.Password
+	fmt.Fprintln(&header, "\nTry (each subject has its own budget, shared by both gateways):")
+	for i, sub := range subjects {
+		pw := sub.Password
 		if !tty {
-			pw = "$" + c.EnvVar // never write a password into a file or a pipe
+			pw = "$" + sub.EnvVar
 		}
 		g := topology.Gateways[i%len(topology.Gateways)]
-		fmt.Fprintf(out, "  curl -sS -i -u \"%s:%s\" -H 'Content-Type: application/json' \\\n    -d '%s' %s/v1/chat/completions\n",
-			c.Username, pw, body, data[g])
+		fmt.Fprintf(&header, "  curl -sS -i -u \"%s:%s\" -H 'Content-Type: application/json' \\\n    -d '%s' %s/v1/chat/completions\n",
+			sub.Username, pw, walkthrough.ChatBody(fixtures.DefaultModel), data[g])
 	}
 	if !tty {
-		fmt.Fprintln(out, "\n  (standard output is not a terminal: passwords are shown as variable names only)")
+		fmt.Fprintf(&header, "\n  credentials: %s (mode 0600, removed at teardown); load them first: . %s\n", envFile, envFile)
 	}
-	fmt.Fprintln(out, "\nCtrl-C tears everything down.")
+	fmt.Fprintln(&header, "\nCtrl-C tears everything down.")
+	fmt.Fprint(out, "\n", header.String())
+
+	target := walkthrough.Target{
+		Gateways: append([]string(nil), topology.Gateways...),
+		AdminURL: map[string]string{}, DataURL: map[string]string{},
+		Observer: topo.Observer(), Client: topo.Client(),
+		Rule: scenarios.RuleName, Subjects: subjects,
+	}
+	for _, g := range topology.Gateways {
+		target.AdminURL[g], target.DataURL[g] = topo.Gateway(g).AdminURL, topo.Gateway(g).DataURL
+	}
+	if demo {
+		pace := time.Duration(0)
+		if tty {
+			pace = 2 * time.Second
+		}
+		dm := &walkthrough.Demo{Out: out, Target: target, Levers: topo, Model: fixtures.DefaultModel, Pace: pace}
+		err := dm.Run(ctx)
+		stop() // tear down now: the demo is over
+		fwdWG.Wait()
+		if err != nil {
+			return withCode(ExitFailed, err)
+		}
+		return nil
+	}
+	walkthrough.Live(ctx, walkthrough.NewView(out, tty, "\n"+header.String()+"\n"), target, time.Second)
 
 	<-ctx.Done()
 	fmt.Fprintln(errw, "\ntearing down ...")
@@ -270,4 +328,28 @@ func closeWrite(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	}
+}
+
+// writeCredentialsFile writes the walkthrough passwords as shell exports to a new file only its
+// owner can read, and returns its path.
+func writeCredentialsFile(runID string, subjects []walkthrough.Subject) (string, error) {
+	path := filepath.Join(os.TempDir(), "quotaqual-up-"+runID+".env")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("writing the walkthrough credentials: %w (remove a stale file of an earlier run with this id)", err)
+	}
+	var b strings.Builder
+	b.WriteString("# quotaqual up walkthrough credentials for run " + runID + "; removed at teardown\n")
+	for _, s := range subjects {
+		fmt.Fprintf(&b, "export %s='%s'\n", s.EnvVar, s.Password)
+	}
+	_, err = f.WriteString(b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
 }
