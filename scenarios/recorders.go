@@ -27,6 +27,10 @@ func (env *Env) Fault(kind, target string) (end func()) {
 	return func() { once.Do(func() { r.faults[i].End = time.Now().UTC() }) }
 }
 
+// ledgerTraceInterval is how often scenarios that only trace the ledger for the report (not to
+// check a peak) sample it.
+const ledgerTraceInterval = 50 * time.Millisecond
+
 // ledgerSampler reads one subject's quota state in the background, alternating gateways.
 type ledgerSampler struct {
 	stop    context.CancelFunc

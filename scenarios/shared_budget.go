@@ -31,6 +31,8 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 		return r
 	}
 
+	// The ledger's trace for the report: one budget filling from both gateways.
+	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
 	if err != nil {
 		r.Error(err)

@@ -60,6 +60,8 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	interval := min(100*time.Millisecond, max(10*time.Millisecond, p.Window/40))
 	margin := interval + p.StoreTimeout + 250*time.Millisecond
 
+	// The ledger's trace for the report: settled usage rising, then leaving the window.
+	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
 	if err != nil {
 		return r.Error(err)
