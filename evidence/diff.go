@@ -23,7 +23,13 @@ type Diff struct {
 	Unchanged  int             `json:"unchanged"`  // scenarios with the same verdict
 	Scenarios  int             `json:"scenarios"`  // scenarios on either side
 	FactsAlike int             `json:"facts_same"` // numeric measures compared that did not change
+	Threshold  float64         `json:"threshold"`  // a measure moved when |relative change| ≥ this
+	Within     int             `json:"within"`     // measures that changed by less than Threshold
 }
+
+// DefaultThreshold is the relative change below which a measure counts as noise: run-to-run
+// latencies of a millisecond or less easily move by a tenth.
+const DefaultThreshold = 0.25
 
 // VerdictChange is one scenario whose verdict differs.
 type VerdictChange struct {
@@ -62,8 +68,9 @@ func regressed(base, head Status) bool {
 	return false
 }
 
-// DiffBundles loads two bundles (directories or .tar.gz) and compares them.
-func DiffBundles(basePath, headPath string) (Diff, error) {
+// DiffBundles loads two bundles (directories or .tar.gz) and compares them; measures that
+// changed by less than threshold (relative) are counted, not listed.
+func DiffBundles(basePath, headPath string, threshold float64) (Diff, error) {
 	base, err := LoadBundle(basePath)
 	if err != nil {
 		return Diff{}, fmt.Errorf("baseline: %w", err)
@@ -72,12 +79,12 @@ func DiffBundles(basePath, headPath string) (Diff, error) {
 	if err != nil {
 		return Diff{}, fmt.Errorf("candidate: %w", err)
 	}
-	return Compare(base, head), nil
+	return Compare(base, head, threshold), nil
 }
 
 // Compare compares a baseline bundle with a candidate.
-func Compare(base, head *Bundle) Diff {
-	d := Diff{Base: base.Path, Head: head.Path}
+func Compare(base, head *Bundle, threshold float64) Diff {
+	d := Diff{Base: base.Path, Head: head.Path, Threshold: threshold}
 	baseRes, headRes := byName(base.Results), byName(head.Results)
 	for _, name := range unionNames(base.Results, head.Results) {
 		d.Scenarios++
@@ -116,6 +123,10 @@ func Compare(base, head *Bundle) Diff {
 				fc := FactChange{Scenario: name, Name: k, Base: bv, Head: hv}
 				if bv != 0 {
 					rel := (hv - bv) / math.Abs(bv)
+					if math.Abs(rel) < threshold {
+						d.Within++
+						continue
+					}
 					fc.Relative = &rel
 				}
 				d.Moved = append(d.Moved, fc)
@@ -172,7 +183,7 @@ func measures(r ScenarioResult, reqs []RequestRecord) map[string]float64 {
 	return out
 }
 
-// settingChanges lists versions, topology, profile, config digests and topology facts that
+// settingChanges lists versions, topology, profile, effective configs and topology facts that
 // differ. A run's own id is replaced by "<run>" before comparing, so names derived from it
 // (namespaces, keys) do not count as differences.
 func settingChanges(base, head *Bundle) []SettingChange {
@@ -194,9 +205,7 @@ func settingChanges(base, head *Bundle) []SettingChange {
 	add("topology", bm.Topology, hm.Topology)
 	add("profile", bm.Profile, hm.Profile)
 	add("schema version", bm.SchemaVersion, hm.SchemaVersion)
-	for _, k := range unionKeys(bm.ConfigDigests, hm.ConfigDigests) {
-		add("config "+k, bm.ConfigDigests[k], hm.ConfigDigests[k])
-	}
+	out = append(out, configChanges(base, head)...)
 	bt, ht := map[string]string{}, map[string]string{}
 	for k, v := range bm.TopologyFacts {
 		bt[k] = valueString(v)
@@ -211,6 +220,86 @@ func settingChanges(base, head *Bundle) []SettingChange {
 		add("topology "+k, bt[k], ht[k])
 	}
 	return out
+}
+
+// maxConfigLines bounds how many changed lines of one config file the diff lists.
+const maxConfigLines = 6
+
+// configChanges compares the effective configs the bundles hold (config/, secrets as
+// environment references) line by line, with each run's id normalised. The manifest's digests
+// cannot be compared: they cover the unredacted configs, whose password hashes are new every run.
+func configChanges(base, head *Bundle) []SettingChange {
+	lines := func(b *Bundle, name string) []string {
+		data, ok := b.Files[name]
+		if !ok {
+			return nil
+		}
+		text := string(data)
+		if id := b.Manifest.RunID; id != "" {
+			text = strings.ReplaceAll(text, id, "<run>")
+		}
+		return strings.Split(strings.TrimRight(text, "\n"), "\n")
+	}
+	names := map[string]bool{}
+	for _, b := range []*Bundle{base, head} {
+		for n := range b.Files {
+			if strings.HasPrefix(n, "config/") {
+				names[n] = true
+			}
+		}
+	}
+	var out []SettingChange
+	for _, n := range sortedKeys(names) {
+		bl, hl := lines(base, n), lines(head, n)
+		if _, ok := base.Files[n]; !ok {
+			out = append(out, SettingChange{Name: n, Head: "added"})
+			continue
+		}
+		if _, ok := head.Files[n]; !ok {
+			out = append(out, SettingChange{Name: n, Base: "present", Head: "removed"})
+			continue
+		}
+		removed, added := lineDiff(bl, hl)
+		for i := 0; i < max(len(removed), len(added)) && i < maxConfigLines; i++ {
+			c := SettingChange{Name: n}
+			if i < len(removed) {
+				c.Base = strings.TrimSpace(removed[i])
+			}
+			if i < len(added) {
+				c.Head = strings.TrimSpace(added[i])
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// lineDiff returns the lines only in a and the lines only in b, in order (a multiset
+// difference: enough to name what changed in a config without aligning it).
+func lineDiff(a, b []string) (onlyA, onlyB []string) {
+	count := map[string]int{}
+	for _, l := range b {
+		count[l]++
+	}
+	for _, l := range a {
+		if count[l] > 0 {
+			count[l]--
+		} else {
+			onlyA = append(onlyA, l)
+		}
+	}
+	count = map[string]int{}
+	for _, l := range a {
+		count[l]++
+	}
+	for _, l := range b {
+		if count[l] > 0 {
+			count[l]--
+		} else {
+			onlyB = append(onlyB, l)
+		}
+	}
+	return onlyA, onlyB
 }
 
 func byName(rs []ScenarioResult) map[string]ScenarioResult {
@@ -290,9 +379,9 @@ func (d Diff) WriteText(w io.Writer) {
 		}
 	}
 	if len(d.Moved) == 0 {
-		fmt.Fprintf(w, "measures: none moved (%d compared)\n", d.FactsAlike)
+		fmt.Fprintf(w, "measures: none moved by %.0f%% or more (%d unchanged, %d within)\n", d.Threshold*100, d.FactsAlike, d.Within)
 	} else {
-		fmt.Fprintf(w, "measures: %d moved, %d unchanged\n", len(d.Moved), d.FactsAlike)
+		fmt.Fprintf(w, "measures: %d moved by %.0f%% or more, %d moved less, %d unchanged\n", len(d.Moved), d.Threshold*100, d.Within, d.FactsAlike)
 		for _, m := range d.Moved {
 			rel := "new (baseline 0)"
 			if m.Relative != nil {

@@ -13,7 +13,9 @@ func diffBundle(runID string, version string, results []ScenarioResult, reqs []R
 	m := sampleManifest(runID)
 	m.QuotaqualVersion = version
 	m.TopologyFacts = map[string]any{"namespaces": "qq-" + runID + "-client", "bridge": "qq-br"}
-	return &Bundle{Path: runID, Manifest: m, Results: results, Requests: reqs}
+	return &Bundle{Path: runID, Manifest: m, Results: results, Requests: reqs, Files: map[string][]byte{
+		"config/gateway-a.yaml": []byte("# gateway of run " + runID + "\nquota:\n  timeout: " + map[string]string{"v1": "500ms", "v2": "2s"}[version] + "\n  namespace: quotaqual:" + runID + "\n"),
+	}}
 }
 
 func req(scenario string, status int, latency time.Duration) RequestRecord {
@@ -26,7 +28,8 @@ func TestDiffFindsRegressionsMovesAndSettings(t *testing.T) {
 			{Name: "time_to_recovery_ms", Value: json.Number("300")},
 			{Name: "time_to_decision_ms", Value: []any{json.Number("1"), json.Number("2")}},
 			{Name: "recovery_statuses", Value: []any{json.Number("503"), json.Number("200")}},
-			{Name: "same", Value: json.Number("7")}}},
+			{Name: "same", Value: json.Number("7")},
+			{Name: "noise_ms", Value: json.Number("100")}}},
 		{Name: "partition", Status: Skipped},
 		{Name: "restart", Status: Failed},
 		{Name: "dropped", Status: Passed},
@@ -36,13 +39,14 @@ func TestDiffFindsRegressionsMovesAndSettings(t *testing.T) {
 			{Name: "time_to_recovery_ms", Value: json.Number("450")},
 			{Name: "time_to_decision_ms", Value: []any{json.Number("1"), json.Number("500")}},
 			{Name: "recovery_statuses", Value: []any{json.Number("503"), json.Number("503"), json.Number("200")}},
-			{Name: "same", Value: json.Number("7")}}},
+			{Name: "same", Value: json.Number("7")},
+			{Name: "noise_ms", Value: json.Number("110")}}},
 		{Name: "partition", Status: Failed, Reason: "admitted while cut off\nmore"},
 		{Name: "restart", Status: Passed},
 		{Name: "new-one", Status: Skipped},
 	}, []RequestRecord{req("outage", 503, 2*time.Millisecond), req("outage", 503, 2*time.Millisecond), req("outage", 200, 40*time.Millisecond)})
 
-	d := Compare(base, head)
+	d := Compare(base, head, DefaultThreshold)
 	if !d.Regressed {
 		t.Fatal("a skip that became a failure and a pass that disappeared did not count as a regression")
 	}
@@ -77,7 +81,10 @@ func TestDiffFindsRegressionsMovesAndSettings(t *testing.T) {
 	if m := moved["requests with status 503"]; m.Base != 1 || m.Head != 2 {
 		t.Errorf("503 count change = %+v", m)
 	}
-	for _, name := range []string{"same", "recovery_statuses (max)", "latency p50 ms, status 200"} {
+	if d.Within != 1 {
+		t.Errorf("%d measures moved by less than the threshold, want 1 (noise_ms +10%%)", d.Within)
+	}
+	for _, name := range []string{"same", "recovery_statuses (max)", "latency p50 ms, status 200", "noise_ms"} {
 		if _, ok := moved[name]; ok {
 			t.Errorf("%s did not move but is listed", name)
 		}
@@ -88,6 +95,12 @@ func TestDiffFindsRegressionsMovesAndSettings(t *testing.T) {
 	}
 	if s := settings["quotaqual version"]; s.Base != "v1" || s.Head != "v2" {
 		t.Errorf("version change = %+v", s)
+	}
+	if s := settings["config/gateway-a.yaml"]; s.Base != "timeout: 500ms" || s.Head != "timeout: 2s" {
+		t.Errorf("config change = %+v (want only the timeout line: run ids are normalised)", s)
+	}
+	if len(d.Settings) != 2 {
+		t.Errorf("settings %+v, want the version and the config's timeout", d.Settings)
 	}
 	if _, ok := settings["topology namespaces"]; ok {
 		t.Error("a name derived from the run id counted as a topology difference")
@@ -107,7 +120,7 @@ func TestDiffOfTwoEquivalentBundlesIsClean(t *testing.T) {
 	root := t.TempDir()
 	a := reportFixture(t, root, "run-a")
 	b := reportFixture(t, root, "run-b")
-	d, err := DiffBundles(a, b)
+	d, err := DiffBundles(a, b, DefaultThreshold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +130,7 @@ func TestDiffOfTwoEquivalentBundlesIsClean(t *testing.T) {
 	if d.FactsAlike == 0 {
 		t.Error("nothing was compared")
 	}
-	if _, err := DiffBundles(a, root+"/missing"); err == nil || !strings.Contains(err.Error(), "candidate") {
+	if _, err := DiffBundles(a, root+"/missing", DefaultThreshold); err == nil || !strings.Contains(err.Error(), "candidate") {
 		t.Errorf("a missing candidate: %v", err)
 	}
 }

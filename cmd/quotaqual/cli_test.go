@@ -487,7 +487,9 @@ func checkReport(t *testing.T, dir, tarball string) {
 		"valkey-partition": {`data-plot="timeline"`, "partition: gateway-a→valkey"},
 		"concurrency":      {`data-plot="tokens"`, "reserved (ledger samples)", "reserved (reconstructed)", "capacity 60", `data-plot="latency"`},
 		"network-policy":   {`class="reachability"`, "allowed (control)", ">denied<"},
-		"shared-budget":    {`data-plot="remaining"`, "remaining, application-a"},
+		"shared-budget":    {`data-plot="tokens"`, "settled (ledger samples)", "capacity 60"},
+		"window-expiry":    {`data-plot="tokens"`, "settled (ledger samples)"},
+		"valid-auth":       {`data-plot="remaining"`, "remaining, application-a"},
 	} {
 		sec := section(name)
 		for _, w := range wants {

@@ -65,12 +65,13 @@ bundle no longer verifies; 2: bad usage or not a readable bundle.`,
 		},
 	})
 	var diffJSON bool
+	var threshold float64
 	diff := &cobra.Command{
 		Use:   "diff BASELINE CANDIDATE",
 		Short: "Compare two bundles: verdict changes, measures that moved, settings that differ",
 		Long: `diff compares a candidate bundle with a baseline (each a directory or .tar.gz): scenarios
 whose verdict changed, numeric facts and per-status request counts and latencies that moved
-(with the relative change), and differences of versions, topology, profile and effective
+(with the relative change; smaller changes than --threshold are only counted), and differences of versions, topology, profile and effective
 configs. Exit 0: no verdict regressed; 1: a verdict regressed (a pass that is now failed,
 skipped or missing, or a skip that is now a failure); 2: bad usage or not a readable bundle.`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -80,7 +81,10 @@ skipped or missing, or a skip that is now a failure); 2: bad usage or not a read
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := evidence.DiffBundles(args[0], args[1])
+			if threshold < 0 {
+				return withCode(ExitUsage, fmt.Errorf("--threshold %g: give a relative change ≥ 0, e.g. 0.25 for 25%%", threshold))
+			}
+			d, err := evidence.DiffBundles(args[0], args[1], threshold)
 			if err != nil {
 				return withCode(ExitUsage, err)
 			}
@@ -100,6 +104,7 @@ skipped or missing, or a skip that is now a failure); 2: bad usage or not a read
 		},
 	}
 	diff.Flags().BoolVar(&diffJSON, "json", false, "print the diff as JSON")
+	diff.Flags().Float64Var(&threshold, "threshold", evidence.DefaultThreshold, "list a measure when its relative change is at least this (0: every change)")
 	cmd.AddCommand(diff)
 	return cmd
 }
