@@ -19,8 +19,6 @@ import (
 // script, no external resource) with the run-level page and one section per scenario.
 const ReportFile = "report.html"
 
-func init() { reserved[ReportFile] = true }
-
 // Bundle is a finished bundle read back from its files: what the report and the diff use.
 // It is read from the bundle alone (a directory or a .tar.gz), never from a live run.
 type Bundle struct {

@@ -338,3 +338,23 @@ func TestReportPlantedSecretInAFactIsRedacted(t *testing.T) {
 		t.Error("the leaky scenario has no section")
 	}
 }
+
+func TestPlotsDrawDegenerateData(t *testing.T) {
+	now := time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+	one := []RequestRecord{{Scenario: "s", Gateway: "gateway-a", Status: 200, Time: now, Latency: 500 * time.Microsecond,
+		QuotaHeaders: map[string]string{"x-ratelimit-remaining-tokens": "3", "x-ratelimit-limit-tokens": "60"}}}
+	zero := []RequestRecord{{Scenario: "s", Gateway: "gateway-a", Status: 0, Time: now, Error: "connection refused"}}
+	for name, draw := range map[string]func() (string, error){
+		"latency of one request":      func() (string, error) { return latencyPlot(one) },
+		"latency of a zero duration":  func() (string, error) { return latencyPlot(zero) },
+		"timeline of one request":     func() (string, error) { return timelinePlot(now, one, nil) },
+		"remaining of one request":    func() (string, error) { return remainingPlot(now, 0, one) },
+		"tokens without samples":      func() (string, error) { return tokensPlot(now, 0, LedgerSeries{Capacity: 10}, nil) },
+		"timeline with an open fault": func() (string, error) { return timelinePlot(now, one, []FaultWindow{{Kind: "outage", Start: now}}) },
+	} {
+		svg, err := draw()
+		if err != nil || !strings.HasPrefix(svg, "<svg") {
+			t.Errorf("%s: %v (svg %d bytes)", name, err, len(svg))
+		}
+	}
+}

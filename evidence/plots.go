@@ -444,6 +444,15 @@ func latencyPlot(reqs []RequestRecord) (string, error) {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1.05
+	// An explicit, strictly positive range: with one latency (or all equal) gonum would pad the
+	// range below zero, which a log axis cannot draw.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, lat := range byClass {
+		for _, v := range lat {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+	}
+	p.X.Min, p.X.Max = lo/2, hi*2
 	var legend []legendEntry
 	for _, name := range classOrder {
 		lat, ok := byClass[name]

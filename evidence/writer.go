@@ -36,7 +36,7 @@ const (
 
 var reserved = map[string]bool{
 	ManifestFile: true, ResultsFile: true, RequestsFile: true,
-	SummaryFile: true, JUnitFile: true, CanariesFile: true,
+	SummaryFile: true, JUnitFile: true, CanariesFile: true, ReportFile: true,
 }
 
 // maxLineLen bounds one redacted line in AddFileFrom; a longer line is redacted in pieces of this
