@@ -120,3 +120,50 @@ func BenchmarkHashedScan(b *testing.B) {
 		}
 	}
 }
+
+// benchRun is a run of ten scenarios, 100 requests each, one with a ledger trace.
+func benchRun() (Manifest, []ScenarioResult, []RequestRecord) {
+	var results []ScenarioResult
+	var reqs []RequestRecord
+	t0 := time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+	for s := 0; s < 10; s++ {
+		name := fmt.Sprintf("scenario-%d", s)
+		r := ScenarioResult{Name: name, Status: Passed, Started: t0, Elapsed: 2 * time.Second}
+		for i := 0; i < 100; i++ {
+			rec := benchRecord(i)
+			rec.Scenario, rec.Time = name, t0.Add(time.Duration(i)*20*time.Millisecond)
+			if i%3 == 0 {
+				rec.Status, rec.ProviderSite = 429, ""
+			}
+			reqs = append(reqs, rec)
+			r.Assertions = append(r.Assertions, Assertion{Name: fmt.Sprintf("check %d", i), Expected: 1, Observed: 1, OK: true})
+		}
+		if s == 0 {
+			var samples []LedgerSample
+			for i := 0; i < 200; i++ {
+				samples = append(samples, LedgerSample{At: t0.Add(time.Duration(i) * 10 * time.Millisecond), Reserved: int64(i % 60), Settled: int64(i / 4)})
+			}
+			r.Facts = append(r.Facts, Fact{Name: LedgerSamplesFact, Value: LedgerSeries{Subject: "application-a", Capacity: 60, Estimate: 15, Samples: samples}})
+		}
+		results = append(results, r)
+	}
+	return sampleManifest("bench"), results, reqs
+}
+
+// BenchmarkRenderReport draws report.html; compare with BenchmarkRenderSummary (summary.md of
+// the same run) as the baseline.
+func BenchmarkRenderReport(b *testing.B) {
+	m, results, reqs := benchRun()
+	for b.Loop() {
+		if _, err := RenderReport(m, results, reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRenderSummary(b *testing.B) {
+	m, results, _ := benchRun()
+	for b.Loop() {
+		renderSummary(m, results)
+	}
+}
