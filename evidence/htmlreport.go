@@ -194,7 +194,7 @@ type assertView struct {
 // log. It reads facts generically: a scenario's fault windows, ledger samples and probes are
 // drawn when it recorded them under the names in types.go; every other fact is listed.
 func RenderReport(m Manifest, results []ScenarioResult, reqs []RequestRecord) ([]byte, error) {
-	v := reportView{M: m, Outcome: outcomeWord(m, results), Counts: map[string]int{}, Requests: len(reqs),
+	v := reportView{M: m, Outcome: outcomeWord(m, results), Counts: map[string]int{string(Passed): 0, string(Failed): 0, string(Skipped): 0}, Requests: len(reqs),
 		Generated: time.Now().UTC().Format(time.RFC3339)}
 	if !m.Started.IsZero() && !m.Ended.IsZero() {
 		v.Duration = m.Ended.Sub(m.Started).Round(time.Millisecond).String()

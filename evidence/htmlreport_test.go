@@ -181,6 +181,9 @@ func TestReportShowsEveryScenarioItsAssertionsAndPlots(t *testing.T) {
 		}
 	}
 	head := textOf(findAll(doc, func(n *html.Node) bool { return n.Data == "header" })[0])
+	if !strings.Contains(head, "1 passed, 2 failed, 1 skipped · 12 requests recorded") {
+		t.Errorf("run page counts wrong:\n%s", head)
+	}
 	for _, s := range []string{"netns", "8.1.1", "quick", "qq-br", "config/gateway-a.yaml", "9s"} {
 		if !strings.Contains(head, s) {
 			t.Errorf("run page lacks %q", s)
@@ -319,6 +322,7 @@ func TestReportIsChecksummedScannedAndRegenerated(t *testing.T) {
 
 func TestReportPlantedSecretInAFactIsRedacted(t *testing.T) {
 	w, err := NewWriter(t.TempDir(), "run-leak", testSecrets)
+	// (one failed scenario only: the run page must still say "0 passed")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,6 +337,9 @@ func TestReportPlantedSecretInAFactIsRedacted(t *testing.T) {
 		if bytes.Contains(b, []byte(s)) {
 			t.Errorf("report.html holds a secret form %q", s)
 		}
+	}
+	if !bytes.Contains(b, []byte("0 passed, 1 failed, 0 skipped")) {
+		t.Error("the run page does not count zero passes and skips")
 	}
 	if !bytes.Contains(b, []byte(`data-scenario="leaky"`)) {
 		t.Error("the leaky scenario has no section")
