@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
@@ -545,5 +547,75 @@ func TestDemoWalksThroughTheStoryAndTearsDown(t *testing.T) {
 	}
 	if left := topology.FindRunProcesses(runID); len(left) > 0 {
 		t.Errorf("processes of run %s still running after the demo: %v", runID, left)
+	}
+}
+
+// TestUpLiveViewOnATerminal runs up under a pseudo-terminal: the curl lines carry the
+// passwords (no env file), and the live view is the redrawn box with a bar per subject window
+// and the gateways' counters.
+func TestUpLiveViewOnATerminal(t *testing.T) {
+	runID := fmt.Sprintf("pty-%d", time.Now().UnixNano()%1e6)
+	cmd := exec.Command(binary, "up", "--run-id", runID)
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "NO_COLOR=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 50, Cols: 140})
+	if err != nil {
+		t.Fatalf("starting up under a pty: %v", err)
+	}
+	defer ptmx.Close()
+	screen := make(chan string, 1)
+	go func() {
+		var seen bytes.Buffer
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			seen.Write(buf[:n])
+			// The second redraw of the box: the view refreshes on its own.
+			if bytes.Count(seen.Bytes(), []byte("quotaqual live")) >= 2 {
+				screen <- seen.String()
+				return
+			}
+			if err != nil {
+				screen <- seen.String()
+				return
+			}
+		}
+	}()
+	var got string
+	select {
+	case got = <-screen:
+	case <-time.After(45 * time.Second):
+		got = "(nothing within 45s)"
+	}
+	// Ctrl-C as a person types it: the terminal signals the whole foreground process group.
+	go func() { _, _ = io.Copy(io.Discard, ptmx) }()
+	if _, err := ptmx.Write([]byte{3}); err != nil {
+		t.Errorf("typing Ctrl-C: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("up after Ctrl-C: %v\nstderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("up did not end within 30s of Ctrl-C\nstderr:\n%s", stderr.String())
+	}
+	if c := strings.Count(got, "quotaqual live"); c < 2 {
+		t.Fatalf("the live view was not redrawn (%d boxes):\n%s\nstderr:\n%s", c, got, stderr.String())
+	}
+	for _, want := range []string{"\x1b[H\x1b[2J", "╭", "Remaining tokens", "application-a", "60/60", strings.Repeat("█", 30), "Gateways", "denied 429", "Events"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("terminal live view lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "$QQ_PASSWORD_") || strings.Contains(got, "credentials: ") {
+		t.Errorf("on a terminal the curl lines carry the passwords and no env file is written:\n%s", got)
+	}
+	if left := topology.FindRunProcesses(runID); len(left) > 0 {
+		t.Errorf("processes of run %s still running after up ended: %v", runID, left)
 	}
 }
