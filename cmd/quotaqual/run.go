@@ -104,7 +104,10 @@ func printSummary(p *ui.Progress, out qualify.Outcome) {
 		if out.BundleTar != "" {
 			p.Plain("bundle:   %s", out.BundleTar)
 		}
-		p.Plain("summary:  %s", filepath.Join(out.BundleDir, "summary.md"))
+		p.Plain("summary:  %s", filepath.Join(out.BundleDir, evidence.SummaryFile))
+		if _, err := os.Stat(filepath.Join(out.BundleDir, evidence.ReportFile)); err == nil {
+			p.Plain("report:   %s", filepath.Join(out.BundleDir, evidence.ReportFile))
+		}
 	}
 }
 
