@@ -27,7 +27,8 @@ type CompiledRule struct {
 	Index         int    // position in the policy's rules
 	Quota         *Quota // what the ledger enforces: the rule's budgets and lease
 	KeyMode       KeyMode
-	AllowedModels []string // empty: any model
+	AllowedModels []string    // empty: any model
+	Enforcement   Enforcement // meter (default) or hard
 
 	// Estimation, defaults filled in; see Estimate.
 	Strategy          Strategy
@@ -294,6 +295,14 @@ func (c *compiler) rule(path string, i int, r *Rule) *CompiledRule {
 		c.fail(path+".name", "required; name the rule with a-z, 0-9, '.', '_' or '-'")
 	case !ruleNameRE.MatchString(r.Name):
 		c.fail(path+".name", "%q is not a valid name; use 1 to 63 characters of a-z 0-9 . _ - starting with a letter or digit", r.Name)
+	}
+	switch r.Enforcement {
+	case "":
+		cr.Enforcement = EnforcementMeter
+	case EnforcementMeter, EnforcementHard:
+		cr.Enforcement = r.Enforcement
+	default:
+		c.fail(path+".enforcement", "%q is not an enforcement; write meter (charge what is used) or hard (clamp the forwarded output bound to the reservation)", r.Enforcement)
 	}
 	switch r.Key {
 	case "":
