@@ -25,6 +25,8 @@ const (
 	codeBodyTooLarge       = "request_too_large"
 	codeInvalidJSON        = "invalid_json"
 	codeEstimateTooLarge   = "estimate_exceeds_capacity"
+	codeInvalidValue       = "invalid_value"
+	codePromptFillsQuota   = "prompt_exceeds_reservation"
 	codeUpstream           = "provider_unavailable"
 	codeUpstreamTimeout    = "provider_timeout"
 	codeNotFound           = "not_found"

@@ -99,7 +99,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		led:          led,
 		auth:         cfg.auth,
 		storeTimeout: cfg.compiled.Backend.Timeout.D(),
-		renew:        cfg.LeaseRenewalEnabled(),
+		renew:        cfg.LeaseRenewalEnabled() && !testHook(hookNoRenewal),
 		serveErr:     make(chan error, 2),
 	}
 	var b [6]byte
