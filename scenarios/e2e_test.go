@@ -389,6 +389,36 @@ func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 	})
 }
 
+// TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
+// forwards the clients' output bounds, and the providers' usage exceeds the capacity.
+func TestHardGateFailsUnderMeter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"hard-gate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, nil, func(d *fixtures.Deployment) { d.HardGateEnforcement = "meter" }, list),
+		"usage settled within any window ≤ capacity (at the providers)")
+}
+
+// TestLongGenerationFailsWithoutLeaseRenewal proves long-generation can fail: a gateway that
+// never renews leases loses the generation's hold when the lease runs out (the ledger shows no
+// live reservation) and the generation is charged its estimate instead of its usage. (Its
+// concurrent requests stay denied: the expired lease's estimate fills the capacity.)
+func TestLongGenerationFailsWithoutLeaseRenewal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"long-generation"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"no-renewal"}, nil, list),
+		"the reservation stayed live, also after the lease", "settled at the usage the provider counted")
+}
+
 func describeAll(rs []evidence.ScenarioResult) []string {
 	var out []string
 	for _, r := range rs {

@@ -59,6 +59,8 @@ func All() []Scenario {
 		networkPolicy(),
 		valkeyPartition(),
 		usageAccounting(),
+		longGeneration(),
+		hardGate(),
 	}
 }
 

@@ -30,7 +30,7 @@ func testEnv(caps topology.Capabilities) *Env {
 
 func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
-		"window-expiry", "gateway-restart", "valkey-outage", "network-policy", "valkey-partition", "usage-accounting"}
+		"window-expiry", "gateway-restart", "valkey-outage", "network-policy", "valkey-partition", "usage-accounting", "long-generation", "hard-gate"}
 	got := Names()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("All() = %v, want %v", got, want)
