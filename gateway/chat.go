@@ -76,6 +76,10 @@ type requestRecord struct {
 	stream   bool
 	end      string
 	latency  time.Duration
+
+	// unreadBody: the client announced a body the gateway has not read. A denial then closes
+	// the connection rather than let net/http drain a body that may never come.
+	unreadBody bool
 }
 
 func (s *Server) logRequest(rec *requestRecord, extra ...any) {
@@ -104,6 +108,9 @@ func (s *Server) logRequest(rec *requestRecord, extra ...any) {
 // deny finishes a request the gateway refused: metric, log line, response.
 func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, result, reason, typ, code, msg string) {
 	rec.decision, rec.reason, rec.status = result, reason, status
+	if rec.unreadBody {
+		w.Header().Set("Connection", "close")
+	}
 	s.m.requests.WithLabelValues(rec.rule, result, reason).Inc()
 	writeError(w, status, typ, code, msg)
 	rec.latency = time.Since(rec.start)
@@ -111,8 +118,13 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	rec := &requestRecord{start: time.Now(), id: s.requestID(r)}
+	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0}
 	w.Header().Set(RequestIDHeader, rec.id)
+	// The request must arrive, and every write leave, in bounded time: a connection whose
+	// client stalls holds no goroutine, lease or settlement forever.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(rec.start.Add(s.cfg.Server.readTimeout))
+	_ = rc.SetWriteDeadline(rec.start.Add(s.cfg.Server.readTimeout + s.cfg.Server.writeTimeout))
 
 	// 1. Authenticate, before anything else is looked at.
 	subject, ok := s.auth.authenticate(r)
@@ -124,6 +136,15 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.subject = ledger.SubjectKey(subject)
+	release, ok := s.inFlight.acquire(subject)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		s.deny(w, rec, http.StatusTooManyRequests, resultDenied, codeSubjectInFlight,
+			typeRateLimit, codeSubjectInFlight, fmt.Sprintf(
+				"this caller already has %d requests in flight on this gateway (server.max_in_flight_per_subject); retry when one finishes", s.inFlight.max))
+		return
+	}
+	defer release()
 	if s.draining.Load() {
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", "1")
@@ -140,6 +161,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil {
+		// Read whole: lift the deadline, or net/http's watch for the client going away
+		// would time out mid-stream and cancel the request.
+		rec.unreadBody = false
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -504,6 +531,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	}
 	rec.status = resp.StatusCode
 	m.status = resp.StatusCode
+	rc := http.NewResponseController(w)
+	writeBy := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.cfg.Server.writeTimeout)) }
+	writeBy()
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 	if isSSE && flusher != nil {
@@ -545,6 +575,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 				js.feed(chunk)
 			}
 			if len(chunk) > 0 {
+				writeBy() // a client that stops reading is cut off, and settles as gone
 				if _, werr := w.Write(chunk); werr != nil {
 					rec.end = endClientDisconnect
 					s.m.upstreamErrors.WithLabelValues(p.site, "client_disconnect").Inc()
@@ -576,6 +607,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	}
 	if sse != nil {
 		if tail := sse.finish(outBuf[:0]); len(tail) > 0 {
+			writeBy()
 			if _, werr := w.Write(tail); werr != nil {
 				rec.end = endClientDisconnect
 				return m

@@ -27,6 +27,7 @@ const (
 	codeEstimateTooLarge   = "estimate_exceeds_capacity"
 	codeInvalidValue       = "invalid_value"
 	codePromptFillsQuota   = "prompt_exceeds_reservation"
+	codeSubjectInFlight    = "subject_in_flight_limit"
 	codeUpstream           = "provider_unavailable"
 	codeUpstreamTimeout    = "provider_timeout"
 	codeNotFound           = "not_found"

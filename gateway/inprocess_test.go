@@ -44,7 +44,13 @@ func inProcessGateway(t *testing.T, policy string, led func(*ledger.CompiledPoli
 // inProcessGatewayTo is inProcessGateway with the provider at providerURL.
 func inProcessGatewayTo(t *testing.T, providerURL, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
 	t.Helper()
-	doc := `
+	return inProcessGatewayWith(t, providerURL, "", policy, led)
+}
+
+// inProcessGatewayWith is inProcessGatewayTo with top-level config lines (e.g. a server block).
+func inProcessGatewayWith(t *testing.T, providerURL, top, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
+	t.Helper()
+	doc := top + `
 listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 auth:
