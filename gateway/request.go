@@ -38,7 +38,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 			return nil
 		}
 		if err := json.Unmarshal(raw, v); err != nil {
-			return fmt.Errorf("field %q: %w", name, err)
+			return namedFieldError(name, err)
 		}
 		return nil
 	}
@@ -66,11 +66,22 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		}{}
 		if v, ok := opts["include_usage"]; ok {
 			if err := json.Unmarshal(v, &cr.StreamOptions.IncludeUsage); err != nil {
-				return cr, fmt.Errorf("field \"stream_options.include_usage\": %w", err)
+				return cr, namedFieldError("stream_options.include_usage", err)
 			}
 		}
 	}
 	return cr, nil
+}
+
+// namedFieldError wraps a field's decoding error with its name. A value decoded on its own
+// leaves a type error's Field empty (a number out of range read `field "" must be a whole
+// number`): the name is filled in.
+func namedFieldError(name string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field == "" {
+		te.Field = name
+	}
+	return fmt.Errorf("field %q: %w", name, err)
 }
 
 // checkEstimable refuses what cannot be estimated: a number of choices outside 1..128 (the
