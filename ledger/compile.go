@@ -333,6 +333,11 @@ func (c *compiler) rule(path string, i int, r *Rule) *CompiledRule {
 			}
 		}
 	}
+	if cr.KeyMode == KeySubjectAndModel && cr.allowed == nil && cr.models == nil {
+		// Issue 10, defect 5: every junk model string would mint a fresh budget and fill
+		// max_keys for every tenant.
+		c.fail(path+".allowed_models", "is required with key subject_and_model: without it one subject can create a quota key (and a fresh budget) per made-up model name and fill limits.max_keys for everyone; list the models (or match.models)")
+	}
 	quota, minCap, minAt := c.budgets(path, r)
 	cr.Quota = quota
 	c.estimation(path, r, cr, minCap, minAt)
