@@ -300,7 +300,7 @@ local function prepare(r, extra)
   end
   for _, win in ipairs(windows) do
     if win.wd.h > win.wd.cur then
-      win.exact = true -- a bucket newer than now (the clock went back) must not count
+      win.exact = true -- a bucket newer than now (the clock went back) counts as now
     end
   end
   local swept = sweep()
@@ -310,28 +310,31 @@ local function prepare(r, extra)
   return x, swept
 end
 
--- settled is the usage window win counts at now.
+-- settled is the usage window win counts at now. A bucket newer than now (the store clock
+-- stepped back, e.g. after a failover to a node whose clock is behind) counts as now: recent
+-- usage is never forgotten.
 local function settled(win)
   if not win.exact then
     return win.t
   end
-  local lo, hi = win.lo, win.wd.cur
+  local lo = win.lo
   local s = 0
   for _, b in ipairs(readall(win.wd)) do
-    if b[1] >= lo and b[1] <= hi then
+    if b[1] >= lo then
       s = s + b[2]
     end
   end
   return s
 end
 
--- buckets lists the non-empty buckets window win counts at now, sorted by index.
+-- buckets lists the non-empty buckets window win counts at now, sorted by index; one newer
+-- than now is listed as now's.
 local function buckets(win)
   local lo, hi = win.lo, win.wd.cur
   local out = {}
   for _, b in ipairs(readall(win.wd)) do
-    if b[1] >= lo and b[1] <= hi and b[2] ~= 0 then
-      out[#out + 1] = b
+    if b[1] >= lo and b[2] ~= 0 then
+      out[#out + 1] = { math.min(b[1], hi), b[2] }
     end
   end
   table.sort(out, function(x, y) return x[1] < y[1] end)
