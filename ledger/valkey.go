@@ -560,7 +560,7 @@ func (v *Valkey) Settle(ctx context.Context, r Reservation, usage Usage) (Settle
 	sk := v.layout(r.Quota, r.Key, 3)
 	known, tokens := "0", "0"
 	if usage.Known {
-		known, tokens = "1", strconv.FormatInt(max(0, usage.Tokens), 10)
+		known, tokens = "1", strconv.FormatInt(min(max(0, usage.Tokens), MaxEstimate), 10)
 	}
 	sk.args = append(sk.args, r.ID, known, tokens)
 	out, err := v.run(ctx, "settle", settleScript, sk.keys, sk.args)
