@@ -163,6 +163,9 @@ func (c *compiler) backend(b BackendConfig) BackendConfig {
 	case b.Kind == "valkey":
 		b.URL = c.backendURL(b.URL)
 	}
+	if b.Kind == "memory" && b.AllowEviction {
+		c.fail("backend.allow_eviction", "not used by kind memory; remove it or set kind: valkey")
+	}
 	if b.Namespace == "" {
 		b.Namespace = DefaultNamespace
 	} else if !namespaceRE.MatchString(b.Namespace) {

@@ -41,6 +41,9 @@ type BackendConfig struct {
 	URL       string   `yaml:"url"`       // valkey only; never logged unredacted
 	Namespace string   `yaml:"namespace"` // default "quotaqual"
 	Timeout   Duration `yaml:"timeout"`   // default 300ms
+	// AllowEviction (valkey only) accepts a store whose maxmemory-policy may evict keys; by
+	// default such a store is refused at connect (every call fails closed, naming the policy).
+	AllowEviction bool `yaml:"allow_eviction"`
 }
 
 // Limits bounds the state one ledger instance may hold. An absent field takes its default; a
