@@ -36,8 +36,26 @@ func plant(secret string, form uint8, k int) string {
 		func() string { return "password: " + secret },
 		func() string { return "x token=" + url.QueryEscape(secret) + "&y=1" },
 		func() string { return "Bearer " + secret },
+		// issue 10, defect 11
+		func() string { return "\n" + wrapped(secret, k, 64, "\n") + "\n" },
+		func() string { return "\r\n" + wrapped(secret, k, 76, "\r\n") + "\r\n" },
+		func() string { return `{"X-Api-Key":["` + jsonEsc(secret) + `"]}` },
+		func() string { return "map[X-Api-Key:[" + secret + "]]" },
+		func() string { return "QQ_PASSWORD_1=" + secret },
 	}
 	return forms[int(form)%len(forms)]()
+}
+
+// wrapped is base64 of filler + secret + filler wrapped at width columns, the secret's form
+// straddling a line break.
+func wrapped(secret string, k, width int, nl string) string {
+	blob := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("u", 45+k) + secret + strings.Repeat("v", 90)))
+	var lines []string
+	for len(blob) > width {
+		lines = append(lines, blob[:width])
+		blob = blob[width:]
+	}
+	return strings.Join(append(lines, blob), nl)
 }
 
 // FuzzRedact: whatever surrounds it, a secret planted in any form is gone after redaction, and
@@ -49,6 +67,11 @@ func FuzzRedact(f *testing.F) {
 	f.Add("", "", "x\x00y\xffzzzzzz", uint8(3), uint8(0))
 	f.Add("{\"password\": ", "}", "0123456789", uint8(15), uint8(1))
 	f.Add(`{"a":[`, `]}`, "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(16), uint8(0))
+	f.Add("-----BEGIN-----", "-----END-----", "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(20), uint8(1))
+	f.Add("x", "", "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(21), uint8(2))
+	f.Add("", "", "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(22), uint8(0))
+	f.Add("headers=", " done", "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(23), uint8(0))
+	f.Add("env ", "\n", "Zk3p9QzL7mWv2Rt8sYb4nXa1", uint8(24), uint8(0))
 	f.Fuzz(func(t *testing.T, prefix, suffix, secret string, form, k uint8) {
 		if len(secret) < minSecretLen || len(secret) > 64 || len(prefix)+len(suffix) > 4096 {
 			t.Skip("outside the generated-credential domain: secrets of 6-64 bytes, surroundings up to 4 KiB")

@@ -59,8 +59,9 @@ func (r *Redactor) pass(b []byte) []byte {
 			return out
 		}
 	}
-	// Known secrets first over the whole input, so one holding a newline is found too.
-	b = r.lit.replace(b)
+	// Known secrets first over the whole input, so one holding a newline is found too; and in
+	// base64 wrapped across lines.
+	b = r.lit.replace(r.redactWrappedBase64(b))
 	var out []byte
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
@@ -119,9 +120,13 @@ func looksJSON(b []byte) bool {
 func (r *Redactor) jsonValue(b []byte) []byte {
 	out := make([]byte, 0, len(b))
 	secretValue := false // the next value belongs to a secret-named key
+	// A secret key's array or object value ({"X-Api-Key":["sk-…"]}, Go's http.Header as
+	// JSON): every value inside it is secret. secretFrom is the nesting depth it opened at.
+	depth, secretFrom := 0, 0
 	i := 0
 	for i < len(b) {
 		c := b[i]
+		inSecret := secretFrom > 0 && depth >= secretFrom
 		switch {
 		case c == '"':
 			end := stringEnd(b, i)
@@ -141,8 +146,8 @@ func (r *Redactor) jsonValue(b []byte) []byte {
 			case isKey:
 				rs := r.stringContent(s)
 				out = appendJSONString(out, lit, s, rs)
-				secretValue = isSecretKey(s)
-			case secretValue && s != "":
+				secretValue = isSecretKey(s) || inSecret
+			case (secretValue || inSecret) && s != "":
 				out = appendJSONString(out, lit, s, Marker)
 				secretValue = false
 			default:
@@ -156,7 +161,7 @@ func (r *Redactor) jsonValue(b []byte) []byte {
 				j++
 			}
 			num := b[i:j]
-			if secretValue || len(r.lit.replace(num)) != len(num) || !bytes.Equal(r.lit.replace(num), num) {
+			if secretValue || inSecret || len(r.lit.replace(num)) != len(num) || !bytes.Equal(r.lit.replace(num), num) {
 				// A secret-named number, or a number holding a secret (its digits, its hex):
 				// the string Marker keeps the document valid.
 				out = append(out, `"`+Marker+`"`...)
@@ -169,8 +174,19 @@ func (r *Redactor) jsonValue(b []byte) []byte {
 			out = append(out, c)
 			i++
 		default:
-			// '{', '[', ',', a literal: a secret key with a structured value has its
-			// strings redacted on their own.
+			// '{', '[', ',', a literal.
+			switch c {
+			case '{', '[':
+				depth++
+				if secretValue && secretFrom == 0 {
+					secretFrom = depth
+				}
+			case '}', ']':
+				if depth == secretFrom {
+					secretFrom = 0
+				}
+				depth--
+			}
 			secretValue = false
 			out = append(out, c)
 			i++
@@ -303,6 +319,17 @@ func isSecretKey(k string) bool {
 	if labelKeys[n] {
 		return false
 	}
+	if secretName(n) {
+		return true
+	}
+	// A numbered name (QQ_PASSWORD_1, token2) is secret like the name.
+	t := strings.TrimRight(n, "0123456789")
+	return t != n && t != "" && !labelKeys[t] && secretName(t)
+}
+
+// secretName reports whether a normalized key name ends like a secret, after an optional
+// trailing "sha256"/"hash"/"digest".
+func secretName(n string) bool {
 	for _, suf := range []string{"sha256", "hash", "digest"} {
 		if t := strings.TrimSuffix(n, suf); t != n && t != "" {
 			n = t
@@ -403,6 +430,8 @@ func findKeyValues(l, lower []byte) []keyValue {
 		if j+n < len(l) && (l[j+n] == '"' || l[j+n] == '\'') {
 			kv.quoted = true
 			kv.quoteLen = n + 1
+		} else if l[j] == '[' && !bytes.HasPrefix(l[j:], []byte(Marker)) {
+			kv.quoted, kv.quoteLen = true, 1 // a Go list: the brackets stay, like quotes
 		}
 		out = append(out, kv)
 	}
@@ -484,8 +513,16 @@ func valueEnd(l []byte, vs int, delim byte) int {
 	if n > 0 {
 		return -1
 	}
-	switch l[vs] {
-	case '{', '[':
+	switch {
+	case l[vs] == '[' && vs+1 < len(l) && l[vs+1] != '"' && l[vs+1] != '{' && l[vs+1] != '[' && l[vs+1] != ']' &&
+		!bytes.HasPrefix(l[vs:], []byte(Marker)):
+		// Go's formatting of a map of lists (http.Header: map[X-Api-Key:[sk-…]]): the list's
+		// content up to its closing bracket.
+		if k := bytes.IndexByte(l[vs:], ']'); k > 0 {
+			return vs + k + 1
+		}
+		return -1
+	case l[vs] == '{' || l[vs] == '[':
 		return -1 // a structured value: its own fields are redacted on their own
 	}
 	if delim == ':' {

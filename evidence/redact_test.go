@@ -84,6 +84,14 @@ func TestRedactorRedacts(t *testing.T) {
 		{"hex", "h=" + hex.EncodeToString([]byte(secA)) + " e", "h=[REDACTED] e"},
 		{"hex upper", "h=" + strings.ToUpper(hex.EncodeToString([]byte(secSym))) + " e", "h=[REDACTED] e"},
 		{"secret as json key", `{"` + secA + `":1}`, `{"[REDACTED]":1}`},
+		// issue 10, defect 11: the gaps a review found
+		{"json array under a secret key", `{"X-Api-Key":["sk-live-1234","sk-2"],"Accept":["*/*"]}`, `{"X-Api-Key":["[REDACTED]","[REDACTED]"],"Accept":["*/*"]}`},
+		{"json object under a secret key", `{"token":{"value":"abc","n":7},"n":1}`, `{"token":{"value":"[REDACTED]","n":"[REDACTED]"},"n":1}`},
+		{"go map of lists", "headers=map[X-Api-Key:[sk-live-1234] Accept:[*/*]]", "headers=map[X-Api-Key:[[REDACTED]] Accept:[*/*]]"},
+		{"numbered env name", "QQ_PASSWORD_1=hunter2 x=1", "QQ_PASSWORD_1=[REDACTED] x=1"},
+		{"numbered yaml key", "  api_key_2: k-abc", "  api_key_2: [REDACTED]"},
+		{"numbered json key", `{"QQ_PASSWORD_12":"hunter2"}`, `{"QQ_PASSWORD_12":"[REDACTED]"}`},
+		{"numbered env name as a value kept", "password_env: QQ_PASSWORD_1", "password_env: QQ_PASSWORD_1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -181,4 +189,40 @@ func leaks(s, sec string) bool {
 		}
 	}
 	return false
+}
+
+// TestRedactorRemovesWrappedBase64: base64 wrapped at 64 or 76 columns (PEM, MIME) splits a
+// secret's base64 form across a line break; the block holding it is removed whole.
+func TestRedactorRemovesWrappedBase64(t *testing.T) {
+	r := NewRedactor([]string{secA})
+	for _, width := range []int{64, 76} {
+		for _, nl := range []string{"\n", "\r\n"} {
+			for k := 0; k < 3; k++ {
+				blob := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("u", 40+k) + secA + strings.Repeat("v", 200)))
+				var lines []string
+				for len(blob) > width {
+					lines = append(lines, "  "+blob[:width])
+					blob = blob[width:]
+				}
+				lines = append(lines, "  "+blob)
+				in := "-----BEGIN DATA-----" + nl + strings.Join(lines, nl) + nl + "-----END DATA-----" + nl
+				if !strings.Contains(strings.ReplaceAll(strings.ReplaceAll(in, nl+"  ", ""), "\r", ""), b64core(secA, 40+k)) {
+					t.Fatalf("width %d offset %d: the test does not hold the secret's base64 form", width, k)
+				}
+				got := r.String(in)
+				joined := strings.NewReplacer("\r", "", "\n", "", " ", "").Replace(got)
+				if strings.Contains(joined, b64core(secA, 40+k)) || !strings.Contains(got, "  [REDACTED]"+nl) {
+					t.Errorf("width %d %q offset %d: the wrapped secret survived:\n%s", width, nl, k, got)
+				}
+				if again := r.String(got); again != got {
+					t.Errorf("not idempotent:\n%s\n%s", got, again)
+				}
+			}
+		}
+	}
+}
+
+// b64core is the part of base64(filler + secret + …) that encodes only secret bytes.
+func b64core(secret string, k int) string {
+	return base64Core(base64.StdEncoding, []byte(secret), k%3)
 }

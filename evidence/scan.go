@@ -157,12 +157,14 @@ func Scan(dir string, canaries []string) ([]Finding, error) {
 	}
 	lit := newLitMatcher(forms)
 	var out []Finding
-	for _, f := range files {
+	for _, file := range files {
 		var fs []Finding
-		for s, e, p := lit.next(f.data, 0); s >= 0; s, e, p = lit.next(f.data, e) {
-			fs = append(fs, Finding{File: f.rel, Line: lineAt(f.data, s), Form: lit.pats[p].Name})
+		for _, f := range scanViews(file) {
+			for s, e, p := lit.next(f.data, 0); s >= 0; s, e, p = lit.next(f.data, e) {
+				fs = append(fs, Finding{File: f.rel, Line: lineAt(f.data, s), Form: lit.pats[p].Name})
+			}
+			fs = append(fs, scanGeneric(f)...)
 		}
-		fs = append(fs, scanGeneric(f)...)
 		out = append(out, dedupe(fs)...)
 	}
 	return out, nil

@@ -86,12 +86,14 @@ func Verify(dir string) (VerifyReport, error) {
 		// A bundle without canaries.json cannot prove it holds no run secret.
 		rep.Missing = append(rep.Missing, CanariesFile)
 	}
-	for _, f := range files {
+	for _, file := range files {
 		var fs []Finding
-		if hs != nil {
-			fs = hs.scan(f)
+		for _, f := range scanViews(file) {
+			if hs != nil {
+				fs = append(fs, hs.scan(f)...)
+			}
+			fs = append(fs, scanGeneric(f)...)
 		}
-		fs = append(fs, scanGeneric(f)...)
 		rep.Findings = append(rep.Findings, dedupe(fs)...)
 	}
 	return rep, nil

@@ -180,7 +180,11 @@ func (w *Writer) AddFile(rel string, content []byte) error {
 		return err
 	}
 	w.added[c] = true
-	_, err = f.Write(w.red.Bytes(content))
+	if isGzip(content) {
+		err = redactStream(w.red, f, bytes.NewReader(content))
+	} else {
+		_, err = f.Write(w.red.Bytes(content)) // whole: a multi-line document stays one
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -222,7 +226,28 @@ func (w *Writer) AddFileFrom(rel, srcPath string) error {
 	return nil
 }
 
+// redactStream copies src to dst redacted. A gzip-compressed source is redacted inside:
+// decompressed, redacted and compressed again, so a credential cannot ride in compressed.
 func redactStream(red *Redactor, dst io.Writer, src io.Reader) error {
+	br := bufio.NewReaderSize(src, 64<<10)
+	if magic, _ := br.Peek(2); isGzip(magic) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("a gzip-compressed file that cannot be read cannot be redacted: %w", err)
+		}
+		zw := gzip.NewWriter(dst)
+		if err := redactLines(red, zw, zr); err != nil {
+			return err
+		}
+		return zw.Close()
+	}
+	return redactLines(red, dst, br)
+}
+
+func isGzip(b []byte) bool { return len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b }
+
+// redactLines copies src to dst redacted line by line.
+func redactLines(red *Redactor, dst io.Writer, src io.Reader) error {
 	br := bufio.NewReaderSize(src, 64<<10)
 	bw := bufio.NewWriterSize(dst, 64<<10)
 	var line []byte

@@ -1,9 +1,12 @@
 package evidence
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/xml"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -393,5 +396,84 @@ func TestAddFileFromRedactsLongLinesAndBigFiles(t *testing.T) {
 	}
 	if _, err := w.Finish(sampleManifest("r"), nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestScanLooksInsideGzipAndWrappedBase64: a run secret in a gzip-compressed file, or in base64
+// wrapped at 64 or 76 columns, is found by Finish's scan and by Verify (issue 10, defect 11).
+func TestScanLooksInsideGzipAndWrappedBase64(t *testing.T) {
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	wrap := func(width int) []byte {
+		blob := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("u", 50) + testPassVK + strings.Repeat("v", 200)))
+		var out []byte
+		for len(blob) > width {
+			out = append(out, blob[:width]+"\n"...)
+			blob = blob[width:]
+		}
+		return append(out, blob+"\n"...)
+	}
+	for name, content := range map[string][]byte{
+		"gzip":            gz([]byte("line one\nvalue " + testPassVK + " end\n")),
+		"wrapped at 64":   wrap(64),
+		"wrapped at 76":   wrap(76),
+		"gzip of wrapped": gz(wrap(76)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			w, err := NewWriter(t.TempDir(), "r", testSecrets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(w.Dir(), "leak.bin"), content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Finish(sampleManifest("r"), nil); err == nil || !strings.Contains(err.Error(), "leak.bin") {
+				t.Errorf("Finish passed a bundle holding the secret (%s): %v", name, err)
+			}
+			rep, err := Verify(w.Dir())
+			if err != nil || len(rep.Findings) == 0 || !strings.HasPrefix(rep.Findings[0].File, "leak.bin") {
+				t.Errorf("Verify = %+v, %v", rep.Findings, err)
+			}
+		})
+	}
+}
+
+// TestAddFileRedactsInsideGzip: a compressed log added to the bundle is redacted inside and
+// stays compressed.
+func TestAddFileRedactsInsideGzip(t *testing.T) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte("connecting with password=" + testPassVK + "\n"))
+	zw.Close()
+	w, err := NewWriter(t.TempDir(), "r", testSecrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddFile("logs/old.log.gz", buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "x.gz")
+	os.WriteFile(src, buf.Bytes(), 0o600)
+	if err := w.AddFileFrom("logs/streamed.log.gz", src); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"logs/old.log.gz", "logs/streamed.log.gz"} {
+		b, _ := os.ReadFile(filepath.Join(w.Dir(), rel))
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s is no longer gzip: %v", rel, err)
+		}
+		plain, _ := io.ReadAll(zr)
+		if strings.Contains(string(plain), testPassVK) || !strings.Contains(string(plain), "password=[REDACTED]") {
+			t.Errorf("%s: %q", rel, plain)
+		}
+	}
+	if _, err := w.Finish(sampleManifest("r"), nil); err != nil {
+		t.Errorf("Finish: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ type authenticator struct {
 	realm     string
 	challenge string // WWW-Authenticate value
 	users     map[string][sha256.Size]byte
-	keys      []apiKey
+	keys      map[[sha256.Size]byte]string // key digest → subject
 	dummy     [sha256.Size]byte
 }
 
@@ -30,11 +30,15 @@ type apiKey struct {
 }
 
 func newAuthenticator(realm string, users map[string][sha256.Size]byte, keys []apiKey) *authenticator {
+	byDigest := make(map[[sha256.Size]byte]string, len(keys))
+	for _, k := range keys {
+		byDigest[k.digest] = k.subject
+	}
 	return &authenticator{
 		realm:     realm,
 		challenge: `Basic realm="` + realm + `"`,
 		users:     users,
-		keys:      keys,
+		keys:      byDigest,
 		dummy:     sha256.Sum256([]byte("quotaqual: no such user")),
 	}
 }
@@ -73,16 +77,13 @@ func (a *authenticator) checkBasic(user, pass string) (string, bool) {
 	return user, true
 }
 
+// checkKey looks the token's SHA-256 digest up, in time independent of the number of keys.
+// The lookup's timing can depend only on the digest, which reveals nothing usable about any
+// key (finding a token with a chosen digest prefix is a preimage search).
 func (a *authenticator) checkKey(token string) (string, bool) {
 	got := sha256.Sum256([]byte(token))
-	subject, found := "", 0
-	// Compare against every key without stopping early.
-	for i := range a.keys {
-		if subtle.ConstantTimeCompare(got[:], a.keys[i].digest[:]) == 1 {
-			subject, found = a.keys[i].subject, 1
-		}
-	}
-	return subject, found == 1
+	subject, found := a.keys[got]
+	return subject, found
 }
 
 // parseBasic parses an Authorization header value of the Basic scheme: the scheme name is

@@ -44,6 +44,7 @@ type chatRequest struct {
 	Model               *string `json:"model"`
 	MaxTokens           *int64  `json:"max_tokens"`
 	MaxCompletionTokens *int64  `json:"max_completion_tokens"`
+	N                   *int64  `json:"n"`
 	Stream              *bool   `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage *bool `json:"include_usage"`
@@ -52,6 +53,9 @@ type chatRequest struct {
 	// forwardModel, when set, is written into the forwarded body: the model came from the
 	// x-model header and the body had none.
 	forwardModel string
+	// clampOutput, when positive, is the output bound per choice written into the forwarded
+	// body (enforcement hard): max_completion_tokens, and max_tokens when the client sent it.
+	clampOutput int64
 }
 
 // requestRecord is what the per-request log line reports. It never holds credentials, prompts
@@ -65,12 +69,17 @@ type requestRecord struct {
 	subject  string // ledger.SubjectKey hash
 	estimate int64
 	actual   int64
-	known    bool
+	known    bool // actual is the usage the provider reported
+	floor    bool // actual is the least known to have been consumed (usage unreported)
 	site     string
 	status   int
 	stream   bool
 	end      string
 	latency  time.Duration
+
+	// unreadBody: the client announced a body the gateway has not read. A denial then closes
+	// the connection rather than let net/http drain a body that may never come.
+	unreadBody bool
 }
 
 func (s *Server) logRequest(rec *requestRecord, extra ...any) {
@@ -86,8 +95,11 @@ func (s *Server) logRequest(rec *requestRecord, extra ...any) {
 	}
 	if rec.decision == resultAdmitted {
 		attrs = append(attrs, "site", rec.site, "stream", rec.stream, "end", rec.end, "usage_known", rec.known)
-		if rec.known {
+		if rec.known || rec.floor {
 			attrs = append(attrs, "actual", rec.actual)
+		}
+		if rec.floor {
+			attrs = append(attrs, "usage_floor", true)
 		}
 	}
 	s.log.Info("request", append(attrs, extra...)...)
@@ -96,6 +108,9 @@ func (s *Server) logRequest(rec *requestRecord, extra ...any) {
 // deny finishes a request the gateway refused: metric, log line, response.
 func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, result, reason, typ, code, msg string) {
 	rec.decision, rec.reason, rec.status = result, reason, status
+	if rec.unreadBody {
+		w.Header().Set("Connection", "close")
+	}
 	s.m.requests.WithLabelValues(rec.rule, result, reason).Inc()
 	writeError(w, status, typ, code, msg)
 	rec.latency = time.Since(rec.start)
@@ -103,8 +118,13 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	rec := &requestRecord{start: time.Now(), id: s.requestID(r)}
+	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0}
 	w.Header().Set(RequestIDHeader, rec.id)
+	// The request must arrive, and every write leave, in bounded time: a connection whose
+	// client stalls holds no goroutine, lease or settlement forever.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(rec.start.Add(s.cfg.Server.readTimeout))
+	_ = rc.SetWriteDeadline(rec.start.Add(s.cfg.Server.readTimeout + s.cfg.Server.writeTimeout))
 
 	// 1. Authenticate, before anything else is looked at.
 	subject, ok := s.auth.authenticate(r)
@@ -116,6 +136,15 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.subject = ledger.SubjectKey(subject)
+	release, ok := s.inFlight.acquire(subject)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		s.deny(w, rec, http.StatusTooManyRequests, resultDenied, codeSubjectInFlight,
+			typeRateLimit, codeSubjectInFlight, fmt.Sprintf(
+				"this caller already has %d requests in flight on this gateway (server.max_in_flight_per_subject); retry when one finishes", s.inFlight.max))
+		return
+	}
+	defer release()
 	if s.draining.Load() {
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", "1")
@@ -132,6 +161,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil {
+		// Read whole: lift the deadline, or net/http's watch for the client going away
+		// would time out mid-stream and cancel the request.
+		rec.unreadBody = false
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -149,6 +184,11 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidJSON,
 			typeInvalidRequest, codeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
+		return
+	}
+	if err := cr.checkEstimable(); err != nil {
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidValue,
+			typeInvalidRequest, codeInvalidValue, err.Error())
 		return
 	}
 	// One model decides the rule and is what the provider serves: the body's, else the x-model
@@ -193,9 +233,28 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// 4. Estimate and reserve.
-	facts := ledger.RequestFacts{Model: model, MaxTokens: cr.MaxTokens, MaxCompletionTokens: cr.MaxCompletionTokens, BodyBytes: int64(len(body))}
+	facts := ledger.RequestFacts{Model: model, MaxTokens: cr.MaxTokens, MaxCompletionTokens: cr.MaxCompletionTokens,
+		Choices: cr.N, BodyBytes: int64(len(body))}
+	if testHook(hookLegacyEstimate) {
+		facts.Choices = nil
+		if facts.MaxTokens != nil && *facts.MaxTokens > 0 {
+			facts.MaxCompletionTokens = nil
+		}
+	}
 	est := rule.Estimate(facts)
 	rec.estimate = est
+	if rule.Enforcement == ledger.EnforcementHard {
+		// The provider is asked for no more than the reservation covers after the prompt.
+		limit, ok := rule.OutputLimit(facts, est)
+		if !ok {
+			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codePromptFillsQuota,
+				typeInvalidRequest, codePromptFillsQuota, fmt.Sprintf(
+					"the prompt alone is estimated at %d tokens, leaving no output within the request's reservation of %d under rule %s (enforcement hard); shorten the prompt or lower n",
+					rule.InputEstimate(facts.BodyBytes), est, rule.Name))
+			return
+		}
+		cr.clampOutput = limit
+	}
 	key := rule.Key(subject, model)
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
@@ -236,7 +295,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 			s.settler.enqueue(settleJob{res: res, usage: ledger.Usage{}, rec: rec, rn: rn})
 		}
 	}()
-	usage := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
+	m := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
+	usage := m.charge(est, rule.InputEstimate(int64(len(body))))
+	if testHook(hookChargeEstimate) && !m.notSent && !(m.reported() && m.status/100 == 2 && !m.fromTail) {
+		usage = ledger.Usage{}
+	}
+	rec.known, rec.floor = m.reported(), !m.reported() && usage.Known
 	rec.latency = time.Since(rec.start)
 	queued = true
 	s.settler.enqueue(settleJob{res: res, usage: usage, rec: rec, rn: rn})
@@ -346,7 +410,7 @@ func removeConnectionHeaders(h http.Header) {
 func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
 	stream := cr.Stream != nil && *cr.Stream
 	wantsUsage := cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage != nil && *cr.StreamOptions.IncludeUsage
-	if cr.forwardModel == "" && (!stream || wantsUsage) {
+	if cr.forwardModel == "" && cr.clampOutput <= 0 && (!stream || wantsUsage) {
 		return body, false
 	}
 	var obj map[string]json.RawMessage
@@ -358,6 +422,13 @@ func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
 	if cr.forwardModel != "" {
 		m, _ := json.Marshal(cr.forwardModel)
 		obj["model"] = m
+	}
+	if cr.clampOutput > 0 {
+		// Both output-bound fields, so a provider honouring either stays within the bound.
+		obj["max_completion_tokens"] = json.RawMessage(strconv.FormatInt(cr.clampOutput, 10))
+		if cr.MaxTokens != nil {
+			obj["max_tokens"] = json.RawMessage(strconv.FormatInt(min(max(*cr.MaxTokens, 1), cr.clampOutput), 10))
+		}
 	}
 	if !stream || wantsUsage {
 		nb, err := json.Marshal(obj)
@@ -388,13 +459,17 @@ func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
 
 var relayBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// maxJSONUsageBuffer bounds how much of a non-streaming response is kept to read its usage.
-// Larger responses are relayed in full but charged at the estimate.
-const maxJSONUsageBuffer = 8 << 20
+// maxJSONUsageBuffer bounds how much of a non-streaming response is kept whole to read its
+// usage. Of a larger response only the last usageTailBytes are kept, and usage is read from
+// them (providers write usage last).
+const (
+	maxJSONUsageBuffer = 8 << 20
+	usageTailBytes     = 64 << 10
+)
 
 // forward sends the admitted request to the next provider and relays the response. It
-// returns the usage to settle with (Known false: charge the estimate).
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRecord, q *ledger.Quota, dec ledger.Decision, body []byte, cr *chatRequest) ledger.Usage {
+// returns what was seen of the consumption; metered.charge turns it into the settlement.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRecord, q *ledger.Quota, dec ledger.Decision, body []byte, cr *chatRequest) (m metered) {
 	p := s.pick()
 	rec.site = p.site
 	rec.stream = cr.Stream != nil && *cr.Stream
@@ -414,7 +489,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 		s.m.upstreamErrors.WithLabelValues(p.site, "transport").Inc()
 		rec.status = http.StatusBadGateway
 		writeError(w, http.StatusBadGateway, typeUpstream, codeUpstream, "the provider could not be contacted")
-		return ledger.Usage{}
+		m.notSent = true
+		return m
 	}
 	out.Header = upstreamHeaders(r.Header, rec.id)
 	out.ContentLength = int64(len(upBody))
@@ -427,11 +503,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 
 	resp, err := s.transport.RoundTrip(out)
 	if err != nil {
-		u := s.upstreamFailed(w, r, ctx, rec, p, err)
-		if !wrote.Load() {
-			u = ledger.Usage{Tokens: 0, Known: true}
-		}
-		return u
+		s.upstreamFailed(w, r, ctx, rec, p, err)
+		m.notSent = !wrote.Load()
+		return m
 	}
 	defer resp.Body.Close()
 	s.m.upstreamRequests.WithLabelValues(p.site, statusClass(resp.StatusCode)).Inc()
@@ -456,6 +530,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 		h.Del("Content-Length") // events may be removed
 	}
 	rec.status = resp.StatusCode
+	m.status = resp.StatusCode
+	rc := http.NewResponseController(w)
+	writeBy := func() { _ = rc.SetWriteDeadline(time.Now().Add(s.cfg.Server.writeTimeout)) }
+	writeBy()
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
 	if isSSE && flusher != nil {
@@ -466,14 +544,25 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	defer relayBufPool.Put(bp)
 	buf := *bp
 	var (
-		sse     *sseFilter
-		jsonBuf []byte
-		tooBig  bool
-		outBuf  []byte
+		sse    *sseFilter
+		js     jsonUsageReader
+		outBuf []byte
 	)
 	if isSSE {
 		sse = &sseFilter{dropUsageChunk: dropUsage}
 	}
+	// Whatever ends the relay, what was read so far is accounted.
+	defer func() {
+		if sse != nil {
+			m.usage, m.usageSeen, m.usageGarbled, m.relayed = sse.usage, sse.seen, sse.garbled, sse.relayed
+			return
+		}
+		m.usage, m.usageSeen = js.result()
+		m.fromTail = js.tooBig
+		if m.status/100 == 2 {
+			m.relayed = js.relayedTokens() // an error body is not output
+		}
+	}()
 	rec.end = endCompleted
 	for {
 		n, rerr := resp.Body.Read(buf)
@@ -482,18 +571,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 			if sse != nil {
 				outBuf = sse.feed(chunk, outBuf[:0])
 				chunk = outBuf
-			} else if !tooBig {
-				if len(jsonBuf)+n > maxJSONUsageBuffer {
-					tooBig, jsonBuf = true, nil
-				} else {
-					jsonBuf = append(jsonBuf, chunk...)
-				}
+			} else {
+				js.feed(chunk)
 			}
 			if len(chunk) > 0 {
+				writeBy() // a client that stops reading is cut off, and settles as gone
 				if _, werr := w.Write(chunk); werr != nil {
 					rec.end = endClientDisconnect
 					s.m.upstreamErrors.WithLabelValues(p.site, "client_disconnect").Inc()
-					return ledger.Usage{}
+					return m
 				}
 				if flusher != nil {
 					flusher.Flush()
@@ -515,36 +601,30 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 				rec.end = endProviderError
 				s.m.upstreamErrors.WithLabelValues(p.site, "body").Inc()
 			}
-			// Whatever usage a partial stream carried is not trusted: charge the estimate.
-			return ledger.Usage{}
+			// A partial response is charged at least what it showed (metered.charge).
+			return m
 		}
 	}
 	if sse != nil {
 		if tail := sse.finish(outBuf[:0]); len(tail) > 0 {
+			writeBy()
 			if _, werr := w.Write(tail); werr != nil {
 				rec.end = endClientDisconnect
-				return ledger.Usage{}
+				return m
 			}
 			if flusher != nil {
 				flusher.Flush()
 			}
 		}
-		if n, ok := sse.result(); ok {
-			return ledger.Usage{Tokens: n, Known: true}
-		}
-		return ledger.Usage{}
+		m.finished = true
+		return m
 	}
-	if tooBig || resp.StatusCode/100 != 2 {
-		return ledger.Usage{}
-	}
-	if n, ok := parseUsageJSON(jsonBuf); ok {
-		return ledger.Usage{Tokens: n, Known: true}
-	}
-	return ledger.Usage{}
+	m.finished = true
+	return m
 }
 
 // upstreamFailed answers a request whose provider call failed before any response header.
-func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, ctx context.Context, rec *requestRecord, p *upstream, err error) ledger.Usage {
+func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, ctx context.Context, rec *requestRecord, p *upstream, err error) {
 	s.m.upstreamRequests.WithLabelValues(p.site, "error").Inc()
 	switch {
 	case r.Context().Err() != nil:
@@ -563,7 +643,6 @@ func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, ctx cont
 		w.Header().Set(SiteHeader, p.site)
 		writeError(w, http.StatusBadGateway, typeUpstream, codeUpstream, "the provider could not be reached")
 	}
-	return ledger.Usage{}
 }
 
 func minRemaining(ws []ledger.WindowState) (int64, bool) {

@@ -24,6 +24,12 @@ import (
 //	upstream_timeout: 60s         # whole forwarded request, streaming included (default 60s)
 //	shutdown_timeout: 10s         # SIGTERM drain deadline (default 10s)
 //	lease_renewal: true           # renew reservations every lease/3 while in flight (default true)
+//	server:                       # bounds of the data port (defaults shown)
+//	  request_read_timeout: 10s   # a request's headers and body must arrive within this
+//	  write_timeout: 10s          # each write to a client must complete within this
+//	  max_header_bytes: 65536
+//	  max_connections: 1024       # concurrent data connections; more wait to be accepted
+//	  max_in_flight_per_subject: 64  # requests of one subject at once; more get 429
 //	auth:
 //	  realm: quotaqual            # WWW-Authenticate realm (default quotaqual)
 //	  basic:
@@ -42,6 +48,7 @@ type Config struct {
 	UpstreamTimeout *ledger.Duration `yaml:"upstream_timeout"`
 	ShutdownTimeout *ledger.Duration `yaml:"shutdown_timeout"`
 	LeaseRenewal    *bool            `yaml:"lease_renewal"`
+	Server          ServerConfig     `yaml:"server"`
 	Auth            AuthConfig       `yaml:"auth"`
 	Providers       []ProviderConfig `yaml:"providers"`
 	Quota           ledger.Policy    `yaml:"quota"`
@@ -51,6 +58,26 @@ type Config struct {
 	auth            *authenticator
 	upstreamTimeout time.Duration
 	shutdownTimeout time.Duration
+}
+
+// ServerConfig bounds what clients can hold on the data port. Zero values take the defaults.
+type ServerConfig struct {
+	// RequestReadTimeout bounds the arrival of a request's headers and body: a client that
+	// announces a body and sends none (or sends it slowly) is answered or cut off in bounded
+	// time, before or after authentication.
+	RequestReadTimeout *ledger.Duration `yaml:"request_read_timeout"`
+	// WriteTimeout bounds each write to the client: one that stops reading a stream is cut off,
+	// and its request settles as a client disconnect instead of holding its lease.
+	WriteTimeout *ledger.Duration `yaml:"write_timeout"`
+	// MaxHeaderBytes bounds the request headers.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections bounds concurrent data connections.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxInFlightPerSubject bounds one subject's concurrent requests, so one tenant cannot
+	// take every connection and goroutine.
+	MaxInFlightPerSubject int `yaml:"max_in_flight_per_subject"`
+
+	readTimeout, writeTimeout time.Duration
 }
 
 // AuthConfig lists the credentials the gateway accepts.
@@ -85,9 +112,16 @@ const (
 	DefaultUpstreamTimeout = 60 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultRealm           = "quotaqual"
-	maxProviders           = 64
-	maxCredentials         = 100_000
-	maxSubjectBytes        = 256
+
+	DefaultRequestReadTimeout    = 10 * time.Second
+	DefaultWriteTimeout          = 10 * time.Second
+	DefaultMaxHeaderBytes        = 64 << 10
+	DefaultMaxConnections        = 1024
+	DefaultMaxInFlightPerSubject = 64
+	maxServerBound               = 1 << 20
+	maxProviders                 = 64
+	maxCredentials               = 100_000
+	maxSubjectBytes              = 256
 )
 
 // LeaseRenewalEnabled reports whether leases are renewed (the default).
@@ -151,6 +185,7 @@ func (v *validator) validate(c *Config) {
 	}
 	c.upstreamTimeout = v.timeout("upstream_timeout", c.UpstreamTimeout, DefaultUpstreamTimeout)
 	c.shutdownTimeout = v.timeout("shutdown_timeout", c.ShutdownTimeout, DefaultShutdownTimeout)
+	v.server(&c.Server)
 	v.auth(c)
 	v.providers(c)
 
@@ -166,6 +201,22 @@ func (v *validator) validate(c *Config) {
 	}
 	c.compiled = compiled
 	v.leases(c)
+}
+
+func (v *validator) server(sc *ServerConfig) {
+	sc.readTimeout = v.timeout("server.request_read_timeout", sc.RequestReadTimeout, DefaultRequestReadTimeout)
+	sc.writeTimeout = v.timeout("server.write_timeout", sc.WriteTimeout, DefaultWriteTimeout)
+	bound := func(path string, n *int, def int) {
+		switch {
+		case *n == 0:
+			*n = def
+		case *n < 0 || *n > maxServerBound:
+			v.fail(path, "is %d; use 1 to %d, or remove it for the default %d", *n, maxServerBound, def)
+		}
+	}
+	bound("server.max_header_bytes", &sc.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	bound("server.max_connections", &sc.MaxConnections, DefaultMaxConnections)
+	bound("server.max_in_flight_per_subject", &sc.MaxInFlightPerSubject, DefaultMaxInFlightPerSubject)
 }
 
 func (v *validator) timeout(path string, d *ledger.Duration, def time.Duration) time.Duration {

@@ -44,7 +44,13 @@ func inProcessGateway(t *testing.T, policy string, led func(*ledger.CompiledPoli
 // inProcessGatewayTo is inProcessGateway with the provider at providerURL.
 func inProcessGatewayTo(t *testing.T, providerURL, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
 	t.Helper()
-	doc := `
+	return inProcessGatewayWith(t, providerURL, "", policy, led)
+}
+
+// inProcessGatewayWith is inProcessGatewayTo with top-level config lines (e.g. a server block).
+func inProcessGatewayWith(t *testing.T, providerURL, top, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
+	t.Helper()
+	doc := top + `
 listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 auth:
@@ -132,6 +138,8 @@ func TestBadRequestsAreAnsweredByTheGateway(t *testing.T) {
 		{"body too large", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large"},
 		{"not JSON", `{"model":`, 400, "invalid_json"},
 		{"max_tokens not a number", `{"model":"m","max_tokens":"many"}`, 400, "invalid_json"},
+		{"max_tokens out of range names the field", `{"model":"m","max_tokens":1e30}`, 400, "invalid_json"},
+		{"n out of range names the field", `{"model":"m","n":99999999999999999999}`, 400, "invalid_json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := chat(url, chatOpts{auth: auth, body: tc.body})
@@ -140,6 +148,12 @@ func TestBadRequestsAreAnsweredByTheGateway(t *testing.T) {
 			}
 			if e := decodeErr(t, r.body); e.Error.Code != tc.code {
 				t.Fatalf("code %q, want %q (%s)", e.Error.Code, tc.code, e.Error.Message)
+			}
+			if field, ok := map[string]string{"max_tokens out of range names the field": "max_tokens",
+				"n out of range names the field": "n"}[tc.name]; ok {
+				if msg := decodeErr(t, r.body).Error.Message; !strings.Contains(msg, `field "`+field+`" must be a whole number`) {
+					t.Errorf("message does not name the field %s: %s", field, msg)
+				}
 			}
 			if tc.code == "estimate_exceeds_capacity" && !strings.Contains(string(r.body), "lower max_tokens") {
 				t.Errorf("message does not say to lower max_tokens: %s", r.body)

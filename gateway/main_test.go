@@ -215,6 +215,7 @@ type callLog struct {
 		RequestID            string `json:"request_id"`
 		PromptTokens         int64  `json:"prompt_tokens"`
 		CompletionTokens     int64  `json:"completion_tokens"`
+		GeneratedTokens      int64  `json:"generated_tokens"`
 		AuthorizationPresent bool   `json:"authorization_present"`
 		Status               int    `json:"status"`
 		ClientGone           bool   `json:"client_gone"`

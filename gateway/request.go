@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/quotaqual/quotaqual/ledger"
 )
 
 // decidingFields are the body fields the gateway decides on (rule, allowed model, estimate,
 // streaming). It must read them exactly as the provider will, or a client could show the
 // gateway one value and the provider another.
-var decidingFields = []string{"model", "max_tokens", "max_completion_tokens", "stream", "stream_options"}
+var decidingFields = []string{"model", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options"}
 
 // parseChatRequest reads the fields the gateway decides on from a chat completion body.
 //
@@ -36,7 +38,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 			return nil
 		}
 		if err := json.Unmarshal(raw, v); err != nil {
-			return fmt.Errorf("field %q: %w", name, err)
+			return namedFieldError(name, err)
 		}
 		return nil
 	}
@@ -45,7 +47,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		v    any
 	}{
 		{"model", &cr.Model}, {"max_tokens", &cr.MaxTokens}, {"max_completion_tokens", &cr.MaxCompletionTokens},
-		{"stream", &cr.Stream},
+		{"n", &cr.N}, {"stream", &cr.Stream},
 	} {
 		if err := read(f.name, f.v); err != nil {
 			return cr, err
@@ -64,11 +66,31 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		}{}
 		if v, ok := opts["include_usage"]; ok {
 			if err := json.Unmarshal(v, &cr.StreamOptions.IncludeUsage); err != nil {
-				return cr, fmt.Errorf("field \"stream_options.include_usage\": %w", err)
+				return cr, namedFieldError("stream_options.include_usage", err)
 			}
 		}
 	}
 	return cr, nil
+}
+
+// namedFieldError wraps a field's decoding error with its name. A value decoded on its own
+// leaves a type error's Field empty (a number out of range read `field "" must be a whole
+// number`): the name is filled in.
+func namedFieldError(name string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field == "" {
+		te.Field = name
+	}
+	return fmt.Errorf("field %q: %w", name, err)
+}
+
+// checkEstimable refuses what cannot be estimated: a number of choices outside 1..128 (the
+// estimate is per choice, times n). It names the field.
+func (cr *chatRequest) checkEstimable() error {
+	if cr.N != nil && (*cr.N < 1 || *cr.N > ledger.MaxChoices) {
+		return fmt.Errorf("field \"n\" is %d; ask for 1 to %d choices", *cr.N, ledger.MaxChoices)
+	}
+	return nil
 }
 
 // topLevelFields returns an object's members by exact key, refusing a JSON value that is not

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quotaqual/quotaqual/ledger"
@@ -52,6 +54,7 @@ type Server struct {
 	settler      *settler
 	storeTimeout time.Duration
 	renew        bool
+	inFlight     *subjectLimiter
 	idPrefix     string
 	idSeq        atomic.Uint64
 
@@ -99,7 +102,8 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		led:          led,
 		auth:         cfg.auth,
 		storeTimeout: cfg.compiled.Backend.Timeout.D(),
-		renew:        cfg.LeaseRenewalEnabled(),
+		renew:        cfg.LeaseRenewalEnabled() && !testHook(hookNoRenewal),
+		inFlight:     newSubjectLimiter(cfg.Server.MaxInFlightPerSubject),
 		serveErr:     make(chan error, 2),
 	}
 	var b [6]byte
@@ -148,10 +152,15 @@ func (s *Server) Start() error {
 		s.dataLn.Close()
 		return fmt.Errorf("listen on %s (admin_listen): %w", s.cfg.AdminListen, err)
 	}
+	// Connections beyond the bound wait in the kernel's accept queue.
+	s.dataLn = netutil.LimitListener(s.dataLn, s.cfg.Server.MaxConnections)
 	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	s.dataSrv = &http.Server{
-		Handler:           s.dataHandler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: s.dataHandler(),
+		// The body's deadline is set per request (serveChat), so that it can be lifted once
+		// the body is read: a server-wide ReadTimeout would cut long streams.
+		ReadHeaderTimeout: min(10*time.Second, s.cfg.Server.readTimeout),
+		MaxHeaderBytes:    s.cfg.Server.MaxHeaderBytes,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          errLog,
 	}

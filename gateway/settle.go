@@ -122,12 +122,14 @@ func (st *settler) settle(j settleJob) {
 		s.m.backendErrors.WithLabelValues(s.led.Backend(), "settle").Inc()
 	}
 	s.m.inFlight.WithLabelValues(rule).Dec()
-	if j.usage.Known {
+	// "known": the provider's reported usage; "unknown": a floor of what was seen, or the
+	// estimate (serveChat sets rec.known).
+	if j.rec.known {
 		s.m.usage.WithLabelValues(rule, "known").Inc()
 	} else {
 		s.m.usage.WithLabelValues(rule, "unknown").Inc()
 	}
-	j.rec.actual, j.rec.known = j.usage.Tokens, j.usage.Known
+	j.rec.actual = j.usage.Tokens
 	if err != nil {
 		s.m.settlements.WithLabelValues(rule, "failed").Inc()
 		s.log.Warn("settlement failed after retries; the lease will expire and charge the estimate",

@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/quotaqual/quotaqual/ledger"
 )
 
 // maxUsageTokens bounds a usage figure the gateway accepts: 2^53, the largest capacity a budget
@@ -42,6 +44,114 @@ func (u *usageJSON) tokens() (int64, bool) {
 	return sum, true
 }
 
+// metered is what the gateway saw of an admitted request's consumption; charge turns it into
+// what the request is settled at.
+type metered struct {
+	notSent      bool  // the request never reached the provider: nothing was consumed
+	status       int   // the provider's status; 0 when no response header arrived
+	finished     bool  // the response was relayed to its end
+	usage        int64 // the largest valid usage figure the provider reported
+	usageSeen    bool
+	usageGarbled bool  // a usage object could not be read
+	relayed      int64 // output tokens seen relayed (SSE content chunks; a 2xx body's bytes / 4)
+	fromTail     bool  // the body was too large to buffer; usage came from its tail
+}
+
+// reported says whether the settlement is the usage the provider reported.
+func (m metered) reported() bool {
+	if !m.usageSeen || m.usageGarbled || m.notSent || m.status == 0 {
+		return false
+	}
+	return m.finished || m.status/100 != 2
+}
+
+// charge is what the request is settled at. "Usage unknown" never charges less than what was
+// seen: a response cut short (client gone, provider or read error, timeout), one whose usage
+// could not be read, and one too large to buffer are charged the largest of the estimate, the
+// last usage seen, and the output tokens relayed plus the input estimate. A provider's non-2xx
+// answer is charged the usage it reports, else the output it relayed (usually none): nothing
+// may have been generated. A request that never reached the provider costs nothing; one that
+// reached it but got no answer costs its estimate (Known false).
+func (m metered) charge(estimate, input int64) ledger.Usage {
+	switch {
+	case m.notSent:
+		return ledger.Usage{Tokens: 0, Known: true}
+	case m.status == 0:
+		return ledger.Usage{}
+	case m.reported():
+		return ledger.Usage{Tokens: m.usage, Known: true}
+	case m.status/100 != 2:
+		return ledger.Usage{Tokens: min(m.relayed, maxUsageTokens), Known: true}
+	}
+	t := max(estimate, min(m.relayed+input, maxUsageTokens))
+	if m.usageSeen {
+		t = max(t, m.usage)
+	}
+	return ledger.Usage{Tokens: t, Known: true}
+}
+
+// jsonUsageReader keeps what a non-streaming response needs to read its usage: the whole body
+// up to maxJSONUsageBuffer, beyond that only its last usageTailBytes.
+type jsonUsageReader struct {
+	buf    []byte
+	tooBig bool
+	bytes  int64
+}
+
+func (j *jsonUsageReader) feed(p []byte) {
+	j.bytes += int64(len(p))
+	j.buf = append(j.buf, p...)
+	if !j.tooBig && len(j.buf) > maxJSONUsageBuffer {
+		j.tooBig = true
+	}
+	if j.tooBig && len(j.buf) > 2*usageTailBytes {
+		n := copy(j.buf, j.buf[len(j.buf)-usageTailBytes:])
+		j.buf = j.buf[:n]
+	}
+}
+
+// result is the usage of the body: parsed whole, or read from the tail of a large body.
+func (j *jsonUsageReader) result() (int64, bool) {
+	if !j.tooBig {
+		return parseUsageJSON(j.buf)
+	}
+	return usageFromTail(j.buf)
+}
+
+// relayedTokens is the body's bytes / 4: a pessimistic count of what a 2xx body whose usage
+// cannot be read may hold.
+func (j *jsonUsageReader) relayedTokens() int64 {
+	return (j.bytes + 3) / 4
+}
+
+// usageFromTail reads the last top-level-looking "usage" member of a JSON body's tail (the
+// start of the body is gone). A "usage" inside a string is escaped (\"usage\") and skipped.
+func usageFromTail(tail []byte) (int64, bool) {
+	key := []byte(`"usage"`)
+	for end := len(tail); end > 0; {
+		i := bytes.LastIndex(tail[:end], key)
+		if i < 0 {
+			return 0, false
+		}
+		end = i
+		if i > 0 && tail[i-1] == '\\' {
+			continue
+		}
+		rest := bytes.TrimLeft(tail[i+len(key):], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		var u *usageJSON
+		if err := json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u); err != nil {
+			continue
+		}
+		if n, ok := u.tokens(); ok {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
 // parseUsageJSON reads the usage of a non-streaming chat completion response body. Missing or
 // garbled usage reports ok false: the request is then charged its estimate.
 func parseUsageJSON(body []byte) (tokens int64, ok bool) {
@@ -69,8 +179,9 @@ type sseFilter struct {
 	raw     bool   // an event exceeded maxSSEEvent: pass everything through, usage unknown
 
 	usage   int64
-	seen    bool // a valid usage object was read
-	garbled bool // a usage object could not be read
+	seen    bool  // a valid usage object was read
+	garbled bool  // a usage object could not be read
+	relayed int64 // output tokens in the content chunks read (relayedTokens)
 }
 
 // feed processes p and appends the bytes to send to the client to out.
@@ -140,6 +251,7 @@ func (f *sseFilter) result() (int64, bool) {
 // keep reads one complete event and reports whether it goes to the client.
 func (f *sseFilter) keep(ev []byte) bool {
 	data := sseData(ev)
+	f.relayed += relayedTokens(data)
 	if data == nil || !bytes.Contains(data, []byte(`"usage"`)) {
 		return true
 	}
@@ -163,6 +275,44 @@ func (f *sseFilter) keep(ev []byte) bool {
 		f.garbled = true
 	}
 	return !(f.dropUsageChunk && len(chunk.Choices) == 0)
+}
+
+// relayedTokens counts the output tokens of one chunk's data: per choice with any text (delta
+// content, reasoning, refusal, tool-call arguments, or legacy text), ceil(text bytes / 4) and at
+// least one — one token per chunk as providers stream, and no undercount when they batch.
+func relayedTokens(data []byte) int64 {
+	if !bytes.Contains(data, []byte(`"choices"`)) {
+		return 0
+	}
+	var chunk struct {
+		Choices []struct {
+			Text  string `json:"text"`
+			Delta struct {
+				Content          string `json:"content"`
+				ReasoningContent string `json:"reasoning_content"`
+				Refusal          string `json:"refusal"`
+				ToolCalls        []struct {
+					Function struct {
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(data, &chunk) != nil {
+		return 0
+	}
+	var n int64
+	for _, c := range chunk.Choices {
+		b := len(c.Text) + len(c.Delta.Content) + len(c.Delta.ReasoningContent) + len(c.Delta.Refusal)
+		for _, tc := range c.Delta.ToolCalls {
+			b += len(tc.Function.Arguments)
+		}
+		if b > 0 {
+			n += max(1, int64(b+3)/4)
+		}
+	}
+	return n
 }
 
 // sseData returns the concatenated data field of one event (lines "data:" joined by '\n'),

@@ -248,7 +248,7 @@ var idPool = sync.Pool{New: func() any { return &idBuf{off: 1024} }}
 func settlement(estimate int64, usage Usage) Settlement {
 	charged := estimate
 	if usage.Known {
-		charged = max(0, usage.Tokens)
+		charged = min(max(0, usage.Tokens), MaxEstimate) // one charge saturates at 2^53
 	}
 	return Settlement{Applied: true, Charged: charged, Refund: max(0, estimate-charged), Overage: max(0, charged-estimate)}
 }

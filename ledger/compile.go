@@ -27,7 +27,8 @@ type CompiledRule struct {
 	Index         int    // position in the policy's rules
 	Quota         *Quota // what the ledger enforces: the rule's budgets and lease
 	KeyMode       KeyMode
-	AllowedModels []string // empty: any model
+	AllowedModels []string    // empty: any model
+	Enforcement   Enforcement // meter (default) or hard
 
 	// Estimation, defaults filled in; see Estimate.
 	Strategy          Strategy
@@ -162,6 +163,9 @@ func (c *compiler) backend(b BackendConfig) BackendConfig {
 	case b.Kind == "valkey":
 		b.URL = c.backendURL(b.URL)
 	}
+	if b.Kind == "memory" && b.AllowEviction {
+		c.fail("backend.allow_eviction", "not used by kind memory; remove it or set kind: valkey")
+	}
 	if b.Namespace == "" {
 		b.Namespace = DefaultNamespace
 	} else if !namespaceRE.MatchString(b.Namespace) {
@@ -295,6 +299,14 @@ func (c *compiler) rule(path string, i int, r *Rule) *CompiledRule {
 	case !ruleNameRE.MatchString(r.Name):
 		c.fail(path+".name", "%q is not a valid name; use 1 to 63 characters of a-z 0-9 . _ - starting with a letter or digit", r.Name)
 	}
+	switch r.Enforcement {
+	case "":
+		cr.Enforcement = EnforcementMeter
+	case EnforcementMeter, EnforcementHard:
+		cr.Enforcement = r.Enforcement
+	default:
+		c.fail(path+".enforcement", "%q is not an enforcement; write meter (charge what is used) or hard (clamp the forwarded output bound to the reservation)", r.Enforcement)
+	}
 	switch r.Key {
 	case "":
 		cr.KeyMode = KeySubject
@@ -323,6 +335,11 @@ func (c *compiler) rule(path string, i int, r *Rule) *CompiledRule {
 				}
 			}
 		}
+	}
+	if cr.KeyMode == KeySubjectAndModel && cr.allowed == nil && cr.models == nil {
+		// Issue 10, defect 5: every junk model string would mint a fresh budget and fill
+		// max_keys for every tenant.
+		c.fail(path+".allowed_models", "is required with key subject_and_model: without it one subject can create a quota key (and a fresh budget) per made-up model name and fill limits.max_keys for everyone; list the models (or match.models)")
 	}
 	quota, minCap, minAt := c.budgets(path, r)
 	cr.Quota = quota

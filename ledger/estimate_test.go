@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -32,11 +33,20 @@ func TestEstimateStrategies(t *testing.T) {
 		{"fixed is ceil(fallback × multiplier) whatever the request", fixed, RequestFacts{MaxTokens: i64(9999), BodyBytes: 1 << 20}, 50},
 		{"max_tokens scales max_tokens", maxTok, RequestFacts{MaxTokens: i64(100)}, 120},
 		{"max_tokens rounds up", maxTok, RequestFacts{MaxTokens: i64(3)}, 4}, // 3.6
-		{"max_tokens prefers max_tokens over max_completion_tokens", maxTok, RequestFacts{MaxTokens: i64(10), MaxCompletionTokens: i64(1000)}, 12},
-		{"max_tokens falls back to max_completion_tokens", maxTok, RequestFacts{MaxCompletionTokens: i64(1000)}, 1200},
+		{"max_completion_tokens is the bound providers honour, before max_tokens", maxTok, RequestFacts{MaxTokens: i64(1), MaxCompletionTokens: i64(8000)}, 9600},
+		{"max_tokens alone is the bound", maxTok, RequestFacts{MaxTokens: i64(10)}, 12},
+		{"max_completion_tokens alone is the bound", maxTok, RequestFacts{MaxCompletionTokens: i64(1000)}, 1200},
+		{"a non-positive max_completion_tokens counts as absent", maxTok, RequestFacts{MaxTokens: i64(10), MaxCompletionTokens: i64(0)}, 12},
+		{"n choices reserve n times the bound", maxTok, RequestFacts{MaxCompletionTokens: i64(10), Choices: i64(64)}, 768},
+		{"n choices reserve n times the fallback", maxTok, RequestFacts{Choices: i64(2)}, 1200},
+		{"fixed is per choice", fixed, RequestFacts{Choices: i64(3)}, 150},
+		{"input_plus_max_tokens counts the input once and the output n times", input, RequestFacts{MaxTokens: i64(10), Choices: i64(3), BodyBytes: 401}, 131},
+		{"model_scaled scales n choices", scaled, RequestFacts{Model: "big", MaxTokens: i64(10), Choices: i64(2)}, 120},
+		{"an out-of-range n is read as the largest", maxTok, RequestFacts{MaxTokens: i64(1), Choices: i64(0)}, 154}, // 1 × 128 × 1.2
 		{"max_tokens falls back to fallback_estimate", maxTok, RequestFacts{}, 600},
 		{"a zero max_tokens counts as absent", maxTok, RequestFacts{MaxTokens: i64(0)}, 600},
 		{"a negative max_tokens counts as absent", maxTok, RequestFacts{MaxTokens: i64(-5), MaxCompletionTokens: i64(10)}, 12},
+		{"a negative max_completion_tokens counts as absent", maxTok, RequestFacts{MaxTokens: i64(10), MaxCompletionTokens: i64(-5)}, 12},
 		{"input_plus_max_tokens adds ceil(body / bytes_per_token)", input, RequestFacts{MaxTokens: i64(10), BodyBytes: 401}, 111},
 		{"input_plus_max_tokens with no body is the output alone", input, RequestFacts{MaxTokens: i64(10)}, 10},
 		{"input_plus_max_tokens falls back for the output", input, RequestFacts{BodyBytes: 4}, 101},
@@ -122,5 +132,44 @@ func TestEstimateOfAnUncompiledStrategyIsConservative(t *testing.T) {
 	r := &CompiledRule{Strategy: "bogus"}
 	if got := r.Estimate(RequestFacts{}); got != MaxEstimate {
 		t.Fatalf("Estimate = %d, want %d", got, MaxEstimate)
+	}
+}
+
+func TestOutputLimitUnderHardEnforcement(t *testing.T) {
+	hard := mustLoad(t, oneRule("budgets: [{window: 60s, capacity: 1000}]\nreserved_tokens: 60\nenforcement: hard")).Rules[0]
+	meter := mustLoad(t, oneRule("budgets: [{window: 60s, capacity: 1000}]\nreserved_tokens: 60")).Rules[0]
+	if meter.Enforcement != EnforcementMeter || hard.Enforcement != EnforcementHard {
+		t.Fatalf("enforcement: meter rule %q, hard rule %q", meter.Enforcement, hard.Enforcement)
+	}
+	cases := []struct {
+		name   string
+		rule   *CompiledRule
+		f      RequestFacts
+		want   int64
+		wantOK bool
+	}{
+		{"hard: no bound asked, the reservation after the input is the bound", hard, RequestFacts{BodyBytes: 80}, 40, true},
+		{"hard: a larger bound is clamped", hard, RequestFacts{MaxTokens: i64(5000), BodyBytes: 80}, 40, true},
+		{"hard: max_completion_tokens is clamped too", hard, RequestFacts{MaxTokens: i64(1), MaxCompletionTokens: i64(5000), BodyBytes: 80}, 40, true},
+		{"hard: a smaller bound is kept", hard, RequestFacts{MaxTokens: i64(7), BodyBytes: 80}, 7, true},
+		{"hard: n choices share what is left", hard, RequestFacts{Choices: i64(3), BodyBytes: 80}, 13, true},
+		{"hard: a prompt that fills the reservation cannot be served", hard, RequestFacts{BodyBytes: 240}, 0, false},
+		{"meter: the request's own bound, unclamped", meter, RequestFacts{MaxCompletionTokens: i64(5000), BodyBytes: 80}, 5000, true},
+		{"meter: no bound stays no bound", meter, RequestFacts{BodyBytes: 80}, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.rule.OutputLimit(tc.f, 60)
+			if got != tc.want || ok != tc.wantOK {
+				t.Fatalf("OutputLimit = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestEnforcementMustBeMeterOrHard(t *testing.T) {
+	_, err := LoadPolicy([]byte(oneRule("budgets: [{window: 60s, capacity: 100}]\nreserved_tokens: 10\nenforcement: strict")), nil)
+	if err == nil || !strings.Contains(err.Error(), "rules[0].enforcement") || !strings.Contains(err.Error(), "hard") {
+		t.Fatalf("error %v does not name quota.rules[0].enforcement and the choices", err)
 	}
 }

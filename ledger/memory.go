@@ -74,26 +74,28 @@ func (w *wheel) add(b, tokens int64) {
 	}
 }
 
-// collect appends the non-empty buckets in lo..hi.
+// collect appends the non-empty buckets from lo on; one newer than hi (the clock stepped
+// back) is listed as hi's.
 func (w *wheel) collect(lo, hi int64, out []bucketTokens) []bucketTokens {
 	for s, b := range w.idx {
-		if b >= lo && b <= hi && w.val[s] != 0 {
-			out = append(out, bucketTokens{index: b, tokens: w.val[s]})
+		if b >= lo && w.val[s] != 0 {
+			out = append(out, bucketTokens{index: min(b, hi), tokens: w.val[s]})
 		}
 	}
 	return out
 }
 
-// sum is the usage in buckets lo..hi and the newest non-empty one among them (noBucket if
-// none).
+// sum is the usage in buckets from lo on and the newest non-empty one among them (noBucket if
+// none). A bucket newer than hi — written before the clock stepped back — counts as hi's:
+// recent usage is never forgotten (conservative).
 func (w *wheel) sum(lo, hi int64) (total, newest int64) {
 	newest = noBucket
 	for s, b := range w.idx {
-		if b >= lo && b <= hi {
+		if b >= lo {
 			if v := w.val[s]; v != 0 {
 				total += v
-				if v > 0 && b > newest {
-					newest = b
+				if v > 0 && min(b, hi) > newest {
+					newest = min(b, hi)
 				}
 			}
 		}

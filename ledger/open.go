@@ -22,6 +22,8 @@ func Open(p *CompiledPolicy) (Ledger, error) {
 			Namespace: p.Backend.Namespace,
 			Timeout:   p.Backend.Timeout.D(),
 			Limits:    p.Limits,
+
+			AllowEviction: p.Backend.AllowEviction,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("backend: %w", err)

@@ -41,6 +41,9 @@ type BackendConfig struct {
 	URL       string   `yaml:"url"`       // valkey only; never logged unredacted
 	Namespace string   `yaml:"namespace"` // default "quotaqual"
 	Timeout   Duration `yaml:"timeout"`   // default 300ms
+	// AllowEviction (valkey only) accepts a store whose maxmemory-policy may evict keys; by
+	// default such a store is refused at connect (every call fails closed, naming the policy).
+	AllowEviction bool `yaml:"allow_eviction"`
 }
 
 // Limits bounds the state one ledger instance may hold. An absent field takes its default; a
@@ -101,7 +104,23 @@ type Rule struct {
 	ReservationTimeout Duration       `yaml:"reservation_timeout"` // default 30s
 	ReservedTokens     *int64         `yaml:"reserved_tokens"`
 	Estimation         *Estimation    `yaml:"estimation"`
+	// Enforcement is meter (default) or hard; see Enforcement.
+	Enforcement Enforcement `yaml:"enforcement"`
 }
+
+// Enforcement says what a rule's reservation bounds.
+type Enforcement string
+
+const (
+	// EnforcementMeter (default): admission bounds what is reserved; settlement charges what
+	// was used, which may exceed the reservation (the overage is charged, and later requests
+	// wait until it leaves the window).
+	EnforcementMeter Enforcement = "meter"
+	// EnforcementHard: the gateway also clamps the output bound it forwards to what the
+	// reservation leaves after the input estimate (OutputLimit), so with a provider that
+	// honours the bound, settled usage never exceeds the reservation.
+	EnforcementHard Enforcement = "hard"
+)
 
 // Match restricts a rule to authenticated subjects and/or models. Both lists must hold when
 // both are given. Matching never looks at client-supplied headers other than the model.
@@ -151,5 +170,6 @@ type RequestFacts struct {
 	Model               string
 	MaxTokens           *int64 // body "max_tokens"
 	MaxCompletionTokens *int64 // body "max_completion_tokens"
+	Choices             *int64 // body "n": choices generated, each up to the output bound
 	BodyBytes           int64  // length of the request body
 }

@@ -115,6 +115,7 @@ limits: {max_keys: 1, max_key_length: 1024, max_active_reservations: 2, max_body
 rules:
   - name: r
     key: subject_and_model
+    allowed_models: [m]
     budgets: [{window: 1s, capacity: 9007199254740992}, {window: 168h, capacity: 1}]
     reservation_timeout: 24h
     estimation: {strategy: max_tokens, fallback_estimate: 1}
@@ -263,6 +264,7 @@ rules:
   - name: by-model
     match: {subjects: [a]}
     key: subject_and_model
+    allowed_models: [qwen3-0.6b, gpt-4o, m]
     budgets: [{window: 60s, capacity: 60}]
     reserved_tokens: 1
   - name: by-subject

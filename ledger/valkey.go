@@ -52,6 +52,8 @@ type ValkeyOptions struct {
 	Namespace string        // prefix of every key; default "quotaqual"
 	Timeout   time.Duration // bound on every call; default 300ms
 	Limits    Limits        // per-instance bounds; zero fields take the defaults
+	// AllowEviction accepts a store whose maxmemory-policy may evict keys (see eviction.go).
+	AllowEviction bool
 }
 
 // Valkey is the shared backend: every Reserve, Renew, Settle and Inspect is one Lua script call
@@ -75,6 +77,8 @@ type Valkey struct {
 	timeout time.Duration
 	limits  Limits
 	secrets []string // texts that must never appear in an error
+
+	allowEviction bool // accept a maxmemory-policy that evicts
 
 	cmu     sync.Mutex
 	copt    valkey.ClientOption
@@ -147,9 +151,11 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 		ns:      opts.Namespace,
 		timeout: opts.Timeout,
 		limits:  opts.Limits.withDefaults(),
-		copt:    copt,
-		keys:    make(map[string]*trackedKey),
-		ids:     make(map[string]int64),
+
+		allowEviction: opts.AllowEviction,
+		copt:          copt,
+		keys:          make(map[string]*trackedKey),
+		ids:           make(map[string]int64),
 
 		releaseSlots: make(chan struct{}, maxReleasesInFlight),
 	}
@@ -206,6 +212,14 @@ func (v *Valkey) startDialLocked() chan struct{} {
 	opt := v.copt
 	go func() {
 		c, err := valkey.NewClient(opt)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), max(4*v.timeout, time.Second))
+			if err = checkEviction(ctx, c, v.allowEviction); err != nil {
+				c.Close()
+				c = nil
+			}
+			cancel()
+		}
 		v.cmu.Lock()
 		if err == nil && v.closed {
 			c.Close()
@@ -560,7 +574,7 @@ func (v *Valkey) Settle(ctx context.Context, r Reservation, usage Usage) (Settle
 	sk := v.layout(r.Quota, r.Key, 3)
 	known, tokens := "0", "0"
 	if usage.Known {
-		known, tokens = "1", strconv.FormatInt(max(0, usage.Tokens), 10)
+		known, tokens = "1", strconv.FormatInt(min(max(0, usage.Tokens), MaxEstimate), 10)
 	}
 	sk.args = append(sk.args, r.ID, known, tokens)
 	out, err := v.run(ctx, "settle", settleScript, sk.keys, sk.args)

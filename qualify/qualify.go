@@ -148,11 +148,20 @@ func Run(ctx context.Context, o Options) Outcome {
 		}
 		binary = exe
 	}
-	workDir, err := os.MkdirTemp("", "quotaqual-"+o.RunID+"-")
-	if err != nil {
-		return fail(codeTopology, fmt.Errorf("create the run's work directory: %w", err))
+	// A dead run (kill -9, a hang-up) left its work directory: remove it, and say so.
+	removed, errs := topology.RemoveDeadWorkDirs("")
+	for _, r := range removed {
+		rep.Note("removed a dead run's leftover: %s", r)
 	}
-	defer os.RemoveAll(workDir)
+	for _, e := range errs {
+		rep.Note("%s", e)
+	}
+	wd, err := topology.NewWorkDir("quotaqual-", o.RunID)
+	if err != nil {
+		return fail(codeTopology, err)
+	}
+	defer wd.Remove()
+	workDir := wd.Path
 
 	deployment, err := fixtures.NewDeployment(o.RunID, profile, names)
 	if err != nil {

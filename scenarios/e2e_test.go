@@ -23,6 +23,7 @@ var e2eScenarios = flag.String("scenarios", "", "comma-separated scenarios for t
 // Set by TestMain outside the namespaces, read inside.
 const (
 	envTestBinary = "QQ_SCENARIOS_TEST_BINARY"
+	envHookBinary = "QQ_SCENARIOS_HOOK_BINARY"
 	envNoNetns    = "QQ_SCENARIOS_NO_NETNS"
 )
 
@@ -52,6 +53,14 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 		os.Setenv(envTestBinary, bin)
+		// The test build whose gateway can switch fixed defects back on (gateway/testhooks.go),
+		// to prove the metering scenarios catch them.
+		hooked := filepath.Join(dir, "quotaqual-testhooks")
+		if err := testbin.BuildTags(hooked, testbin.TestHooksTag); err != nil {
+			fmt.Fprintln(os.Stderr, "building the test-hook quotaqual binary for the scenario tests:", err)
+			return 1
+		}
+		os.Setenv(envHookBinary, hooked)
 		if engine, reason := topology.Detect(); engine == topology.EngineNetns {
 			_, code, err := topology.ReexecIntoNamespace(topology.NewRunID(), nil)
 			if err != nil {
@@ -88,7 +97,31 @@ func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evide
 // topologyRunWith is topologyRun with a test-only change to the enforced network policy.
 func topologyRunWith(t *testing.T, engine, backend string, adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
 	t.Helper()
-	bin := quotaqualBinary(t)
+	return topologyRunBin(t, engine, quotaqualBinary(t), func(d *fixtures.Deployment) { d.Backend = backend }, adjust, list)
+}
+
+// topologyRunHooked runs list on engine with the test-hook build, its gateways switching the
+// named regressions on (gateway/testhooks.go); tweak may change the deployment further.
+func topologyRunHooked(t *testing.T, engine string, hooks []string, tweak func(*fixtures.Deployment), list []Scenario) []evidence.ScenarioResult {
+	t.Helper()
+	bin := os.Getenv(envHookBinary)
+	if bin == "" {
+		t.Fatal("no test-hook quotaqual binary: TestMain builds it unless -short")
+	}
+	results, _, _ := topologyRunBin(t, engine, bin, func(d *fixtures.Deployment) {
+		if len(hooks) > 0 {
+			d.GatewayTestEnv = []string{"QUOTAQUAL_TEST_HOOKS=" + strings.Join(hooks, ",")}
+		}
+		if tweak != nil {
+			tweak(d)
+		}
+	}, nil, list)
+	return results
+}
+
+// topologyRunBin is topologyRunWith with the binary given and the deployment changed by tweak.
+func topologyRunBin(t *testing.T, engine, bin string, tweak func(*fixtures.Deployment), adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+	t.Helper()
 	p, err := fixtures.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +131,7 @@ func topologyRunWith(t *testing.T, engine, backend string, adjust func(topology.
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Backend = backend
+	tweak(d)
 	work, err := os.MkdirTemp("", "quotaqual-scenarios-e2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -308,6 +341,82 @@ func TestValkeyPartitionFailsWhenGatewaysIgnoreTheStore(t *testing.T) {
 	if !found {
 		t.Errorf("valkey-partition failed, but not on the cut-off gateway's 503: %s", describe(results[0]))
 	}
+}
+
+// expectFailedOn checks that the one result failed, on an assertion whose name contains want.
+func expectFailedOn(t *testing.T, results []evidence.ScenarioResult, want ...string) {
+	t.Helper()
+	if len(results) != 1 || results[0].Status != evidence.Failed {
+		t.Fatalf("want failed, got %v", describeAll(results))
+	}
+	for _, w := range want {
+		found := false
+		for _, a := range results[0].Assertions {
+			if !a.OK && strings.Contains(a.Name, w) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s failed, but not on %q: %s", results[0].Name, w, describe(results[0]))
+		}
+	}
+	t.Logf("%s failed as it must: %s", results[0].Name, firstLine(results[0].Reason))
+}
+
+// TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate proves usage-accounting catches
+// issue 10's defects 1-3: a gateway that charges the estimate whenever the provider reported
+// no usage (stream closed early, oversized body, provider errors), and one that estimates from
+// max_tokens before max_completion_tokens and ignores n.
+func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"usage-accounting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("charging the estimate", func(t *testing.T) {
+		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"charge-estimate"}, nil, list),
+			"stream-closed-mid-generation: charged at least what the provider generated",
+			"oversized-response: charged what the provider counted",
+			"provider-error-after-generating: charged what the provider counted",
+			"provider-error-before-generating: charged what the provider counted")
+	})
+	t.Run("estimating from max_tokens first, without n", func(t *testing.T) {
+		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"legacy-estimate"}, nil, list),
+			"n-choices: reserved ≥ completion tokens generated",
+			"both-output-bounds: reserved ≥ completion tokens generated")
+	})
+}
+
+// TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
+// forwards the clients' output bounds, and the providers' usage exceeds the capacity.
+func TestHardGateFailsUnderMeter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"hard-gate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, nil, func(d *fixtures.Deployment) { d.HardGateEnforcement = "meter" }, list),
+		"usage settled within any window ≤ capacity (at the providers)")
+}
+
+// TestLongGenerationFailsWithoutLeaseRenewal proves long-generation can fail: a gateway that
+// never renews leases loses the generation's hold when the lease runs out (the ledger shows no
+// live reservation) and the generation is charged its estimate instead of its usage. (Its
+// concurrent requests stay denied: the expired lease's estimate fills the capacity.)
+func TestLongGenerationFailsWithoutLeaseRenewal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"long-generation"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"no-renewal"}, nil, list),
+		"the reservation stayed live, also after the lease", "settled at the usage the provider counted")
 }
 
 func describeAll(rs []evidence.ScenarioResult) []string {

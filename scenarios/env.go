@@ -168,11 +168,26 @@ func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
 
 // ProviderRequest is one entry of a provider's request log.
 type ProviderRequest struct {
-	RequestID            string `json:"request_id"`
-	AuthorizationPresent bool   `json:"authorization_present"`
-	Status               int    `json:"status"`
-	Stream               bool   `json:"stream"`
-	HoldMS               int64  `json:"hold_ms"`
+	Time                 time.Time `json:"time"`
+	RequestID            string    `json:"request_id"`
+	AuthorizationPresent bool      `json:"authorization_present"`
+	Status               int       `json:"status"`
+	Stream               bool      `json:"stream"`
+	HoldMS               int64     `json:"hold_ms"`
+	MaxTokens            *int64    `json:"max_tokens"` // the output bound the stub honoured
+	PromptTokens         int64     `json:"prompt_tokens"`
+	GeneratedTokens      int64     `json:"generated_tokens"` // completion tokens generated and sent
+	ClientGone           bool      `json:"client_gone"`
+	DurationMS           float64   `json:"duration_ms"`
+}
+
+// Consumed is what the provider counted for the request: its prompt and the completion
+// tokens it generated (none, prompt included, when it generated nothing).
+func (p ProviderRequest) Consumed() int64 {
+	if p.GeneratedTokens == 0 {
+		return 0
+	}
+	return p.PromptTokens + p.GeneratedTokens
 }
 
 // ProviderCalls is one provider's call log as GET /admin/calls reports it.
@@ -282,15 +297,21 @@ func (q QuotaState) Settled() int64 {
 	return q.Windows[0].Settled
 }
 
-// Quota reads the state of subject's key from gateway's admin endpoint.
+// Quota reads the state of subject's key under the qualification's rule from gateway's admin
+// endpoint.
 func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (QuotaState, error) {
+	return env.QuotaOf(ctx, gateway, RuleName, subjectLabel)
+}
+
+// QuotaOf reads the state of subject's key under rule from gateway's admin endpoint.
+func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (QuotaState, error) {
 	var q QuotaState
 	cred, ok := env.credential(subjectLabel)
 	if !ok {
 		return q, fmt.Errorf("no credential for %s in scenario %s: the deployment was built without this scenario", subjectLabel, env.scenario)
 	}
 	u := strings.TrimRight(env.Topo.Gateway(gateway).AdminURL, "/") + "/admin/quota?rule=" +
-		url.QueryEscape(RuleName) + "&subject=" + url.QueryEscape(cred.Username)
+		url.QueryEscape(rule) + "&subject=" + url.QueryEscape(cred.Username)
 	if _, err := env.adminGet(ctx, u, &q); err != nil {
 		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, err)
 	}

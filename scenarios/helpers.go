@@ -39,11 +39,16 @@ func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
 // settled) and returns that state. The gateway settles off the response path, so a read right
 // after a response may still see its reservation.
 func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaState, error) {
+	return env.waitIdleOf(ctx, gateway, RuleName, subject)
+}
+
+// waitIdleOf is waitIdle for subject's key under rule.
+func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (QuotaState, error) {
 	var q QuotaState
 	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
 		var err error
-		q, err = env.Quota(ctx, gateway, subject)
+		q, err = env.QuotaOf(ctx, gateway, rule, subject)
 		if err != nil {
 			return false, err
 		}

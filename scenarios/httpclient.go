@@ -46,9 +46,17 @@ type ChatCall struct {
 	Cred      CredKind // default CredValid
 	CrossWith string   // CredCrossSubject: the label whose username is sent (default the next subject)
 	Stream    bool
-	MaxTokens int64         // default 1
+	MaxTokens int64         // default 1; negative: the body has no max_tokens
 	Hold      time.Duration // asks the provider stub to hold the request (body metadata)
 	Timeout   time.Duration // default requestTimeout(profile)
+
+	// Fields are added to the body (e.g. "n", "max_completion_tokens"); Metadata to its
+	// metadata (the stub's per-request generation: fixtures.TokensMetadata, …).
+	Fields   map[string]any
+	Metadata map[string]string
+	// StopAfterChunks, for a stream: the client closes the connection once it has read this
+	// many content chunks (a client that leaves mid-generation).
+	StopAfterChunks int
 }
 
 // Outcome is what one request produced.
@@ -135,19 +143,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 		env.record(rec)
 	}()
 
-	body := map[string]any{
-		"model":      fixtures.DefaultModel,
-		"messages":   []map[string]string{{"role": "user", "content": "hello"}},
-		"max_tokens": c.MaxTokens,
-	}
-	if c.Stream {
-		body["stream"] = true
-		body["stream_options"] = map[string]bool{"include_usage": true}
-	}
-	if c.Hold > 0 {
-		body["metadata"] = map[string]string{fixtures.HoldMetadata: c.Hold.String()}
-	}
-	b, _ := json.Marshal(body)
+	b := chatBody(c)
 	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	u := strings.TrimRight(env.Topo.Gateway(c.Gateway).DataURL, "/") + ChatPath
@@ -177,7 +173,21 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 	o.Headers = resp.Header
 	o.Site = resp.Header.Get(fixtures.SiteHeader)
 	o.RequestID = resp.Header.Get("X-Request-Id")
+	if c.StopAfterChunks > 0 {
+		n, err := readContentChunks(resp.Body, c.StopAfterChunks)
+		o.End = time.Now()
+		o.Latency = o.End.Sub(o.Start)
+		if err != nil {
+			o.Err = fmt.Errorf("reading the stream (%d content chunks read): %w", n, err)
+		}
+		return o // the deferred Close leaves mid-stream
+	}
+	// The first 4 MiB are kept for the usage; the rest is read and dropped, so a large
+	// response is read to its end like a real client would.
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
 	o.End = time.Now()
 	o.Latency = o.End.Sub(o.Start)
 	if err != nil {
@@ -193,6 +203,52 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 		o.ErrorType = errorType(raw)
 	}
 	return o
+}
+
+// chatBody is the JSON body of c.
+func chatBody(c ChatCall) []byte {
+	body := map[string]any{
+		"model":    fixtures.DefaultModel,
+		"messages": []map[string]string{{"role": "user", "content": "hello"}},
+	}
+	if c.MaxTokens > 0 {
+		body["max_tokens"] = c.MaxTokens
+	}
+	if c.Stream {
+		body["stream"] = true
+		body["stream_options"] = map[string]bool{"include_usage": true}
+	}
+	md := map[string]string{}
+	if c.Hold > 0 {
+		md[fixtures.HoldMetadata] = c.Hold.String()
+	}
+	for k, v := range c.Metadata {
+		md[k] = v
+	}
+	if len(md) > 0 {
+		body["metadata"] = md
+	}
+	for k, v := range c.Fields {
+		body[k] = v
+	}
+	b, _ := json.Marshal(body)
+	return b
+}
+
+// readContentChunks reads SSE lines until n data lines carrying non-empty content were read.
+func readContentChunks(r io.Reader, n int) (int, error) {
+	br := bufio.NewReader(r)
+	seen := 0
+	for seen < n {
+		line, err := br.ReadBytes('\n')
+		if bytes.HasPrefix(line, []byte("data:")) && bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)) {
+			seen++
+		}
+		if err != nil {
+			return seen, err
+		}
+	}
+	return seen, nil
 }
 
 // authorize sets the Authorization header the credential kind calls for. Secrets go only

@@ -44,7 +44,8 @@ type Scenario struct {
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
-// qualification, then valkey-partition (one replica cut off from the store).
+// qualification, then valkey-partition (one replica cut off from the store), then the
+// metering scenarios (usage-accounting, hard-gate, long-generation).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -57,6 +58,9 @@ func All() []Scenario {
 		valkeyOutage(),
 		networkPolicy(),
 		valkeyPartition(),
+		usageAccounting(),
+		longGeneration(),
+		hardGate(),
 	}
 }
 

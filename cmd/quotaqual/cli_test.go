@@ -199,12 +199,21 @@ func TestRunExitsWith3WhenTheTopologyCannotComeUp(t *testing.T) {
 }
 
 func TestInterruptTearsDownAndWritesThePartialBundle(t *testing.T) {
-	evDir := t.TempDir()
-	runID := fmt.Sprintf("ctrlc-%d", time.Now().UnixNano()%1e6)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "run", "--topology", "process", "--json",
-		"--evidence-dir", evDir, "--run-id", runID, "--scenario", "window-expiry", "--scenario", "gateway-restart")
+	// A terminal hang-up (SIGHUP) ends a run like Ctrl-C (issue 10, defect 13).
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) { interruptRun(t, sig) })
+	}
+}
+
+// startRunUntil starts `quotaqual run` on the process topology and returns once its progress
+// shows marker (or ctx ends).
+func startRunUntil(ctx context.Context, t *testing.T, runID, evDir, marker string, scenarios ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	args := []string{"run", "--topology", "process", "--json", "--evidence-dir", evDir, "--run-id", runID}
+	for _, s := range scenarios {
+		args = append(args, "--scenario", s)
+	}
+	cmd := exec.CommandContext(ctx, binary, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	errPipe, err := cmd.StderrPipe()
@@ -214,14 +223,13 @@ func TestInterruptTearsDownAndWritesThePartialBundle(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Interrupt once window-expiry is under way (it waits for a window to pass).
 	started := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(errPipe)
 		signalled := false
 		for sc.Scan() {
 			stderr.WriteString(sc.Text() + "\n")
-			if !signalled && strings.Contains(sc.Text(), "waiting for usage to leave") {
+			if !signalled && strings.Contains(sc.Text(), marker) {
 				signalled = true
 				close(started)
 			}
@@ -234,10 +242,63 @@ func TestInterruptTearsDownAndWritesThePartialBundle(t *testing.T) {
 	case <-started:
 	case <-ctx.Done():
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	return cmd, &stdout, &stderr
+}
+
+// workDirsOf lists the run's work directories in the temporary directory.
+func workDirsOf(runID string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "quotaqual-"+runID+"-*"))
+	return dirs
+}
+
+// TestKill9LeavesAWorkDirectoryThatDownRemoves: after kill -9 of `quotaqual run` its work
+// directory (configs, logs, the Valkey password file) stays; `down --run-id` stops what is
+// left and removes it, and says what it removed (issue 10, defect 13).
+func TestKill9LeavesAWorkDirectoryThatDownRemoves(t *testing.T) {
+	runID := fmt.Sprintf("kill9-%d", time.Now().UnixNano()%1e6)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd, _, stderr := startRunUntil(ctx, t, runID, t.TempDir(), "waiting for usage to leave", "window-expiry")
+	if len(workDirsOf(runID)) != 1 {
+		t.Fatalf("run %s has work directories %v while running, want one", runID, workDirsOf(runID))
+	}
+	if _, _, code := quotaqual(t, 30*time.Second, "down", "--run-id", "kill9-none"); code != 0 {
+		t.Fatalf("down of an unknown run: exit %d", code)
+	}
+	if len(workDirsOf(runID)) != 1 {
+		t.Fatal("down of another run removed this live run's work directory")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(workDirsOf(runID)) != 1 {
+		t.Fatalf("after kill -9 the work directory is %v: the test cannot show down removing it\n%s", workDirsOf(runID), stderr)
+	}
+	out, derr, code := quotaqual(t, time.Minute, "down", "--run-id", runID)
+	if code != 0 {
+		t.Fatalf("down --run-id %s: exit %d: %s", runID, code, derr)
+	}
+	if left := workDirsOf(runID); len(left) != 0 {
+		t.Errorf("down left the work directory %v", left)
+	}
+	if !strings.Contains(out, "removed work directory "+filepath.Join(os.TempDir(), "quotaqual-"+runID)) {
+		t.Errorf("down did not say it removed the work directory:\n%s", out)
+	}
+	if left := topology.FindRunProcesses(runID); len(left) > 0 {
+		t.Errorf("processes of run %s still running after down: %v", runID, left)
+	}
+}
+
+func interruptRun(t *testing.T, sig syscall.Signal) {
+	evDir := t.TempDir()
+	runID := fmt.Sprintf("ctrlc-%d", time.Now().UnixNano()%1e6)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Interrupt once window-expiry is under way (it waits for a window to pass).
+	cmd, stdout, stderr := startRunUntil(ctx, t, runID, evDir, "waiting for usage to leave", "window-expiry", "gateway-restart")
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != ExitFailed {
 		t.Fatalf("interrupted run: %v, want exit %d\nstderr: %s", err, ExitFailed, stderr.String())
@@ -269,6 +330,9 @@ func TestInterruptTearsDownAndWritesThePartialBundle(t *testing.T) {
 	}
 	if left := topology.FindRunProcesses(runID); len(left) > 0 {
 		t.Errorf("processes of run %s still running after the interrupt: %v", runID, left)
+	}
+	if left := workDirsOf(runID); len(left) > 0 {
+		t.Errorf("work directory %v left after the interrupt", left)
 	}
 }
 

@@ -29,7 +29,9 @@ that run is left.
 A docker run's containers, networks and volumes carry the label org.quotaqual.run-id; down
 removes exactly those. A process run's gateways, providers and Valkey carry the run id in their environment
 (` + topology.EnvRunID + `); down stops exactly those (SIGTERM, then SIGKILL after 5s) and nothing
-else. Without --run-id it lists the runs that still have processes.`,
+else. Once the run is dead, down also removes its work directory (configs, logs, the Valkey
+password file) from the temporary directory, and says so. Without --run-id it lists the runs
+that still have processes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -70,13 +72,19 @@ else. Without --run-id it lists the runs that still have processes.`,
 			if kerr != nil {
 				td.Errors = append(td.Errors, "kind: "+kerr.Error())
 			}
-			fmt.Fprintln(out, "netns runs leave nothing behind: their namespaces die with the run's process tree.")
-			if len(td.Removed) == 0 && len(td.Errors) == 0 {
-				fmt.Fprintf(out, "run %s: no process left\n", runID)
+			// Its work directory (configs, logs, the Valkey password file) once it is dead.
+			wdRemoved, wdErrs := topology.RemoveDeadWorkDirs(runID)
+			td.Errors = append(td.Errors, wdErrs...)
+			fmt.Fprintln(out, "netns runs leave no namespace, process or network behind: they die with the run's process tree.")
+			if len(td.Removed) == 0 && len(wdRemoved) == 0 && len(td.Errors) == 0 {
+				fmt.Fprintf(out, "run %s: nothing left\n", runID)
 				return nil
 			}
 			for _, r := range td.Removed {
 				fmt.Fprintln(out, "stopped", r)
+			}
+			for _, r := range wdRemoved {
+				fmt.Fprintln(out, "removed", r)
 			}
 			if len(td.Errors) > 0 {
 				return withCode(ExitFailed, fmt.Errorf("%s", strings.Join(td.Errors, "; ")))

@@ -47,7 +47,8 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 				// The run happened in the child; it already printed everything.
 				return withCode(code, nil)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			// A terminal hang-up ends the run like Ctrl-C: torn down, bundle written.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 
 			// Progress goes to stderr in both modes, so stdout stays pure JSON with --json.

@@ -153,11 +153,12 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 	if err != nil {
 		return withCode(ExitTopology, fmt.Errorf("finding the quotaqual binary: %w", err))
 	}
-	work, err := os.MkdirTemp("", "quotaqual-up-"+runID+"-")
+	wd, err := topology.NewWorkDir("quotaqual-up-", runID)
 	if err != nil {
 		return withCode(ExitTopology, err)
 	}
-	defer os.RemoveAll(work)
+	defer wd.Remove()
+	work := wd.Path
 	d, err := fixtures.NewDeployment(runID, prof, nil)
 	if err != nil {
 		return withCode(ExitUsage, err)

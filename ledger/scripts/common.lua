@@ -221,13 +221,23 @@ local function advance()
   end
 end
 
+-- MAXT is 2^53, the largest capacity and the largest integer a Lua number holds exactly: one
+-- charge and one bucket saturate there (beyond it every window is full anyway).
+local MAXT = 9007199254740992
+
 -- charge adds tokens to bucket b of width wd and to every total counting it. Returns whether
--- it wrote (a bucket older than the width's longest window is outside every window).
+-- it wrote (a bucket older than the width's longest window is outside every window). The
+-- increment saturates instead of failing on overflow: an error here would abort the script
+-- after some of its writes.
 local function charge(wd, b, tokens)
   if b < wd.lo then
     return false
   end
-  redis.call('HINCRBY', wd.key, idx(b), tokens)
+  tokens = math.max(0, math.min(tonumber(tokens), MAXT))
+  local r = redis.pcall('HINCRBY', wd.key, idx(b), idx(tokens))
+  if type(r) ~= 'number' or r > MAXT then
+    redis.call('HSET', wd.key, idx(b), idx(MAXT))
+  end
   wd.written = true
   if b > wd.h then
     wd.h, wd.dirty = b, true
@@ -258,6 +268,10 @@ local function sweep()
       ids[#ids + 1] = exp[i]
     end
     local ests = batched('HMGET', A, ids)
+    -- Removed before they are charged: should anything below fail, an id is never left live
+    -- to be charged again by the next sweep.
+    batched('HDEL', A, ids)
+    redis.call('ZREMRANGEBYSCORE', D, '-inf', idx(now))
     gone = {}
     local freed = 0
     for k, id in ipairs(ids) do
@@ -271,8 +285,6 @@ local function sweep()
         freed = freed + tonumber(est)
       end
     end
-    batched('HDEL', A, ids)
-    redis.call('ZREMRANGEBYSCORE', D, '-inf', idx(now))
     reserved, rdirty = reserved - freed, true
     changed = true
   end
@@ -300,7 +312,7 @@ local function prepare(r, extra)
   end
   for _, win in ipairs(windows) do
     if win.wd.h > win.wd.cur then
-      win.exact = true -- a bucket newer than now (the clock went back) must not count
+      win.exact = true -- a bucket newer than now (the clock went back) counts as now
     end
   end
   local swept = sweep()
@@ -310,28 +322,31 @@ local function prepare(r, extra)
   return x, swept
 end
 
--- settled is the usage window win counts at now.
+-- settled is the usage window win counts at now. A bucket newer than now (the store clock
+-- stepped back, e.g. after a failover to a node whose clock is behind) counts as now: recent
+-- usage is never forgotten.
 local function settled(win)
   if not win.exact then
     return win.t
   end
-  local lo, hi = win.lo, win.wd.cur
+  local lo = win.lo
   local s = 0
   for _, b in ipairs(readall(win.wd)) do
-    if b[1] >= lo and b[1] <= hi then
+    if b[1] >= lo then
       s = s + b[2]
     end
   end
   return s
 end
 
--- buckets lists the non-empty buckets window win counts at now, sorted by index.
+-- buckets lists the non-empty buckets window win counts at now, sorted by index; one newer
+-- than now is listed as now's.
 local function buckets(win)
   local lo, hi = win.lo, win.wd.cur
   local out = {}
   for _, b in ipairs(readall(win.wd)) do
-    if b[1] >= lo and b[1] <= hi and b[2] ~= 0 then
-      out[#out + 1] = b
+    if b[1] >= lo and b[2] ~= 0 then
+      out[#out + 1] = { math.min(b[1], hi), b[2] }
     end
   end
   table.sort(out, function(x, y) return x[1] < y[1] end)

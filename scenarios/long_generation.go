@@ -1,0 +1,127 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+)
+
+func longGeneration() Scenario {
+	return Scenario{
+		Name: "long-generation",
+		Summary: "one streamed generation lasts longer than its reservation's lease (a rule with the profile's short lease and " +
+			"room for one request) while the same subject keeps asking on both gateways",
+		Invariant: "hard gate: the renewed lease keeps the hold for the whole generation — every concurrent request is denied, " +
+			"also after the lease would have run out — and the generation settles at the usage the provider counted",
+		Run: runLongGeneration,
+	}
+}
+
+// longGenerationTokens and longGenerationInterToken make a generation of 3.5 s, longer than the
+// quick profile's 2.5 s long-generation lease.
+const (
+	longGenerationTokens     = 35
+	longGenerationInterToken = 100 * time.Millisecond
+	longGenerationProbeEvery = 250 * time.Millisecond
+)
+
+func runLongGeneration(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	const rule = fixtures.LongGenerationRule
+	length := longGenerationTokens * longGenerationInterToken
+	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s, lease %s", rule, p.Estimate, p.Estimate, p.Window, p.LongGenerationLease))
+	r.Fact("generation", length.String())
+	if length <= p.LongGenerationLease {
+		return r.Error(fmt.Errorf("profile %s: a generation of %s does not outlast the lease of %s", p.Name, length, p.LongGenerationLease))
+	}
+	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	if !ok {
+		return r
+	}
+
+	done := make(chan Outcome, 1)
+	started := time.Now()
+	go func() {
+		done <- env.Chat(ctx, ChatCall{Gateway: gwA, Label: "long-generation", Subject: appA, Stream: true, MaxTokens: -1,
+			Metadata: map[string]string{fixtures.TokensMetadata: strconv.Itoa(longGenerationTokens),
+				fixtures.InterTokenMetadata: longGenerationInterToken.String()}})
+	}()
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p), func(ctx context.Context) (bool, error) {
+		q, err := env.QuotaOf(ctx, gwB, rule, appA)
+		return err == nil && q.ActiveReservations == 1, err
+	})
+	if err != nil {
+		<-done
+		return r.Error(fmt.Errorf("waiting for the long generation's reservation: %w", err))
+	}
+
+	// Probe on both gateways until the generation ends.
+	var probes, deniedProbes, afterLease, held, heldAfterLease, sampleErrs int
+	var probeStatuses []int
+	var long Outcome
+	finished := false
+	for i := 0; !finished; i++ {
+		t := time.NewTimer(longGenerationProbeEvery)
+		select {
+		case long = <-done:
+			finished = true
+			t.Stop()
+			continue
+		case <-ctx.Done():
+			t.Stop()
+			return r.Error(ctx.Err())
+		case <-t.C:
+		}
+		o := env.Chat(ctx, ChatCall{Gateway: alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
+		probes++
+		probeStatuses = append(probeStatuses, o.Status)
+		if o.Status == http.StatusTooManyRequests {
+			deniedProbes++
+		}
+		pastLease := time.Since(started) > p.LongGenerationLease+p.StoreTimeout
+		if pastLease {
+			afterLease++
+		}
+		// The hold itself, read from the ledger: one live reservation until the end.
+		if hq, err := env.QuotaOf(ctx, alternate(i), rule, appA); err != nil {
+			sampleErrs++
+		} else if hq.ActiveReservations == 1 && hq.ReservedTokens == p.Estimate {
+			held++
+			if pastLease {
+				heldAfterLease++
+			}
+		}
+	}
+	q, idleErr := env.waitIdleOf(ctx, gwA, rule, appA)
+	after, err := env.settledProviders(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("provider call logs after: %w", err))
+	}
+	_, pr, found := after.FindRequest(long.RequestID)
+	r.Fact("long_status", long.Status)
+	r.Fact("long_latency_ms", ms(long.Latency))
+	r.Fact("concurrent_statuses", probeStatuses)
+	r.Fact("concurrent_after_the_lease", afterLease)
+	r.Fact("hold_samples", map[string]int{"held": held, "held_after_the_lease": heldAfterLease, "errors": sampleErrs})
+	if idleErr != nil {
+		r.Error(idleErr)
+	}
+	r.Check("the long generation completed", http.StatusOK, long.Status, long.Status == http.StatusOK)
+	r.Check("it lasted longer than the lease", fmt.Sprintf("> %s", p.LongGenerationLease), long.Latency.Round(time.Millisecond).String(), long.Latency > p.LongGenerationLease)
+	r.Check("concurrent requests were made after the lease would have run out", "≥ 1", afterLease, afterLease >= 1)
+	r.Check("every concurrent request was denied with 429", probes, deniedProbes, deniedProbes == probes)
+	r.Check("the reservation stayed live, also after the lease (sampled from the ledger with each request)", probes, held,
+		held == probes && heldAfterLease == afterLease)
+	r.Check("only the long generation reached a provider", 1, TotalDelta(before, after), TotalDelta(before, after) == 1)
+	if r.Check("the provider logged the long generation", "found", found, found) && idleErr == nil {
+		r.Check("settled at the usage the provider counted", pr.Consumed(), q.Settled(), q.Settled() == pr.Consumed())
+	}
+	r.Key("%s generation, lease %s: %d/%d concurrent requests denied (%d after the lease), settled %d", long.Latency.Round(100*time.Millisecond),
+		p.LongGenerationLease, deniedProbes, probes, afterLease, q.Settled())
+	return r
+}

@@ -1,0 +1,119 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+)
+
+func usageAccounting() Scenario {
+	return Scenario{
+		Name: "usage-accounting",
+		Summary: "requests whose usage the gateway cannot simply read — a stream the client closes mid-generation, a response larger " +
+			"than the usage buffer, provider errors, n > 1 and both output-bound fields — are each charged what the provider generated",
+		Invariant: "meter: each request's settled charge equals what the provider stub counted (prompt + generated tokens), and never less " +
+			"than what it generated; the reservation covers the output bound the provider honours, times n",
+		Run: runUsageAccounting,
+	}
+}
+
+// accountingCase is one request of usage-accounting.
+type accountingCase struct {
+	label string
+	call  ChatCall
+	// exact: the charge must equal what the provider counted; otherwise (a stream cut short,
+	// whose last tokens may be in flight when the client leaves) it must lie between what was
+	// generated, less inFlightSlack, and that plus the gateway's input estimate.
+	exact bool
+	// reserveAtLeastGenerated: the reservation (read from x-ratelimit-remaining-tokens) must
+	// cover every completion token generated.
+	reserveAtLeastGenerated bool
+	status                  int
+}
+
+// inFlightSlack bounds the tokens a provider may have sent after the gateway last relayed
+// (one inter-token delay of 5 ms at most, a few chunks in socket buffers).
+const inFlightSlack = 8
+
+func accountingCases() []accountingCase {
+	tok := func(n int, extra ...string) map[string]string {
+		md := map[string]string{fixtures.TokensMetadata: strconv.Itoa(n)}
+		for i := 0; i+1 < len(extra); i += 2 {
+			md[extra[i]] = extra[i+1]
+		}
+		return md
+	}
+	return []accountingCase{
+		{label: "stream-closed-mid-generation", status: http.StatusOK, call: ChatCall{Stream: true, MaxTokens: -1,
+			Metadata: tok(400, fixtures.InterTokenMetadata, "5ms"), StopAfterChunks: 100}},
+		{label: "oversized-response", status: http.StatusOK, exact: true, call: ChatCall{MaxTokens: -1,
+			Metadata: tok(2_200_000)}}, // ~8.8 MB of content: beyond the gateway's 8 MiB usage buffer
+		{label: "provider-error-after-generating", status: http.StatusInternalServerError, exact: true, call: ChatCall{MaxTokens: -1,
+			Metadata: tok(40, fixtures.FailMetadata, "500")}},
+		{label: "provider-error-before-generating", status: http.StatusServiceUnavailable, exact: true, call: ChatCall{MaxTokens: -1,
+			Metadata: tok(0, fixtures.FailMetadata, "503")}},
+		{label: "n-choices", status: http.StatusOK, exact: true, reserveAtLeastGenerated: true, call: ChatCall{MaxTokens: -1,
+			Fields: map[string]any{"n": 3, "max_completion_tokens": 10}, Metadata: tok(100)}},
+		{label: "both-output-bounds", status: http.StatusOK, exact: true, reserveAtLeastGenerated: true, call: ChatCall{MaxTokens: 1,
+			Fields: map[string]any{"max_completion_tokens": 30}, Metadata: tok(100)}},
+	}
+}
+
+func runUsageAccounting(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	const rule = fixtures.UsageAccountingRule
+	r.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s", rule, env.Profile.Estimate,
+		fixtures.UsageAccountingCapacity, fixtures.UsageAccountingWindow))
+	q, err := env.waitIdleOf(ctx, gwA, rule, appA)
+	if err != nil {
+		return r.Error(err)
+	}
+	settled := q.Settled()
+	var summary []string
+	for i, c := range accountingCases() {
+		gw := alternate(i)
+		c.call.Gateway, c.call.Label, c.call.Subject = gw, c.label, appA
+		o := env.Chat(ctx, c.call)
+		r.Check(c.label+": answered "+strconv.Itoa(c.status), c.status, o.Status, o.Status == c.status)
+		after, err := env.settledProviders(ctx)
+		if err != nil {
+			return r.Error(fmt.Errorf("%s: reading the provider call logs: %w", c.label, err))
+		}
+		_, pr, found := after.FindRequest(o.RequestID)
+		if !r.Check(c.label+": the provider logged the request", "found", found, found) {
+			continue
+		}
+		q, err := env.waitIdleOf(ctx, gw, rule, appA)
+		if err != nil {
+			return r.Error(fmt.Errorf("%s: %w", c.label, err))
+		}
+		charged := q.Settled() - settled
+		consumed := pr.Consumed()
+		r.Fact(c.label, map[string]any{"status": o.Status, "charged": charged, "prompt_tokens": pr.PromptTokens,
+			"generated_tokens": pr.GeneratedTokens, "client_gone": pr.ClientGone})
+		if c.exact {
+			r.Check(c.label+": charged what the provider counted", consumed, charged, charged == consumed)
+		} else {
+			// The gateway's input estimate (ceil(body bytes / 4)) stands in for the prompt.
+			input := int64(len(chatBody(c.call))+3) / 4
+			lo, hi := pr.GeneratedTokens-inFlightSlack, pr.GeneratedTokens+pr.PromptTokens+input+inFlightSlack
+			r.Check(c.label+": charged at least what the provider generated", fmt.Sprintf("≥ %d", lo), charged, charged >= lo)
+			r.Check(c.label+": charged no more than generated + the input estimate", fmt.Sprintf("≤ %d", hi), charged, charged <= hi)
+			r.Check(c.label+": the client left mid-generation", true, pr.ClientGone, pr.ClientGone)
+		}
+		if c.reserveAtLeastGenerated {
+			// x-ratelimit-remaining-tokens = capacity − settled − reserved, at admission.
+			rem, err := strconv.ParseInt(o.Headers.Get("x-ratelimit-remaining-tokens"), 10, 64)
+			reserved := fixtures.UsageAccountingCapacity - settled - rem
+			ok := err == nil && reserved >= pr.GeneratedTokens
+			r.Check(c.label+": reserved ≥ completion tokens generated", fmt.Sprintf("≥ %d", pr.GeneratedTokens), reserved, ok)
+		}
+		summary = append(summary, fmt.Sprintf("%d/%d", charged, consumed))
+		settled = q.Settled()
+	}
+	r.Key("charged/counted at the provider: %v", summary)
+	return r
+}
