@@ -301,6 +301,7 @@ func tokensPlot(origin time.Time, span float64, ls LedgerSeries, reqs []RequestR
 		settled = append(settled, plotter.XY{X: x, Y: float64(s.Settled)})
 	}
 	recon := reconstructReserved(origin, ls, reqs)
+	reconSettled := reconstructSettled(origin, ls, reqs)
 	for _, l := range []struct {
 		name   string
 		xys    plotter.XYs
@@ -310,6 +311,7 @@ func tokensPlot(origin time.Time, span float64, ls LedgerSeries, reqs []RequestR
 		{"reserved (ledger samples)", reserved, colReserved, false},
 		{"reserved (reconstructed)", recon, colRecon, true},
 		{"settled (ledger samples)", settled, colSettled, false},
+		{"settled (reconstructed)", reconSettled, colAuth, true},
 	} {
 		if err := addLine(l.name, l.xys, l.clr, l.dashed, true); err != nil {
 			return "", err
@@ -349,6 +351,44 @@ func reconstructReserved(origin time.Time, ls LedgerSeries, reqs []RequestRecord
 		}
 		return edges[i].delta > edges[j].delta
 	})
+	xys := plotter.XYs{{X: secondsSince(origin, edges[0].t), Y: 0}}
+	var level int64
+	for _, e := range edges {
+		level += e.delta
+		xys = append(xys, plotter.XY{X: secondsSince(origin, e.t), Y: float64(level)})
+	}
+	return xys
+}
+
+// reconstructSettled rebuilds settled usage in the window from the request log: each admitted
+// request of the series' subject charges its reported usage (its estimate when it reported none)
+// from when its answer was read until one window later. The ledger counts usage in buckets, so
+// its own line may lag this one by up to a bucket. Nothing is drawn when the window is unknown.
+func reconstructSettled(origin time.Time, ls LedgerSeries, reqs []RequestRecord) plotter.XYs {
+	if ls.WindowMS <= 0 {
+		return nil
+	}
+	window := time.Duration(ls.WindowMS) * time.Millisecond
+	type edge struct {
+		t     time.Time
+		delta int64
+	}
+	var edges []edge
+	for _, r := range reqs {
+		if r.Status != 200 || r.Subject != ls.Subject {
+			continue
+		}
+		charge := ls.Estimate
+		if r.Usage != nil {
+			charge = r.Usage.TotalTokens
+		}
+		end := r.Time.Add(r.Latency)
+		edges = append(edges, edge{end, charge}, edge{end.Add(window), -charge})
+	}
+	if len(edges) == 0 {
+		return nil
+	}
+	sort.SliceStable(edges, func(i, j int) bool { return edges[i].t.Before(edges[j].t) })
 	xys := plotter.XYs{{X: secondsSince(origin, edges[0].t), Y: 0}}
 	var level int64
 	for _, e := range edges {
