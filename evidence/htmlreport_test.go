@@ -394,6 +394,9 @@ func TestReconstructionFromTheRequestLog(t *testing.T) {
 	if got, want := steps(reconstructSettled(t0, ls, reqs)), "1.0:0 1.0:12 1.5:27 5.0:15 5.5:0"; got != want {
 		t.Errorf("settled = %s, want %s", got, want)
 	}
+	if got, want := steps(clipX(reconstructSettled(t0, ls, reqs), 5.2)), "1.0:0 1.0:12 1.5:27 5.0:15 5.2:15"; got != want {
+		t.Errorf("settled clipped at 5.2 s = %s, want %s", got, want)
+	}
 	ls.WindowMS = 0
 	if got := reconstructSettled(t0, ls, reqs); got != nil {
 		t.Errorf("settled without a window = %v, want nothing drawn", got)

@@ -301,7 +301,8 @@ func tokensPlot(origin time.Time, span float64, ls LedgerSeries, reqs []RequestR
 		settled = append(settled, plotter.XY{X: x, Y: float64(s.Settled)})
 	}
 	recon := reconstructReserved(origin, ls, reqs)
-	reconSettled := reconstructSettled(origin, ls, reqs)
+	// The last charges stay in the window after the scenario ended: draw only what it saw.
+	reconSettled := clipX(reconstructSettled(origin, ls, reqs), span)
 	for _, l := range []struct {
 		name   string
 		xys    plotter.XYs
@@ -394,6 +395,23 @@ func reconstructSettled(origin time.Time, ls LedgerSeries, reqs []RequestRecord)
 	for _, e := range edges {
 		level += e.delta
 		xys = append(xys, plotter.XY{X: secondsSince(origin, e.t), Y: float64(level)})
+	}
+	return xys
+}
+
+// clipX keeps a step line's points up to x = limit, ending it at limit on the level it had.
+// A limit of 0 keeps everything.
+func clipX(xys plotter.XYs, limit float64) plotter.XYs {
+	if limit <= 0 {
+		return xys
+	}
+	for i, xy := range xys {
+		if xy.X > limit {
+			if i == 0 {
+				return nil
+			}
+			return append(xys[:i:i], plotter.XY{X: limit, Y: xys[i-1].Y})
+		}
 	}
 	return xys
 }
