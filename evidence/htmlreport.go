@@ -422,7 +422,7 @@ nav a{margin-right:.6em}
 {{if .Faults}}<h3>Fault windows</h3><table class="faults"><tr><th>lever</th><th>target</th><th>window (since the scenario started)</th></tr>
 {{range .Faults}}<tr class="fault"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{windowSpan . $origin}}</td></tr>{{end}}</table>{{end}}
 {{if .Timeline}}<figure class="plot" data-plot="timeline">{{.Timeline}}<figcaption>Every request: when it was sent, through which gateway, its status (colour) and the provider site that served it (shape); fault windows shaded.</figcaption></figure>{{end}}
-{{if .Tokens}}<figure class="plot" data-plot="tokens">{{.Tokens}}<figcaption>Reserved and settled tokens sampled from the ledger, reserved tokens reconstructed from the admitted requests' time in flight, and the capacity line.</figcaption></figure>{{end}}
+{{if .Tokens}}<figure class="plot" data-plot="tokens">{{.Tokens}}<figcaption>Reserved and settled tokens sampled from the ledger and reconstructed from the request log (reserved: each admitted request's estimate while in flight; settled: its usage for one window after its answer — the ledger counts in buckets, so it may lag by one), and the capacity line.</figcaption></figure>{{end}}
 {{if .Remaining}}<figure class="plot" data-plot="remaining">{{.Remaining}}<figcaption>Remaining tokens each response announced (x-ratelimit-remaining-tokens), per subject, against the announced limit.</figcaption></figure>{{end}}
 {{if .Latency}}<figure class="plot" data-plot="latency">{{.Latency}}<figcaption>Cumulative latency distribution per status: admitted requests wait for the provider, denials are decided before any provider is called.</figcaption></figure>{{end}}
 {{range .PlotErrs}}<p class="reason">plot unavailable: {{.}}</p>{{end}}

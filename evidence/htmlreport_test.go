@@ -53,7 +53,7 @@ func reportFixture(t *testing.T, root, runID string) string {
 			Started: t0, Elapsed: 2 * time.Second,
 			Facts: []Fact{
 				{Name: "time_to_decision_ms", Value: []float64{2, 2}},
-				{Name: LedgerSamplesFact, Value: LedgerSeries{Subject: "application-a", Capacity: 60, Estimate: 15, Samples: samples}},
+				{Name: LedgerSamplesFact, Value: LedgerSeries{Subject: "application-a", Capacity: 60, Estimate: 15, WindowMS: 4000, Samples: samples}},
 				{Name: FaultWindowsFact, Value: []FaultWindow{{Kind: "outage", Target: "valkey", Start: at(950), End: at(1400)}}},
 			},
 			Assertions: []Assertion{
@@ -221,7 +221,7 @@ func TestReportShowsEveryScenarioItsAssertionsAndPlots(t *testing.T) {
 		}
 	}
 	tok := plotText(t, out, "tokens")
-	for _, s := range []string{"reserved (ledger samples)", "reserved (reconstructed)", "settled (ledger samples)", "capacity 60"} {
+	for _, s := range []string{"reserved (ledger samples)", "reserved (reconstructed)", "settled (ledger samples)", "settled (reconstructed)", "capacity 60"} {
 		if !strings.Contains(tok, s) {
 			t.Errorf("tokens plot lacks %q", s)
 		}
@@ -363,5 +363,42 @@ func TestPlotsDrawDegenerateData(t *testing.T) {
 		if err != nil || !strings.HasPrefix(svg, "<svg") {
 			t.Errorf("%s: %v (svg %d bytes)", name, err, len(svg))
 		}
+	}
+}
+
+func TestReconstructionFromTheRequestLog(t *testing.T) {
+	t0 := time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+	ls := LedgerSeries{Subject: "application-a", Capacity: 60, Estimate: 15, WindowMS: 4000}
+	reqs := []RequestRecord{
+		{Subject: "application-a", Status: 200, Time: t0, Latency: time.Second, Usage: &Usage{TotalTokens: 12}},
+		{Subject: "application-a", Status: 200, Time: t0.Add(500 * time.Millisecond), Latency: time.Second}, // no usage: the estimate
+		{Subject: "application-a", Status: 429, Time: t0.Add(600 * time.Millisecond)},
+		{Subject: "application-b", Status: 200, Time: t0, Latency: time.Second, Usage: &Usage{TotalTokens: 99}},
+	}
+	steps := func(xys interface {
+		Len() int
+		XY(int) (float64, float64)
+	}) string {
+		var b strings.Builder
+		for i := 0; i < xys.Len(); i++ {
+			x, y := xys.XY(i)
+			fmt.Fprintf(&b, "%.1f:%g ", x, y)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	// Reserved: 15 in flight from 0 s, 30 from 0.5 s, 15 from 1 s, 0 from 1.5 s.
+	if got, want := steps(reconstructReserved(t0, ls, reqs)), "0.0:0 0.0:15 0.5:30 1.0:15 1.5:0"; got != want {
+		t.Errorf("reserved = %s, want %s", got, want)
+	}
+	// Settled: 12 charged at 1 s, +15 (the estimate) at 1.5 s, each for one 4 s window.
+	if got, want := steps(reconstructSettled(t0, ls, reqs)), "1.0:0 1.0:12 1.5:27 5.0:15 5.5:0"; got != want {
+		t.Errorf("settled = %s, want %s", got, want)
+	}
+	if got, want := steps(clipX(reconstructSettled(t0, ls, reqs), 5.2)), "1.0:0 1.0:12 1.5:27 5.0:15 5.2:15"; got != want {
+		t.Errorf("settled clipped at 5.2 s = %s, want %s", got, want)
+	}
+	ls.WindowMS = 0
+	if got := reconstructSettled(t0, ls, reqs); got != nil {
+		t.Errorf("settled without a window = %v, want nothing drawn", got)
 	}
 }

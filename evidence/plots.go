@@ -301,6 +301,8 @@ func tokensPlot(origin time.Time, span float64, ls LedgerSeries, reqs []RequestR
 		settled = append(settled, plotter.XY{X: x, Y: float64(s.Settled)})
 	}
 	recon := reconstructReserved(origin, ls, reqs)
+	// The last charges stay in the window after the scenario ended: draw only what it saw.
+	reconSettled := clipX(reconstructSettled(origin, ls, reqs), span)
 	for _, l := range []struct {
 		name   string
 		xys    plotter.XYs
@@ -310,6 +312,7 @@ func tokensPlot(origin time.Time, span float64, ls LedgerSeries, reqs []RequestR
 		{"reserved (ledger samples)", reserved, colReserved, false},
 		{"reserved (reconstructed)", recon, colRecon, true},
 		{"settled (ledger samples)", settled, colSettled, false},
+		{"settled (reconstructed)", reconSettled, colAuth, true},
 	} {
 		if err := addLine(l.name, l.xys, l.clr, l.dashed, true); err != nil {
 			return "", err
@@ -354,6 +357,61 @@ func reconstructReserved(origin time.Time, ls LedgerSeries, reqs []RequestRecord
 	for _, e := range edges {
 		level += e.delta
 		xys = append(xys, plotter.XY{X: secondsSince(origin, e.t), Y: float64(level)})
+	}
+	return xys
+}
+
+// reconstructSettled rebuilds settled usage in the window from the request log: each admitted
+// request of the series' subject charges its reported usage (its estimate when it reported none)
+// from when its answer was read until one window later. The ledger counts usage in buckets, so
+// its own line may lag this one by up to a bucket. Nothing is drawn when the window is unknown.
+func reconstructSettled(origin time.Time, ls LedgerSeries, reqs []RequestRecord) plotter.XYs {
+	if ls.WindowMS <= 0 {
+		return nil
+	}
+	window := time.Duration(ls.WindowMS) * time.Millisecond
+	type edge struct {
+		t     time.Time
+		delta int64
+	}
+	var edges []edge
+	for _, r := range reqs {
+		if r.Status != 200 || r.Subject != ls.Subject {
+			continue
+		}
+		charge := ls.Estimate
+		if r.Usage != nil {
+			charge = r.Usage.TotalTokens
+		}
+		end := r.Time.Add(r.Latency)
+		edges = append(edges, edge{end, charge}, edge{end.Add(window), -charge})
+	}
+	if len(edges) == 0 {
+		return nil
+	}
+	sort.SliceStable(edges, func(i, j int) bool { return edges[i].t.Before(edges[j].t) })
+	xys := plotter.XYs{{X: secondsSince(origin, edges[0].t), Y: 0}}
+	var level int64
+	for _, e := range edges {
+		level += e.delta
+		xys = append(xys, plotter.XY{X: secondsSince(origin, e.t), Y: float64(level)})
+	}
+	return xys
+}
+
+// clipX keeps a step line's points up to x = limit, ending it at limit on the level it had.
+// A limit of 0 keeps everything.
+func clipX(xys plotter.XYs, limit float64) plotter.XYs {
+	if limit <= 0 {
+		return xys
+	}
+	for i, xy := range xys {
+		if xy.X > limit {
+			if i == 0 {
+				return nil
+			}
+			return append(xys[:i:i], plotter.XY{X: limit, Y: xys[i-1].Y})
+		}
 	}
 	return xys
 }

@@ -118,6 +118,7 @@ type LedgerSeries struct {
 	Subject  string         `json:"subject"` // subject label
 	Capacity int64          `json:"capacity"`
 	Estimate int64          `json:"estimate"`
+	WindowMS int64          `json:"window_ms,omitempty"` // the window usage counts in; 0: unknown
 	Samples  []LedgerSample `json:"samples"`
 }
 

@@ -74,6 +74,7 @@ func (s *ledgerSampler) Stop(env *Env, r *Result, subject string) ([]evidence.Le
 	s.stop()
 	<-s.done
 	r.Fact(evidence.LedgerSamplesFact, evidence.LedgerSeries{Subject: subject, Capacity: env.Profile.Capacity,
-		Estimate: env.Profile.Estimate, Samples: append([]evidence.LedgerSample{}, s.samples...)})
+		Estimate: env.Profile.Estimate, WindowMS: env.Profile.Window.Milliseconds(),
+		Samples: append([]evidence.LedgerSample{}, s.samples...)})
 	return s.samples, s.errs
 }
