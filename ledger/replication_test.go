@@ -248,3 +248,46 @@ func TestFailoverAcknowledgedLosesNoAdmission(t *testing.T) {
 		t.Errorf("acknowledged: porcupine says %v; want Ok", out.linearizable)
 	}
 }
+
+// An unacknowledged settlement: applied on the primary, reported applied with
+// ErrNotAcknowledged; the replica still holds the reservation, so a promoted replica would
+// charge its estimate when the lease runs out — the refund is lost (conservative), never the
+// hold.
+func TestSettleNotAcknowledgedLeavesTheHoldOnTheReplica(t *testing.T) {
+	r := valkeytest.StartReplicated(t)
+	led, ns := newSentinelLedger(t, r, ledgertest.Limits(t), 1, 100*time.Millisecond)
+	q := &ledger.Quota{Rule: "settle-ack", Lease: time.Minute, Budgets: []ledger.Budget{{Window: time.Minute, Capacity: 100}}}
+	ctx := context.Background()
+	d, err := led.Reserve(ctx, q, "subject", 30)
+	if err != nil || !d.Admitted {
+		t.Fatalf("reserve: %+v, %v", d, err)
+	}
+	if ids := heldIDs(t, r.Replica.Addr(), ns); !slices.Contains(ids, d.Reservation.ID) {
+		t.Fatalf("an acknowledged reserve returned before the replica held it: replica holds %v", ids)
+	}
+	if err := r.Replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := valkeyproc.Do(ctx, r.Primary.Addr(), "", "CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := led.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 5, Known: true})
+	if !errors.Is(err, ledger.ErrNotAcknowledged) || !errors.Is(err, ledger.ErrStore) {
+		t.Fatalf("settle with the replica cut off: err %v; want ErrNotAcknowledged (and ErrStore)", err)
+	}
+	if !st.Applied || st.Charged != 5 || st.Refund != 25 {
+		t.Errorf("settle reported %+v; want applied on the primary, charged 5, refund 25", st)
+	}
+	if ids := heldIDs(t, r.Primary.Addr(), ns); slices.Contains(ids, d.Reservation.ID) {
+		t.Errorf("the primary still holds the settled reservation")
+	}
+	if err := r.Replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Primary.Kill(); err != nil { // lost before the replica reconnects
+		t.Fatal(err)
+	}
+	if ids := heldIDs(t, r.Replica.Addr(), ns); !slices.Contains(ids, d.Reservation.ID) {
+		t.Errorf("the replica lost the hold: %v; a promoted replica must still charge the estimate", ids)
+	}
+}
