@@ -44,7 +44,8 @@ type Scenario struct {
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
-// qualification, then valkey-partition (one replica cut off from the store).
+// qualification, then valkey-partition (one replica cut off from the store), then
+// valkey-failover (a split brain of the replicated store group).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -57,6 +58,7 @@ func All() []Scenario {
 		valkeyOutage(),
 		networkPolicy(),
 		valkeyPartition(),
+		valkeyFailover(),
 	}
 }
 

@@ -93,11 +93,16 @@ func (b *base) CollectLogs(dir string) error { return copyLogs(b.logDir(), dir) 
 // gatewayConfig renders and writes gateway name's config; it holds no secret (they are ${ENV}
 // references resolved from the environment GatewayEnv builds).
 func (b *base) gatewayConfig(name string, a fixtures.Addresses) (string, error) {
+	return b.gatewayConfigAs(name, name, a)
+}
+
+// gatewayConfigAs renders gateway name's config into file <file>.yaml.
+func (b *base) gatewayConfigAs(name, file string, a fixtures.Addresses) (string, error) {
 	y, err := b.spec.Deployment.GatewayConfig(name, a)
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(b.configDir(), name+".yaml")
+	path := filepath.Join(b.configDir(), file+".yaml")
 	if err := os.WriteFile(path, y, 0o600); err != nil {
 		return "", fmt.Errorf("writing the config of %s: %w", name, err)
 	}

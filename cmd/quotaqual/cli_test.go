@@ -368,6 +368,13 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
 	for _, r := range out.Results {
+		// The docker engine runs no replicated store group yet: valkey-failover must say so.
+		if r.Name == "valkey-failover" {
+			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "no replicated store group") {
+				t.Errorf("%s: %s (%s), want skipped for the missing store group", r.Name, r.Status, r.Reason)
+			}
+			continue
+		}
 		if r.Status != evidence.Passed {
 			t.Errorf("%s: %s (%s)", r.Name, r.Status, r.Reason)
 		}

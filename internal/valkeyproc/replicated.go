@@ -21,8 +21,12 @@ type ReplicatedOptions struct {
 	MasterName string // the name the Sentinels monitor; default "quotaqual"
 	Primary    Options
 	Replica    Options
-	Sentinels  []Options // three by default (Dir required in each)
-	Quorum     int       // Sentinels that must agree the primary is down; default 2
+	// MoreReplicas are further replicas. With one replica, a write acknowledged by one replica
+	// cannot be acknowledged again after a failover until the old primary rejoins; a second
+	// replica keeps the promoted primary acknowledged at once.
+	MoreReplicas []Options
+	Sentinels    []Options // three by default (Dir required in each)
+	Quorum       int       // Sentinels that must agree the primary is down; default 2
 	// DownAfter: how long a node must not answer before a Sentinel deems it down (default 1s);
 	// FailoverTimeout: Sentinel's failover-timeout (default 3s). Short, so that a promotion
 	// completes within a few seconds.
@@ -37,8 +41,9 @@ type ReplicatedOptions struct {
 // Replicated is a running replicated store.
 type Replicated struct {
 	MasterName string
-	Primary    *Server // the node started as primary (it may be a replica after a failover)
-	Replica    *Server // the node started as replica
+	Primary    *Server   // the node started as primary (it may be a replica after a failover)
+	Replica    *Server   // the node started as replica
+	Replicas   []*Server // every node started as replica (Replica first)
 	Sentinels  []*Server
 }
 
@@ -66,6 +71,16 @@ func StartReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, err
 		r.Kill()
 		return nil, err
 	}
+	// Every data node may become a replica of another after a failover.
+	o.Primary.MasterAuth = o.Primary.Password
+	// A replica's full sync otherwise waits 5 s (repl-diskless-sync-delay) for more replicas
+	// to share one transfer: too long for a topology that comes up in a second.
+	noDelay := []string{"--repl-diskless-sync-delay", "0"}
+	o.Primary.ExtraArgs = append(o.Primary.ExtraArgs, noDelay...)
+	o.Replica.ExtraArgs = append(o.Replica.ExtraArgs, noDelay...)
+	for i := range o.MoreReplicas {
+		o.MoreReplicas[i].ExtraArgs = append(o.MoreReplicas[i].ExtraArgs, noDelay...)
+	}
 	if o.MinReplicasToWrite > 0 {
 		lag := max(1, int(o.MinReplicasMaxLag/time.Second))
 		extra := []string{"--min-replicas-to-write", strconv.Itoa(o.MinReplicasToWrite), "--min-replicas-max-lag", strconv.Itoa(lag)}
@@ -76,15 +91,23 @@ func StartReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, err
 	if r.Primary, err = Start(ctx, o.Primary); err != nil {
 		return fail(fmt.Errorf("primary: %w", err))
 	}
-	o.Replica.ExtraArgs = append(o.Replica.ExtraArgs, "--replicaof", r.Primary.Host(), strconv.Itoa(r.Primary.Port()))
-	if r.Replica, err = Start(ctx, o.Replica); err != nil {
-		return fail(fmt.Errorf("replica: %w", err))
+	for i, ro := range append([]Options{o.Replica}, o.MoreReplicas...) {
+		ro.ExtraArgs = append(ro.ExtraArgs, "--replicaof", r.Primary.Host(), strconv.Itoa(r.Primary.Port()))
+		ro.MasterAuth = o.Primary.Password
+		s, err := Start(ctx, ro)
+		if err != nil {
+			return fail(fmt.Errorf("replica %d: %w", i+1, err))
+		}
+		r.Replicas = append(r.Replicas, s)
 	}
-	if err := waitFor(ctx, 10*time.Second, "the replica's initial sync", func(ctx context.Context) (bool, error) {
-		info, err := Info(ctx, r.Replica.Addr(), r.Replica.opts.Password, "replication")
-		return err == nil && info["master_link_status"] == "up", err
-	}); err != nil {
-		return fail(err)
+	r.Replica = r.Replicas[0]
+	for _, s := range r.Replicas {
+		if err := waitFor(ctx, 10*time.Second, "the replica's initial sync", func(ctx context.Context) (bool, error) {
+			info, err := Info(ctx, s.Addr(), s.opts.Password, "replication")
+			return err == nil && info["master_link_status"] == "up", err
+		}); err != nil {
+			return fail(err)
+		}
 	}
 	for i, so := range o.Sentinels {
 		off := false
@@ -121,7 +144,7 @@ func (r *Replicated) SentinelAddrs() []string {
 }
 
 // Nodes are the data nodes, the one started as primary first.
-func (r *Replicated) Nodes() []*Server { return []*Server{r.Primary, r.Replica} }
+func (r *Replicated) Nodes() []*Server { return append([]*Server{r.Primary}, r.Replicas...) }
 
 // WaitSentinelsReady waits until every Sentinel knows the primary, the replica and the other
 // Sentinels: before that, a failover may find no quorum or no replica to promote. Sentinels
@@ -133,7 +156,7 @@ func (r *Replicated) WaitSentinelsReady(ctx context.Context, timeout time.Durati
 			if err != nil {
 				return false, err
 			}
-			if m["num-other-sentinels"] != strconv.Itoa(len(r.Sentinels)-1) || m["num-slaves"] == "0" || m["num-slaves"] == "" {
+			if m["num-other-sentinels"] != strconv.Itoa(len(r.Sentinels)-1) || m["num-slaves"] != strconv.Itoa(len(r.Replicas)) {
 				return false, fmt.Errorf("sentinel %s: %s other sentinels, %s replicas", s.Addr(), m["num-other-sentinels"], m["num-slaves"])
 			}
 		}
@@ -212,7 +235,7 @@ func Role(ctx context.Context, s *Server) (role string, offset int64, err error)
 
 // Kill kills every node (ignoring ones that never started).
 func (r *Replicated) Kill() {
-	for _, s := range append(r.Nodes(), r.Sentinels...) {
+	for _, s := range append(append([]*Server{r.Primary}, r.Replicas...), r.Sentinels...) {
 		if s != nil {
 			_ = s.Kill()
 		}

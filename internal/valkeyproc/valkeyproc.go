@@ -27,6 +27,7 @@ type Options struct {
 	Port       int    // 0: pick a free port on Host
 	Dir        string // data directory (required): AOF, logs
 	Password   string // requirepass; empty: none (and protected mode off for non-loopback binds)
+	MasterAuth string // masterauth: the password of the primary this node replicates from
 	AppendOnly *bool  // default true
 	// FsyncAlways sets appendfsync always (an fsync per write, 1-3 ms each here). The default,
 	// everysec, is Valkey's own default and what production runs: a graceful stop (SIGTERM)
@@ -200,6 +201,9 @@ func (s *Server) writeConfig() (string, error) {
 	var body string
 	if s.opts.Password != "" {
 		body = "requirepass \"" + s.opts.Password + "\"\n"
+	}
+	if s.opts.MasterAuth != "" {
+		body += "masterauth \"" + s.opts.MasterAuth + "\"\n"
 	}
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		return "", fmt.Errorf("valkeyproc: write config: %w", err)
