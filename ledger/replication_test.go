@@ -291,3 +291,28 @@ func TestSettleNotAcknowledgedLeavesTheHoldOnTheReplica(t *testing.T) {
 		t.Errorf("the replica lost the hold: %v; a promoted replica must still charge the estimate", ids)
 	}
 }
+
+// An acknowledgement confirms this write, not the connection's history: with the replica still
+// connected but frozen (its acknowledged offset stuck before the write), an acknowledged reserve
+// fails closed. A WAIT sent on a connection of its own (valkey-go sends WAIT on a dedicated one)
+// would count the frozen replica — its offset is past that fresh connection's nothing — and
+// admit like async.
+func TestAcknowledgementCoversTheWriteItself(t *testing.T) {
+	r := valkeytest.StartReplicated(t)
+	led, _ := newSentinelLedger(t, r, ledgertest.Limits(t), 1, 100*time.Millisecond)
+	q := &ledger.Quota{Rule: "ack-own-write", Lease: time.Minute, Budgets: []ledger.Budget{{Window: time.Minute, Capacity: 100}}}
+	ctx := context.Background()
+	if d, err := led.Reserve(ctx, q, "subject", 10); err != nil || !d.Admitted {
+		t.Fatalf("reserve with the replica in sync: %+v, %v", d, err)
+	}
+	if err := r.Replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Replica.Resume() }()
+	for i := range 3 {
+		d, err := led.Reserve(ctx, q, "subject", 10)
+		if !errors.Is(err, ledger.ErrNotAcknowledged) {
+			t.Errorf("reserve %d with the replica frozen: %+v, %v; want ErrNotAcknowledged", i+1, d, err)
+		}
+	}
+}
