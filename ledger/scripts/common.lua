@@ -56,7 +56,7 @@ local p = 4
 for i = 1, tonumber(ARGV[3]) do
   local w = tonumber(ARGV[p])
   local maxwin = tonumber(ARGV[p + 1])
-  widths[i] = { key = KEYS[2 + i], w = w, hf = 'h' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
+  widths[i] = { key = KEYS[2 + i], w = w, hf = 'h' .. ARGV[p], mf = 'm' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
   p = p + 2
 end
 for j = 1, tonumber(ARGV[p]) do
@@ -74,6 +74,29 @@ local aexists = false
 local statechanged, rdirty, edirty, vdirty = false, false, false, false
 local prunes = nil -- width -> list of bucket fields to delete (only with the state persisted)
 local gone = nil -- ids the sweep removed in this call
+
+-- Two policies for one rule (a rolling change of its windows) share these keys. 'm<w_ms>' of
+-- KEYS[1] is the longest window any of them declared for width w: the buckets it still counts
+-- are kept (never pruned by a shorter window) and still charged by the sweep, whichever policy
+-- calls. Like the memory backend's wheels, it only grows while KEYS[1] lives.
+do
+  local f = {}
+  for i, wd in ipairs(widths) do
+    f[i] = wd.mf
+  end
+  local m = redis.call('HMGET', A, unpack(f))
+  for i, wd in ipairs(widths) do
+    local known = tonumber(m[i] or 0) or 0
+    wd.keep = math.max(known, wd.maxwin)
+    wd.lo = floor((now - wd.keep) / wd.w)
+    if known < wd.maxwin then
+      wd.mdirty, statechanged = true, true
+    end
+  end
+  for _, win in ipairs(windows) do
+    win.prune = (win.win >= win.wd.keep)
+  end
+end
 
 -- load takes the bookkeeping fields from r (read by state in the head, in the order of the
 -- widths and windows) and returns whether they are this quota's totals, and the extra
@@ -375,6 +398,10 @@ local function commit(write, touch, touchd, extra)
     if wd.dirty then
       f[#f + 1] = wd.hf
       f[#f + 1] = idx(wd.h)
+    end
+    if wd.mdirty then
+      f[#f + 1] = wd.mf
+      f[#f + 1] = idx(wd.keep)
     end
   end
   for _, win in ipairs(windows) do
