@@ -63,3 +63,38 @@ func TestAShorterWindowPolicyKeepsUsageALongerWindowCounts(t *testing.T) {
 		})
 	}
 }
+
+// A reservation whose lease runs out is charged in every bucket width any policy for the rule
+// uses, whichever policy's call sweeps it: the sweep used to charge only the sweeping policy's
+// widths, and a window of another width (a window over a minute has buckets of window/60)
+// never counted the expired estimate.
+func TestExpiryIsChargedInEveryPolicysBucketWidths(t *testing.T) {
+	for name, newLedger := range twoPolicyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := newLedger(t)
+			ctx := context.Background()
+			hours := &ledger.Quota{Rule: "r", Budgets: []ledger.Budget{{Window: 2 * time.Hour, Capacity: 1000}}, Lease: time.Second}
+			seconds := &ledger.Quota{Rule: "r", Budgets: []ledger.Budget{{Window: 4 * time.Second, Capacity: 1000}}, Lease: time.Minute}
+			d, err := l.Reserve(ctx, hours, "k", 600)
+			if err != nil || !d.Admitted {
+				t.Fatalf("reserve under the 2 h window: %+v %v", d, err)
+			}
+			time.Sleep(1500 * time.Millisecond) // its 1 s lease runs out
+			o, err := l.Reserve(ctx, seconds, "k", 10) // this policy's call sweeps it
+			if err != nil || !o.Admitted {
+				t.Fatalf("reserve under the 4 s window: %+v %v", o, err)
+			}
+			st, err := l.Inspect(ctx, hours, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Windows[0].Settled != 600 {
+				t.Errorf("the 2 h window counts %d tokens of the expired 600-token reservation, want 600", st.Windows[0].Settled)
+			}
+			if d, err := l.Reserve(ctx, hours, "k", 500); err != nil || d.Admitted {
+				t.Errorf("600 expired + 10 held + 500 > 1000 in the 2 h window was admitted (err %v)", err)
+			}
+		})
+	}
+}

@@ -56,7 +56,7 @@ local p = 4
 for i = 1, tonumber(ARGV[3]) do
   local w = tonumber(ARGV[p])
   local maxwin = tonumber(ARGV[p + 1])
-  widths[i] = { key = KEYS[2 + i], w = w, hf = 'h' .. ARGV[p], mf = 'm' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
+  widths[i] = { key = KEYS[2 + i], w = w, hf = 'h' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
   p = p + 2
 end
 for j = 1, tonumber(ARGV[p]) do
@@ -75,26 +75,71 @@ local statechanged, rdirty, edirty, vdirty = false, false, false, false
 local prunes = nil -- width -> list of bucket fields to delete (only with the state persisted)
 local gone = nil -- ids the sweep removed in this call
 
--- Two policies for one rule (a rolling change of its windows) share these keys. 'm<w_ms>' of
--- KEYS[1] is the longest window any of them declared for width w: the buckets it still counts
--- are kept (never pruned by a shorter window) and still charged by the sweep, whichever policy
--- calls. Like the memory backend's wheels, it only grows while KEYS[1] lives.
+-- Two policies for one rule (a rolling change of its windows) share these keys. 'M' of KEYS[1]
+-- lists every bucket width any of them declared, each with the longest window declared for it
+-- ("<width_ms>:<window_ms>,..."). The buckets such a window still counts are kept (never pruned
+-- by a shorter window) and the expiry sweep charges every listed width, whichever policy calls,
+-- as the memory backend's wheels do. The list only grows while KEYS[1] lives. foreign are the
+-- listed widths this quota does not have: { w, keep, key, lo }.
+local foreign = {}
+local newM = nil
 do
-  local f = {}
-  for i, wd in ipairs(widths) do
-    f[i] = wd.mf
+  local known, order = {}, {}
+  local M = redis.call('HGET', A, 'M')
+  if M then
+    for w, k in string.gmatch(M, '(%d+):(%d+)') do
+      known[tonumber(w)] = tonumber(k)
+      order[#order + 1] = tonumber(w)
+    end
   end
-  local m = redis.call('HMGET', A, unpack(f))
-  for i, wd in ipairs(widths) do
-    local known = tonumber(m[i] or 0) or 0
-    wd.keep = math.max(known, wd.maxwin)
+  local changed = false
+  for _, wd in ipairs(widths) do
+    local k = known[wd.w]
+    if k == nil then
+      order[#order + 1] = wd.w
+      k = 0
+    end
+    wd.keep = math.max(k, wd.maxwin)
     wd.lo = floor((now - wd.keep) / wd.w)
-    if known < wd.maxwin then
-      wd.mdirty, statechanged = true, true
+    if k < wd.maxwin then
+      known[wd.w], changed = wd.maxwin, true
     end
   end
   for _, win in ipairs(windows) do
     win.prune = (win.win >= win.wd.keep)
+  end
+  local prefix = string.sub(A, 1, -3)
+  local parts = {}
+  for _, w in ipairs(order) do
+    parts[#parts + 1] = idx(w) .. ':' .. idx(known[w])
+    local own = false
+    for _, wd in ipairs(widths) do
+      own = own or wd.w == w
+    end
+    if not own then
+      foreign[#foreign + 1] = { w = w, keep = known[w], key = prefix .. ':s' .. idx(w / 1000), lo = floor((now - known[w]) / w) }
+    end
+  end
+  if changed then
+    newM, statechanged = table.concat(parts, ','), true
+  end
+end
+
+-- chargeforeign charges tokens at time t (ms) into every foreign width's bucket that its
+-- longest window still counts; that width's policy rebuilds its totals from the buckets when
+-- it next calls (its totals are not the ones KEYS[1] holds now).
+local function chargeforeign(t, tokens)
+  local ownwin = 0
+  for _, wd in ipairs(widths) do
+    ownwin = math.max(ownwin, wd.maxwin)
+  end
+  for _, fw in ipairs(foreign) do
+    local b = floor(t / fw.w)
+    if b >= fw.lo then
+      redis.call('HINCRBY', fw.key, idx(b), tokens)
+      -- as long as its own policy would keep it: its longest window plus this quota's lease
+      extend(fw.key, fw.keep + tonumber(ttl) - ownwin)
+    end
   end
 end
 
@@ -291,6 +336,7 @@ local function sweep()
         for _, wd in ipairs(widths) do
           charge(wd, floor(dl / wd.w), est)
         end
+        chargeforeign(dl, est)
         freed = freed + tonumber(est)
       end
     end
@@ -394,14 +440,14 @@ local function commit(write, touch, touchd, extra)
     f[#f + 1] = 'v'
     f[#f + 1] = sig
   end
+  if newM then
+    f[#f + 1] = 'M'
+    f[#f + 1] = newM
+  end
   for _, wd in ipairs(widths) do
     if wd.dirty then
       f[#f + 1] = wd.hf
       f[#f + 1] = idx(wd.h)
-    end
-    if wd.mdirty then
-      f[#f + 1] = wd.mf
-      f[#f + 1] = idx(wd.keep)
     end
   end
   for _, win in ipairs(windows) do
