@@ -80,7 +80,7 @@ func TestExpiryIsChargedInEveryPolicysBucketWidths(t *testing.T) {
 			if err != nil || !d.Admitted {
 				t.Fatalf("reserve under the 2 h window: %+v %v", d, err)
 			}
-			time.Sleep(1500 * time.Millisecond) // its 1 s lease runs out
+			time.Sleep(1500 * time.Millisecond)        // its 1 s lease runs out
 			o, err := l.Reserve(ctx, seconds, "k", 10) // this policy's call sweeps it
 			if err != nil || !o.Admitted {
 				t.Fatalf("reserve under the 4 s window: %+v %v", o, err)

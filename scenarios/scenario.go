@@ -45,7 +45,8 @@ type Scenario struct {
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
 // qualification, then valkey-partition (one replica cut off from the store), then
-// valkey-failover (a split brain of the replicated store group).
+// valkey-failover (a split brain of the replicated store group), then rolling-upgrade (a
+// policy change while both gateways serve).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -59,6 +60,7 @@ func All() []Scenario {
 		networkPolicy(),
 		valkeyPartition(),
 		valkeyFailover(),
+		rollingUpgrade(),
 	}
 }
 

@@ -37,9 +37,11 @@ func valkeyFailover() Scenario {
 	}
 }
 
-// failoverHold keeps the requests admitted before and during the split in flight until well
-// after the promotion (a few seconds), so every admission of the scenario overlaps.
-const failoverHold = 7 * time.Second
+// failoverHold keeps the requests admitted before and during the split in flight until after
+// the promotion (2.6-3.3 s measured) and both gateways' next decisions (3.4-5.4 s), so every
+// admission of the scenario overlaps. Only requests still in flight when the promoted primary
+// is inspected count for lost reservations, so a slow promotion cannot fake a loss.
+const failoverHold = 6 * time.Second
 
 // failoverProbe is how long a request admitted after the promotion is held.
 const failoverProbe = 2 * time.Second
@@ -71,10 +73,14 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	r.Fact("primary_before", oldPrimary)
 
 	env.Progressf("restarting both gateways on the replicated store")
-	for _, gw := range []string{gwA, gwB} {
+	var restartErrs [2]error
+	bothGateways(func(gw string) {
 		if err := sg.UseReplicatedStore(ctx, gw, true); err != nil {
-			return r.Error(fmt.Errorf("restarting %s on the replicated store: %w", gw, err))
+			restartErrs[slices.Index([]string{gwA, gwB}, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
 		}
+	})
+	if err := errors.Join(restartErrs[:]...); err != nil {
+		return r.Error(err)
 	}
 	var inflight sync.WaitGroup
 	var hmu sync.Mutex
@@ -85,11 +91,14 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 		inflight.Wait()
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
 		defer cancel()
-		for _, gw := range []string{gwA, gwB} {
+		var mu sync.Mutex
+		bothGateways(func(gw string) {
 			if err := sg.UseReplicatedStore(c, gw, false); err != nil {
+				mu.Lock()
 				r.Error(fmt.Errorf("restarting %s back on the single valkey: %w", gw, err))
+				mu.Unlock()
 			}
-		}
+		})
 	}()
 	// send sends one held request in the background; its outcome lands in the history and on
 	// the returned channel once the response is complete. The admission decision comes first,
@@ -124,7 +133,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 
 	// Part of the budget, held in flight and replicated to every replica before the split.
 	for i := range 2 {
-		send(gwA, fmt.Sprintf("before-split-%d", i+1), failoverHold+time.Second)
+		send(gwA, fmt.Sprintf("before-split-%d", i+1), failoverHold)
 	}
 	var offsetsBefore []topology.StoreNodeState
 	if _, err := poll(ctx, 20*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
