@@ -204,10 +204,11 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 				decidedAgain[gw] = time.Now()
 			}
 		}
+		// Paced: every 503 is an operation whose effect porcupine must consider both ways.
 		select {
 		case <-ctx.Done():
 			return r.Error(ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if promotedAt.IsZero() {
