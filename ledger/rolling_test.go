@@ -98,3 +98,42 @@ func TestExpiryIsChargedInEveryPolicysBucketWidths(t *testing.T) {
 		})
 	}
 }
+
+// A settlement is charged in every bucket width any policy for the rule declared, whichever
+// policy settles: it used to be charged in the settling policy's widths only, and a window of
+// another width (over a minute: buckets of window/60) never counted usage settled under the
+// other policy during a rollout.
+func TestSettlementIsChargedInEveryPolicysBucketWidths(t *testing.T) {
+	for name, newLedger := range twoPolicyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := newLedger(t)
+			ctx := context.Background()
+			hours := &ledger.Quota{Rule: "r", Budgets: []ledger.Budget{{Window: 2 * time.Hour, Capacity: 1000}}, Lease: time.Minute}
+			seconds := &ledger.Quota{Rule: "r", Budgets: []ledger.Budget{{Window: 4 * time.Second, Capacity: 1000}}, Lease: time.Minute}
+			h, err := l.Reserve(ctx, hours, "k", 10) // the 2 h policy has been here
+			if err != nil || !h.Admitted {
+				t.Fatalf("reserve under the 2 h window: %+v %v", h, err)
+			}
+			for i := range 2 { // the second settles on the fast path, when there is one
+				d, err := l.Reserve(ctx, seconds, "k", 10)
+				if err != nil || !d.Admitted {
+					t.Fatalf("reserve %d under the 4 s window: %+v %v", i+1, d, err)
+				}
+				if _, err := l.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 300, Known: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := l.Inspect(ctx, hours, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Windows[0].Settled != 600 {
+				t.Errorf("the 2 h window counts %d of the 600 tokens settled under the 4 s policy, want 600", st.Windows[0].Settled)
+			}
+			if d, err := l.Reserve(ctx, hours, "k", 400); err != nil || d.Admitted {
+				t.Errorf("600 settled + 10 held + 400 > 1000 in the 2 h window was admitted (err %v)", err)
+			}
+		})
+	}
+}
