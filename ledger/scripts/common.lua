@@ -14,6 +14,8 @@
 --                                              bucket of its width's hash with index >= l<W_ms>
 --                                   'l<W_ms>'  window W's low watermark: the oldest bucket it
 --                                              counts, floor((then - W) / width) at the last call
+--                                   'M'        every bucket width any policy for the rule
+--                                              declared, with its longest window (see below)
 --   KEYS[2]   <p>:d          zset  reservation id -> lease deadline (ms, store clock)
 --   KEYS[3..] <p>:s<width_s> hash  bucket index (floor(ms / width)) -> settled tokens, one hash
 --                                   per distinct bucket width of the quota
