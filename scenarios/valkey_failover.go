@@ -187,6 +187,15 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	var promotedAt time.Time
 	newPrimary := ""
 	decidedAgain := map[string]time.Time{}
+	// What the promoted primary holds, read through gateway-b as soon as it follows the
+	// promotion, while the admissions before and during the split are still in flight.
+	var held QuotaState
+	var qerr error
+	var inspectAt time.Time
+	inspect := func() {
+		held, qerr = env.Quota(ctx, gwB, appA)
+		inspectAt = time.Now()
+	}
 	deadline := time.Now().Add(p.RecoveryMax)
 	for i := 0; time.Now().Before(deadline) && (promotedAt.IsZero() || len(decidedAgain) < 2); i++ {
 		if promotedAt.IsZero() {
@@ -194,14 +203,33 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 				promotedAt, newPrimary = time.Now(), h
 			}
 		}
-		gw := alternate(i)
-		if _, ok := decidedAgain[gw]; ok {
-			gw = alternate(i + 1)
+		// One request to each gateway that has not decided again yet, at once.
+		type probe struct {
+			gw   string
+			at   time.Time
+			o    Outcome
+			done bool
 		}
-		o, done := quick(send(gw, fmt.Sprintf("during-split-%d", i+1), failoverProbe), decide)
-		if !promotedAt.IsZero() && (!done || o.Status == http.StatusOK || o.Status == http.StatusTooManyRequests) {
-			if _, seen := decidedAgain[gw]; !seen {
-				decidedAgain[gw] = time.Now()
+		var probes []*probe
+		for _, gw := range []string{gwA, gwB} {
+			if _, ok := decidedAgain[gw]; !ok {
+				probes = append(probes, &probe{gw: gw, at: time.Now()})
+			}
+		}
+		var pw sync.WaitGroup
+		for _, pr := range probes {
+			ch := send(pr.gw, fmt.Sprintf("during-split-%d-%s", i+1, pr.gw), failoverProbe)
+			pw.Add(1)
+			go func() { defer pw.Done(); pr.o, pr.done = quick(ch, decide) }()
+		}
+		pw.Wait()
+		for _, pr := range probes {
+			decided := !pr.done || pr.o.Status == http.StatusOK || pr.o.Status == http.StatusTooManyRequests
+			if !promotedAt.IsZero() && decided {
+				decidedAgain[pr.gw] = pr.at // when the request that was decided was sent
+				if pr.gw == gwB {
+					inspect()
+				}
 			}
 		}
 		// Paced: every 503 is an operation whose effect porcupine must consider both ways.
@@ -224,10 +252,9 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 			r.Fact("time_until_"+gw+"_decides_again_ms", ms(t.Sub(splitAt)))
 		}
 	}
-	// What the promoted primary holds while the admissions before and during the split are
-	// still in flight.
-	held, qerr := env.Quota(ctx, gwB, appA)
-	inspectAt := time.Now()
+	if inspectAt.IsZero() {
+		inspect()
+	}
 
 	env.Progressf("healing the split")
 	healAt := time.Now()
