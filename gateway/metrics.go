@@ -18,7 +18,7 @@ import (
 //	quotaqual_gateway_tokens_charged_total{rule}       tokens charged at settlement
 //	quotaqual_gateway_tokens_refunded_total{rule}      estimate - charged, when positive
 //	quotaqual_gateway_tokens_overage_total{rule}       charged - estimate, when positive
-//	quotaqual_gateway_settlements_total{rule,result}   applied | noop | failed | dropped
+//	quotaqual_gateway_settlements_total{rule,result}   applied | unacknowledged | noop | failed | dropped
 //	quotaqual_gateway_usage_total{rule,result}         known | unknown (settled at the estimate)
 //	quotaqual_gateway_renewals_total{rule,result}      renewed | lost | error
 //	quotaqual_gateway_backend_errors_total{backend,reason}  reason: reserve | renew | settle | inspect | ready
@@ -62,7 +62,7 @@ func newMetrics(queueDepth func() float64) *metrics {
 	m.tokensCharged = cv("tokens_charged_total", "Tokens charged at settlement.", "rule")
 	m.tokensRefunded = cv("tokens_refunded_total", "Reserved tokens refunded at settlement.", "rule")
 	m.tokensOverage = cv("tokens_overage_total", "Tokens charged beyond the estimate at settlement.", "rule")
-	m.settlements = cv("settlements_total", "Settlements by result: applied, noop (already settled or expired), failed after retries, dropped (queue full; the lease expires at the estimate).", "rule", "result")
+	m.settlements = cv("settlements_total", "Settlements by result: applied, unacknowledged (applied on the primary, too few replicas confirmed), noop (already settled or expired), failed after retries, dropped (queue full; the lease expires at the estimate).", "rule", "result")
 	m.usage = cv("usage_total", "Usage reading by result: known, or unknown (charged at the estimate).", "rule", "result")
 	m.renewals = cv("renewals_total", "Lease renewals by result.", "rule", "result")
 	m.backendErrors = cv("backend_errors_total", "Quota store errors by operation.", "backend", "reason")

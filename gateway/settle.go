@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -120,6 +121,9 @@ func (st *settler) settle(j settleJob) {
 			break
 		}
 		s.m.backendErrors.WithLabelValues(s.led.Backend(), "settle").Inc()
+		if errors.Is(err, ledger.ErrNotAcknowledged) {
+			break // applied on the primary; a retry could not make it more durable
+		}
 	}
 	s.m.inFlight.WithLabelValues(rule).Dec()
 	// "known": the provider's reported usage; "unknown": a floor of what was seen, or the
@@ -130,6 +134,15 @@ func (st *settler) settle(j settleJob) {
 		s.m.usage.WithLabelValues(rule, "unknown").Inc()
 	}
 	j.rec.actual = j.usage.Tokens
+	if errors.Is(err, ledger.ErrNotAcknowledged) && out.Applied {
+		// Charged on the primary, not yet on enough replicas: if the primary is lost, the
+		// promoted replica charges the estimate when the lease runs out (see ledger/valkey_ack.go).
+		s.m.settlements.WithLabelValues(rule, "unacknowledged").Inc()
+		s.log.Warn("settlement applied but not acknowledged by enough replicas; a failover now would charge the estimate instead",
+			"request_id", j.rec.id, "rule", rule, "error", redactErr(err))
+		s.logRequest(j.rec, "settlement", "unacknowledged")
+		return
+	}
 	if err != nil {
 		s.m.settlements.WithLabelValues(rule, "failed").Inc()
 		s.log.Warn("settlement failed after retries; the lease will expire and charge the estimate",

@@ -364,3 +364,46 @@ func BenchmarkValkeyServerCost(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkValkeyAcknowledged: the cost of replication acknowledgement. One replicated store
+// (primary, replica, Sentinels, on loopback); a plain reserve and an acknowledged reserve
+// (WAIT 1 replica) against the same primary, alternating, one at a time. The figure to read is
+// acked-x-plain-reserve-p50: what waiting for the replica multiplies a reserve's latency by.
+func BenchmarkValkeyAcknowledged(b *testing.B) {
+	r := valkeytest.StartReplicated(b)
+	mk := func(name string, minReplicas int) *ledger.Valkey {
+		v, err := ledger.NewValkey(ledger.ValkeyOptions{URL: "redis://" + r.Primary.Addr(), Namespace: "bench-" + name,
+			Timeout: 2 * time.Second, MinReplicas: minReplicas, AckTimeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = v.Close() })
+		return v
+	}
+	plain, acked := mk("plain", 0), mk("acked", 1)
+	q, ctx := benchQuota(), context.Background()
+	var pl, al []time.Duration
+	timed := func(l ledger.Ledger, into *[]time.Duration) {
+		t0 := time.Now()
+		d, err := l.Reserve(ctx, q, "tenant", 10)
+		*into = append(*into, time.Since(t0))
+		if err != nil || !d.Admitted {
+			b.Fatalf("reserve: %+v, %v", d, err)
+		}
+		if _, err := l.Settle(ctx, d.Reservation, benchUsage); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		timed(plain, &pl)
+		timed(acked, &al)
+	}
+	slices.Sort(pl)
+	slices.Sort(al)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(micros(quantile(pl, .50)), "plain-reserve-p50-µs")
+	b.ReportMetric(micros(quantile(al, .50)), "acked-reserve-p50-µs")
+	b.ReportMetric(micros(quantile(al, .99)), "acked-reserve-p99-µs")
+	b.ReportMetric(float64(quantile(al, .50))/float64(quantile(pl, .50)), "acked-x-plain-reserve-p50")
+	b.ReportMetric(float64(quantile(al, .99))/float64(quantile(pl, .99)), "acked-x-plain-reserve-p99")
+}

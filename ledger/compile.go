@@ -3,10 +3,12 @@ package ledger
 import (
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -158,14 +160,17 @@ func (c *compiler) backend(b BackendConfig) BackendConfig {
 	switch {
 	case b.Kind == "memory" && b.URL != "":
 		c.fail("backend.url", "not used by kind memory; remove it or set kind: valkey")
-	case b.Kind == "valkey" && b.URL == "":
-		c.fail("backend.url", "required for kind valkey; write redis://host:6379 or a whole ${ENV_VAR} reference")
-	case b.Kind == "valkey":
+	case b.Kind == "valkey" && b.URL != "" && b.Sentinel != nil:
+		c.fail("backend.url", "not used with backend.sentinel (the Sentinels name the primary); remove one of them")
+	case b.Kind == "valkey" && b.URL == "" && b.Sentinel == nil:
+		c.fail("backend.url", "required for kind valkey; write redis://host:6379 or a whole ${ENV_VAR} reference, or configure backend.sentinel instead")
+	case b.Kind == "valkey" && b.URL != "":
 		b.URL = c.backendURL(b.URL)
 	}
 	if b.Kind == "memory" && b.AllowEviction {
 		c.fail("backend.allow_eviction", "not used by kind memory; remove it or set kind: valkey")
 	}
+	b.Sentinel = c.sentinel(b.Kind, b.Sentinel)
 	if b.Namespace == "" {
 		b.Namespace = DefaultNamespace
 	} else if !namespaceRE.MatchString(b.Namespace) {
@@ -177,7 +182,118 @@ func (c *compiler) backend(b BackendConfig) BackendConfig {
 	case t < MinTimeout || t > MaxTimeout:
 		c.fail("backend.timeout", "%s is out of bounds; write %s to %s", b.Timeout, Duration(MinTimeout), Duration(MaxTimeout))
 	}
+	b.Replication = c.replication(b.Kind, b.Timeout.D(), b.Replication)
 	return b
+}
+
+// Bounds of backend.sentinel and backend.replication.
+const (
+	MaxSentinels      = 16
+	MaxMinReplicas    = 16
+	DefaultAckTimeout = 100 * time.Millisecond
+)
+
+// sentinel checks backend.sentinel and resolves its password references.
+func (c *compiler) sentinel(kind string, s *SentinelConfig) *SentinelConfig {
+	const path = "backend.sentinel"
+	if s == nil {
+		return nil
+	}
+	if kind != "valkey" {
+		c.fail(path, "not used by kind %s; remove it or set kind: valkey", kind)
+		return nil
+	}
+	out := *s
+	if s.MasterName == "" {
+		c.fail(path+".master_name", "required; write the name the Sentinels monitor (their `sentinel monitor <name> ...` line)")
+	} else if !namespaceRE.MatchString(s.MasterName) {
+		c.fail(path+".master_name", "must be 1 to %d characters of A-Z a-z 0-9 : . _ -", maxNamespaceLength)
+	}
+	switch n := len(s.Addresses); {
+	case n == 0:
+		c.fail(path+".addresses", "required; list the Sentinels as host:port, e.g. [10.0.0.31:26379, 10.0.0.32:26379, 10.0.0.33:26379]")
+	case n > MaxSentinels:
+		c.fail(path+".addresses", "lists %d Sentinels; at most %d", n, MaxSentinels)
+	}
+	seen := map[string]bool{}
+	for i, a := range s.Addresses {
+		host, port, err := net.SplitHostPort(a)
+		p, perr := strconv.Atoi(port)
+		switch {
+		case err != nil || host == "" || perr != nil || p < 1 || p > 65535:
+			c.fail(fmt.Sprintf("%s.addresses[%d]", path, i), "%q is not host:port; write it like 10.0.0.31:26379", a)
+		case seen[a]:
+			c.fail(fmt.Sprintf("%s.addresses[%d]", path, i), "%q is listed twice; list each Sentinel once", a)
+		}
+		seen[a] = true
+	}
+	out.Password = c.passwordEnv(path+".password_env", s.PasswordEnv, "the Sentinels' password")
+	out.MasterPassword = c.passwordEnv(path+".master_password_env", s.MasterPasswordEnv, "the Valkey password")
+	return &out
+}
+
+// passwordEnv resolves an optional *_env field naming an environment variable. No message
+// may contain the variable's value.
+func (c *compiler) passwordEnv(path, name, what string) string {
+	if name == "" {
+		return ""
+	}
+	if !envNameRE.MatchString(name) {
+		c.fail(path, "invalid environment variable name; write NAME made of A-Z, 0-9 and _, not starting with a digit")
+		return ""
+	}
+	v, ok := c.getenv(name)
+	switch {
+	case !ok:
+		c.fail(path, "environment variable %s is not set; set it to %s", name, what)
+	case v == "":
+		c.fail(path, "environment variable %s is empty; set it to %s", name, what)
+	}
+	return v
+}
+
+// replication checks backend.replication and fills in its defaults. A nil result means async.
+func (c *compiler) replication(kind string, storeTimeout time.Duration, r *ReplicationConfig) *ReplicationConfig {
+	const path = "backend.replication"
+	if r == nil {
+		return nil
+	}
+	out := *r
+	switch r.Mode {
+	case "":
+		c.fail(path+".mode", "required; write acknowledged (a write counts once min_replicas replicas confirmed it) or async (once the primary ran it)")
+		return nil
+	case ReplicationAsync:
+		if r.MinReplicas != 0 {
+			c.fail(path+".min_replicas", "not used by mode async; remove it or write mode: acknowledged")
+		}
+		if r.AckTimeout != 0 {
+			c.fail(path+".ack_timeout", "not used by mode async; remove it or write mode: acknowledged")
+		}
+		return nil
+	case ReplicationAcknowledged:
+	default:
+		c.fail(path+".mode", "%q is not a mode; write acknowledged or async", r.Mode)
+		return nil
+	}
+	if kind != "valkey" {
+		c.fail(path, "mode acknowledged needs kind valkey (the memory backend has no replicas); remove it or set kind: valkey")
+		return nil
+	}
+	switch {
+	case r.MinReplicas == 0:
+		out.MinReplicas = 1
+	case r.MinReplicas < 0 || r.MinReplicas > MaxMinReplicas:
+		c.fail(path+".min_replicas", "%d is out of bounds; write 1 to %d", r.MinReplicas, MaxMinReplicas)
+	}
+	if r.AckTimeout == 0 {
+		out.AckTimeout = Duration(min(DefaultAckTimeout, storeTimeout/2))
+	}
+	if t := out.AckTimeout.D(); t < time.Millisecond || t >= storeTimeout {
+		c.fail(path+".ack_timeout", "is %s; it must be at least 1ms and shorter than backend.timeout (%s), which bounds the write and its acknowledgement together",
+			out.AckTimeout, Duration(storeTimeout))
+	}
+	return &out
 }
 
 // backendURL resolves a whole-value ${ENV_VAR} reference and checks the scheme. No message

@@ -379,8 +379,10 @@ func (m *Memory) Settle(_ context.Context, r Reservation, usage Usage) (Settleme
 	bs := prepareBudgets(r.Quota)
 	k.ensureWheels(bs)
 	if s.Charged != 0 {
-		for _, w := range distinctWidths(bs) {
-			k.wheelFor(w, 0).add(floorDiv(nowMs, w), s.Charged)
+		// Every wheel: another policy for the same rule (a rolling change) may count usage in
+		// buckets of another width.
+		for _, w := range k.wheels {
+			w.add(floorDiv(nowMs, w.width), s.Charged)
 		}
 	}
 	m.release(k, freed+1)

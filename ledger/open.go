@@ -17,14 +17,22 @@ func Open(p *CompiledPolicy) (Ledger, error) {
 	case "", "memory":
 		return NewMemory(p.Limits, nil), nil
 	case "valkey":
-		v, err := NewValkey(ValkeyOptions{
+		opts := ValkeyOptions{
 			URL:       p.Backend.URL,
 			Namespace: p.Backend.Namespace,
 			Timeout:   p.Backend.Timeout.D(),
 			Limits:    p.Limits,
 
 			AllowEviction: p.Backend.AllowEviction,
-		})
+		}
+		if s := p.Backend.Sentinel; s != nil {
+			opts.Sentinel = &SentinelOptions{MasterName: s.MasterName, Addresses: s.Addresses,
+				Password: s.Password, MasterPassword: s.MasterPassword}
+		}
+		if r := p.Backend.Replication; r != nil && r.Mode == ReplicationAcknowledged {
+			opts.MinReplicas, opts.AckTimeout = r.MinReplicas, r.AckTimeout.D()
+		}
+		v, err := NewValkey(opts)
 		if err != nil {
 			return nil, fmt.Errorf("backend: %w", err)
 		}

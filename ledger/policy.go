@@ -15,6 +15,8 @@ import (
 //	  url: ${QUOTAQUAL_VALKEY_URL}  # redis:// or rediss://, or exactly one whole ${ENV_VAR}
 //	  namespace: quotaqual          # prefix of every store key
 //	  timeout: 300ms                # bound on every store call
+//	  # sentinel: {master_name: quotaqual, addresses: [host:26379, ...]}   # instead of url
+//	  # replication: {mode: acknowledged, min_replicas: 1, ack_timeout: 100ms}
 //	limits:
 //	  max_keys: 10000
 //	  max_key_length: 256
@@ -44,7 +46,51 @@ type BackendConfig struct {
 	// AllowEviction (valkey only) accepts a store whose maxmemory-policy may evict keys; by
 	// default such a store is refused at connect (every call fails closed, naming the policy).
 	AllowEviction bool `yaml:"allow_eviction"`
+	// Sentinel, instead of url: the Sentinels that name the primary and announce a promotion.
+	Sentinel *SentinelConfig `yaml:"sentinel"`
+	// Replication: whether an admission waits for replicas to acknowledge it (valkey only).
+	Replication *ReplicationConfig `yaml:"replication"`
 }
+
+// SentinelConfig points the Valkey backend at a Sentinel-managed primary:
+//
+//	sentinel:
+//	  master_name: quotaqual                    # the name the Sentinels monitor
+//	  addresses: [10.0.0.31:26379, 10.0.0.32:26379, 10.0.0.33:26379]
+//	  password_env: QQ_SENTINEL_PASSWORD        # optional: the Sentinels' AUTH
+//	  master_password_env: QQ_VALKEY_PASSWORD   # optional: the primary's and replicas' AUTH
+type SentinelConfig struct {
+	MasterName        string   `yaml:"master_name"`
+	Addresses         []string `yaml:"addresses"`
+	PasswordEnv       string   `yaml:"password_env"`
+	MasterPasswordEnv string   `yaml:"master_password_env"`
+
+	// Resolved by Compile from the environment; never written in YAML.
+	Password       string `yaml:"-"`
+	MasterPassword string `yaml:"-"`
+}
+
+// ReplicationConfig says when a write counts:
+//
+//	replication:
+//	  mode: acknowledged    # async (default): as soon as the primary ran it
+//	  min_replicas: 1       # acknowledged: this many replicas confirmed it (WAIT) ...
+//	  ack_timeout: 100ms    # ... within this time, else the call fails closed
+type ReplicationConfig struct {
+	Mode        ReplicationMode `yaml:"mode"`
+	MinReplicas int             `yaml:"min_replicas"`
+	AckTimeout  Duration        `yaml:"ack_timeout"`
+}
+
+// ReplicationMode names when a write counts.
+type ReplicationMode string
+
+const (
+	// ReplicationAsync: a write counts once the primary ran it (Valkey's own default).
+	ReplicationAsync ReplicationMode = "async"
+	// ReplicationAcknowledged: a write counts once min_replicas replicas acknowledged it.
+	ReplicationAcknowledged ReplicationMode = "acknowledged"
+)
 
 // Limits bounds the state one ledger instance may hold. An absent field takes its default; a
 // zero written in YAML is refused (see UnmarshalYAML).

@@ -36,7 +36,8 @@ func loadScript(name string) *valkey.Lua {
 	if strings.Count(body, "\n-- @common\n") != 1 {
 		panic("ledger: scripts/" + name + ".lua must have exactly one -- @common line")
 	}
-	return valkey.NewLuaScript(read("head") + "\n" + strings.Replace(body, "\n-- @common\n", "\n"+read("common")+"\n", 1))
+	src := read("head") + "\n" + strings.Replace(body, "\n-- @common\n", "\n"+read("common")+"\n", 1)
+	return registerScriptText(valkey.NewLuaScript(src), src)
 }
 
 var (
@@ -54,7 +55,27 @@ type ValkeyOptions struct {
 	Limits    Limits        // per-instance bounds; zero fields take the defaults
 	// AllowEviction accepts a store whose maxmemory-policy may evict keys (see eviction.go).
 	AllowEviction bool
+	// Sentinel, instead of URL: discover the primary through these Sentinels and follow a
+	// promotion (valkey-go's Sentinel client).
+	Sentinel *SentinelOptions
+	// MinReplicas > 0: every state-changing call counts only when that many replicas
+	// acknowledged it within AckTimeout (see valkey_ack.go). Zero: async, Valkey's default.
+	MinReplicas int
+	AckTimeout  time.Duration
 }
+
+// SentinelOptions name a Sentinel-managed primary.
+type SentinelOptions struct {
+	MasterName     string
+	Addresses      []string // host:port of each Sentinel
+	Password       string   // the Sentinels' AUTH; empty: none
+	MasterPassword string   // the primary's and replicas' AUTH; empty: none
+}
+
+// sentinelRefresh is how often the Sentinel client re-asks which node is primary, besides
+// following +switch-master announcements: a missed announcement (a partition between the
+// client and its Sentinel at that moment) would otherwise bind it to a demoted primary.
+const sentinelRefresh = time.Second
 
 // Valkey is the shared backend: every Reserve, Renew, Settle and Inspect is one Lua script call
 // (EVALSHA, falling back to EVAL after SCRIPT FLUSH or a restart), atomic on the store, on the
@@ -76,6 +97,7 @@ type Valkey struct {
 	ns      string
 	timeout time.Duration
 	limits  Limits
+	ack     ackPolicy
 	secrets []string // texts that must never appear in an error
 
 	allowEviction bool // accept a maxmemory-policy that evicts
@@ -124,6 +146,12 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
+	if opts.MinReplicas < 0 || (opts.MinReplicas > 0 && (opts.AckTimeout < time.Millisecond || opts.AckTimeout >= opts.Timeout)) {
+		return nil, errors.New("valkey backend: replication acknowledgement needs min_replicas ≥ 1 and 1ms ≤ ack_timeout < timeout")
+	}
+	if opts.Sentinel != nil {
+		return newValkey(opts, sentinelClientOption(opts), "", nil), nil
+	}
 	u, err := url.Parse(opts.URL)
 	if err != nil {
 		return nil, errors.New("valkey backend: the URL does not parse; write redis://[:password@]host:port[/db] or rediss://…")
@@ -140,6 +168,35 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 	if err != nil {
 		return nil, errors.New("valkey backend: the URL is not a valid Valkey URL (check its port, database number and query options)")
 	}
+	var userinfo []string
+	if pw, ok := u.User.Password(); ok {
+		userinfo = append(userinfo, pw)
+	}
+	if i := strings.LastIndex(u.User.String(), ":"); i >= 0 {
+		userinfo = append(userinfo, u.User.String()[i+1:])
+	}
+	return newValkey(opts, copt, opts.URL, userinfo), nil
+}
+
+// sentinelClientOption is the client configuration for a Sentinel-managed primary.
+func sentinelClientOption(opts ValkeyOptions) valkey.ClientOption {
+	s := opts.Sentinel
+	copt := valkey.ClientOption{
+		InitAddress: append([]string(nil), s.Addresses...),
+		Password:    s.MasterPassword,
+		Sentinel: valkey.SentinelOption{
+			MasterSet:               s.MasterName,
+			Password:                s.Password,
+			TopologyRefreshInterval: sentinelRefresh,
+		},
+	}
+	copt.Sentinel.Dialer.Timeout = opts.Timeout
+	return copt
+}
+
+// newValkey finishes a client configuration and builds the ledger around it. rawURL and
+// userinfo are texts (besides the passwords) that must never appear in an error.
+func newValkey(opts ValkeyOptions, copt valkey.ClientOption, rawURL string, userinfo []string) *Valkey {
 	copt.Dialer.Timeout = opts.Timeout
 	copt.ConnWriteTimeout = max(4*opts.Timeout, time.Second)
 	copt.DisableCache = true
@@ -151,6 +208,7 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 		ns:      opts.Namespace,
 		timeout: opts.Timeout,
 		limits:  opts.Limits.withDefaults(),
+		ack:     ackPolicy{minReplicas: opts.MinReplicas, timeout: opts.AckTimeout},
 
 		allowEviction: opts.AllowEviction,
 		copt:          copt,
@@ -159,22 +217,21 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 
 		releaseSlots: make(chan struct{}, maxReleasesInFlight),
 	}
-	v.secrets = append(v.secrets, opts.URL)
+	v.secrets = append(v.secrets, rawURL)
+	for _, pw := range []string{copt.Password, copt.Sentinel.Password} {
+		if pw != "" {
+			v.secrets = append(v.secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
+		}
+	}
 	if copt.Password != "" {
-		v.secrets = append(v.secrets, copt.Password, url.QueryEscape(copt.Password), url.PathEscape(copt.Password))
-		if pw, ok := u.User.Password(); ok {
-			v.secrets = append(v.secrets, pw)
-		}
-		if i := strings.LastIndex(u.User.String(), ":"); i >= 0 {
-			v.secrets = append(v.secrets, u.User.String()[i+1:])
-		}
+		v.secrets = append(v.secrets, userinfo...)
 	}
 	// Connect in the background so the first call usually finds a connection; a failure here
 	// is retried by the next call.
 	v.cmu.Lock()
 	v.startDialLocked()
 	v.cmu.Unlock()
-	return v, nil
+	return v
 }
 
 // Backend implements Ledger.
@@ -483,7 +540,7 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 	id := newReservationID()
 	sk.args = append(sk.args, strconv.FormatInt(estimate, 10), sk.leaseArg, id, sk.inspectArgs[0])
 	sk.args = append(sk.args, sk.reserveArgs...)
-	out, err := v.run(ctx, "reserve", reserveScript, sk.keys, sk.args)
+	out, err := v.exec(ctx, "reserve", reserveScript, sk.keys, sk.args, true, firstIsOne)
 	if err == nil && len(out) != 3+2*len(q.Budgets) {
 		err = v.fail("reserve", fmt.Errorf("unexpected reply of %d values", len(out)))
 	}
@@ -547,7 +604,7 @@ func (v *Valkey) Renew(ctx context.Context, r Reservation) (bool, error) {
 	localNow := time.Now().UnixMilli()
 	sk := v.layout(r.Quota, r.Key, 2)
 	sk.args = append(sk.args, r.ID, sk.leaseArg)
-	out, err := v.run(ctx, "renew", renewScript, sk.keys, sk.args)
+	out, err := v.exec(ctx, "renew", renewScript, sk.keys, sk.args, true, firstIsOne)
 	if err != nil {
 		return false, err
 	}
@@ -565,8 +622,16 @@ func (v *Valkey) Renew(ctx context.Context, r Reservation) (bool, error) {
 	return live, nil
 }
 
-// Settle implements Ledger.
+// Settle implements Ledger. In acknowledged mode a settlement whose acknowledgement falls
+// short is returned as applied together with an error wrapping ErrNotAcknowledged; the caller
+// must not retry it (see valkey_ack.go).
 func (v *Valkey) Settle(ctx context.Context, r Reservation, usage Usage) (Settlement, error) {
+	return v.settle(ctx, r, usage, true)
+}
+
+// settle charges usage; ack false skips the acknowledgement (the release of an ambiguous
+// reserve: if it is lost in a failover, the lease charges the estimate — conservative).
+func (v *Valkey) settle(ctx context.Context, r Reservation, usage Usage, ack bool) (Settlement, error) {
 	if r.Quota == nil || r.ID == "" || len(r.Quota.Budgets) == 0 {
 		return Settlement{}, nil
 	}
@@ -577,7 +642,11 @@ func (v *Valkey) Settle(ctx context.Context, r Reservation, usage Usage) (Settle
 		known, tokens = "1", strconv.FormatInt(min(max(0, usage.Tokens), MaxEstimate), 10)
 	}
 	sk.args = append(sk.args, r.ID, known, tokens)
-	out, err := v.run(ctx, "settle", settleScript, sk.keys, sk.args)
+	out, err := v.exec(ctx, "settle", settleScript, sk.keys, sk.args, ack, firstIsOne)
+	var ackErr error
+	if err != nil && out != nil && errors.Is(err, ErrNotAcknowledged) {
+		ackErr, err = err, nil // applied on the primary, not confirmed by replicas
+	}
 	if err != nil {
 		return Settlement{}, err
 	}
@@ -594,7 +663,7 @@ func (v *Valkey) Settle(ctx context.Context, r Reservation, usage Usage) (Settle
 		return Settlement{}, v.fail("settle", fmt.Errorf("unexpected reply of %d values", len(out)))
 	}
 	charged, est := out[1], out[2]
-	return Settlement{Applied: true, Charged: charged, Refund: max(0, est-charged), Overage: max(0, charged-est)}, nil
+	return Settlement{Applied: true, Charged: charged, Refund: max(0, est-charged), Overage: max(0, charged-est)}, ackErr
 }
 
 // Inspect implements Ledger.

@@ -53,7 +53,7 @@ func (v *Valkey) releaseAmbiguous(r Reservation, err error) {
 		defer func() { <-v.releaseSlots; v.releases.Done() }()
 		backoff := 25 * time.Millisecond
 		for attempt := 1; attempt <= releaseAttempts; attempt++ {
-			if st, err := v.Settle(context.Background(), r, Usage{Tokens: 0, Known: true}); err == nil {
+			if st, err := v.settle(context.Background(), r, Usage{Tokens: 0, Known: true}, false); err == nil {
 				if st.Applied {
 					v.releasesDone.Add(1) // the reserve had run: its hold is gone
 				} else {

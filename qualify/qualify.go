@@ -27,20 +27,23 @@ import (
 
 // Options are what `quotaqual run` takes.
 type Options struct {
-	Topology    string               // auto, netns, docker, process
-	Profile     string               // quick, reference
-	Scenarios   []string             // empty: all, in order
-	EvidenceDir string               // default ./quotaqual-evidence
-	Bundle      string               // "" or "tar.gz"
-	Keep        bool                 // leave the topology up (until the process exits)
-	RunID       string               // empty: generated
-	DenyMode    string               // reject (default) or drop
-	Binary      string               // the quotaqual binary to run as gateway and provider; default os.Executable
-	EngineWhy   string               // why auto chose the engine, for the manifest and progress
-	ValkeyImage string               // docker: the Valkey image (default: built locally from the host's valkey-server)
-	Image       string               // docker, kind: the quotaqual image (default: built from the running binary)
-	Kind        topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
-	Reporter    Reporter             // progress; nil: silent
+	Topology    string   // auto, netns, docker, process
+	Profile     string   // quick, reference
+	Scenarios   []string // empty: all, in order
+	EvidenceDir string   // default ./quotaqual-evidence
+	Bundle      string   // "" or "tar.gz"
+	Keep        bool     // leave the topology up (until the process exits)
+	RunID       string   // empty: generated
+	DenyMode    string   // reject (default) or drop
+	// StoreReplication: how the gateways write to the replicated store group in the failover
+	// scenarios: acknowledged (default) or async (shows the double spend it allows).
+	StoreReplication string
+	Binary           string               // the quotaqual binary to run as gateway and provider; default os.Executable
+	EngineWhy        string               // why auto chose the engine, for the manifest and progress
+	ValkeyImage      string               // docker: the Valkey image (default: built locally from the host's valkey-server)
+	Image            string               // docker, kind: the quotaqual image (default: built from the running binary)
+	Kind             topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
+	Reporter         Reporter             // progress; nil: silent
 }
 
 // Reporter receives progress. The ui package implements it for terminals and plain logs.
@@ -95,6 +98,11 @@ func (o *Options) Validate() error {
 	case "", "dir", "tar.gz":
 	default:
 		return &UsageError{fmt.Errorf("--bundle %q is not a bundle format; use tar.gz (the directory is always written)", o.Bundle)}
+	}
+	switch o.StoreReplication {
+	case "", fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+	default:
+		return &UsageError{fmt.Errorf("--store-replication %q is not a mode; use acknowledged (writes confirmed by a replica) or async (Valkey's default, which a failover can make spend a budget twice)", o.StoreReplication)}
 	}
 	switch o.DenyMode {
 	case "", "reject", "drop":
@@ -190,14 +198,15 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	rep.Step("topology up (" + engine + ")")
 	topo, err := topology.New(engine, topology.Spec{
-		RunID:          o.RunID,
-		WorkDir:        workDir,
-		Binary:         binary,
-		Deployment:     deployment,
-		DenyMode:       o.DenyMode,
-		ValkeyImage:    o.ValkeyImage,
-		QuotaqualImage: o.Image,
-		Kind:           o.Kind,
+		RunID:            o.RunID,
+		WorkDir:          workDir,
+		Binary:           binary,
+		Deployment:       deployment,
+		DenyMode:         o.DenyMode,
+		StoreReplication: o.StoreReplication,
+		ValkeyImage:      o.ValkeyImage,
+		QuotaqualImage:   o.Image,
+		Kind:             o.Kind,
 	})
 	if err == nil {
 		out.Engine = topo.Engine()

@@ -97,6 +97,12 @@ func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evide
 // topologyRunWith is topologyRun with a test-only change to the enforced network policy.
 func topologyRunWith(t *testing.T, engine, backend string, adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
 	t.Helper()
+	return topologyRunSpec(t, engine, backend, func(s *topology.Spec) { s.AdjustPolicy = adjust }, list)
+}
+
+// topologyRunSpec is topologyRun with a test-only change to the topology's spec.
+func topologyRunSpec(t *testing.T, engine, backend string, adjust func(*topology.Spec), list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+	t.Helper()
 	return topologyRunBin(t, engine, quotaqualBinary(t), func(d *fixtures.Deployment) { d.Backend = backend }, adjust, list)
 }
 
@@ -119,8 +125,8 @@ func topologyRunHooked(t *testing.T, engine string, hooks []string, tweak func(*
 	return results
 }
 
-// topologyRunBin is topologyRunWith with the binary given and the deployment changed by tweak.
-func topologyRunBin(t *testing.T, engine, bin string, tweak func(*fixtures.Deployment), adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+// topologyRunBin is topologyRunSpec with the binary given and the deployment changed by tweak.
+func topologyRunBin(t *testing.T, engine, bin string, tweak func(*fixtures.Deployment), adjust func(*topology.Spec), list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
 	t.Helper()
 	p, err := fixtures.ProfileByName("quick")
 	if err != nil {
@@ -136,7 +142,11 @@ func topologyRunBin(t *testing.T, engine, bin string, tweak func(*fixtures.Deplo
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo, err := topology.New(engine, topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d, AdjustPolicy: adjust})
+	spec := topology.Spec{RunID: runID, WorkDir: work, Binary: bin, Deployment: d}
+	if adjust != nil {
+		adjust(&spec)
+	}
+	topo, err := topology.New(engine, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +210,7 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 	}
 	for _, r := range results {
 		want := evidence.Passed
-		if r.Name == "network-policy" || r.Name == "valkey-partition" {
+		if r.Name == "network-policy" || r.Name == "valkey-partition" || r.Name == "valkey-failover" {
 			want = evidence.Skipped
 		}
 		if r.Status != want {
@@ -417,6 +427,48 @@ func TestLongGenerationFailsWithoutLeaseRenewal(t *testing.T) {
 	}
 	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"no-renewal"}, nil, list),
 		"the reservation stayed live, also after the lease", "settled at the usage the provider counted")
+}
+
+// TestValkeyFailoverFailsWithAsyncReplication proves valkey-failover can fail: with Valkey's
+// default asynchronous replication, the admissions gateway-a makes on the cut-off primary are
+// lost in the promotion and handed out again, and the scenario must fail on exactly that —
+// tokens held beyond the capacity, the lost reservations named, porcupine Illegal.
+func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
+	}
+	if reason := os.Getenv(envNoNetns); reason != "" {
+		t.Skip("netns topology unavailable on this host: " + reason)
+	}
+	list, err := Select([]string{"valkey-failover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, _, _ := topologyRunSpec(t, topology.EngineNetns, fixtures.BackendValkey,
+		func(s *topology.Spec) { s.StoreReplication = fixtures.ReplicationAsync }, list)
+	if len(results) != 1 || results[0].Status != evidence.Failed {
+		t.Fatalf("valkey-failover with async replication: %v, want failed", describeAll(results))
+	}
+	want := map[string]bool{
+		"no token admitted twice: tokens held at once ≤ capacity":          false,
+		"no acknowledged reservation lost in the promotion":                false,
+		"the history is linearizable against the ledger model (porcupine)": false,
+	}
+	for _, a := range results[0].Assertions {
+		if _, ok := want[a.Name]; ok && !a.OK {
+			want[a.Name] = true
+		}
+	}
+	for name, failed := range want {
+		if !failed {
+			t.Errorf("valkey-failover with async replication did not fail %q: %s", name, describe(results[0]))
+		}
+	}
+	for _, f := range results[0].Facts {
+		if f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
+			t.Errorf("the lost reservations are not named: %v", f.Value)
+		}
+	}
 }
 
 func describeAll(rs []evidence.ScenarioResult) []string {

@@ -45,7 +45,9 @@ type Scenario struct {
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
 // qualification, then valkey-partition (one replica cut off from the store), then the
-// metering scenarios (usage-accounting, hard-gate, long-generation).
+// metering scenarios (usage-accounting, long-generation, hard-gate), then valkey-failover (a
+// split brain of the replicated store group), then rolling-upgrade (a policy change while both
+// gateways serve).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -61,6 +63,8 @@ func All() []Scenario {
 		usageAccounting(),
 		longGeneration(),
 		hardGate(),
+		valkeyFailover(),
+		rollingUpgrade(),
 	}
 }
 

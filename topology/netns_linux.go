@@ -45,13 +45,24 @@ var netnsAddrs = map[string]string{
 	HostProviderCentral: "198.18.0.22",
 	HostProviderEast:    "198.18.0.23",
 	HostValkey:          "198.18.0.31",
+	HostStore1:          "198.18.0.41",
+	HostStore2:          "198.18.0.42",
+	HostStore3:          "198.18.0.43",
+	HostSentinel1:       "198.18.0.51",
+	HostSentinel2:       "198.18.0.52",
+	HostSentinel3:       "198.18.0.53",
 }
 
 // vethCodes name each host's bridge-side veth (interface names have at most 15 bytes).
 var vethCodes = map[string]string{
 	HostClient: "cl", HostGatewayA: "ga", HostGatewayB: "gb",
 	HostProviderWest: "pw", HostProviderCentral: "pc", HostProviderEast: "pe", HostValkey: "vk",
+	HostStore1: "v1", HostStore2: "v2", HostStore3: "v3",
+	HostSentinel1: "s1", HostSentinel2: "s2", HostSentinel3: "s3",
 }
+
+// netnsHosts are the hosts a netns run builds: the components and the replicated store group.
+var netnsHosts = append(append([]string(nil), Hosts...), StoreHosts...)
 
 // netnsPorts are the same on every host: each host has its own address.
 var netnsPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
@@ -68,6 +79,8 @@ type netnsTopo struct {
 	nmu        sync.Mutex
 	handles    map[string]netns.NsHandle // open host namespaces
 	partitions map[[2]string]bool
+
+	store storeGroup // the replicated store group (netns_store.go)
 }
 
 func newNetns(spec Spec) (Topology, error) {
@@ -89,7 +102,7 @@ func newNetns(spec Spec) (Topology, error) {
 	t := &netnsTopo{
 		base:       newBase(spec, EngineNetns),
 		prefix:     "qq-" + shortRunID(spec.RunID) + "-",
-		policy:     DefaultPolicy(netnsPorts),
+		policy:     withStorePolicy(DefaultPolicy(netnsPorts), netnsPorts.Valkey),
 		home:       home,
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},
@@ -154,7 +167,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	if err := t.buildNetwork(ctx); err != nil {
 		return err
 	}
-	t.spec.progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(Hosts), bridgeName, bridgeSubnet, t.spec.DenyMode, elapsedSince(start))
+	t.spec.progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(netnsHosts), bridgeName, bridgeSubnet, t.spec.DenyMode, elapsedSince(start))
 
 	if err := t.startValkey(ctx, valkeyproc.Options{
 		Host: t.hostAddr(HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(HostValkey),
@@ -164,6 +177,10 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	t.mu.Lock()
 	t.valkeyAt = net.JoinHostPort(t.hostAddr(HostValkey), strconv.Itoa(netnsPorts.Valkey))
 	t.mu.Unlock()
+
+	if err := t.startStore(ctx); err != nil {
+		return fmt.Errorf("starting the replicated store group: %w", err)
+	}
 
 	var provs []*component
 	var provAddrs []fixtures.ProviderAddr
@@ -194,9 +211,18 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := t.storeGatewayConfig(host, fixtures.Addresses{
+			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
+			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
+			ValkeyAddr:  t.valkeyAt,
+			Providers:   provAddrs,
+		}, cfg); err != nil {
+			return err
+		}
 		gws = append(gws, &component{
 			host: host, argv: append(t.wrap(host), t.spec.Binary, "gateway", "--config", cfg),
-			env:     componentEnv(t.spec.RunID, t.spec.Deployment.GatewayEnv(t.valkeyAt)...),
+			env: componentEnv(t.spec.RunID, append(t.spec.Deployment.GatewayEnv(t.valkeyAt),
+				t.spec.Deployment.StoreEnv()...)...),
 			logPath: t.logPath(host), readyURL: t.url(host, netnsPorts.GatewayAdmin) + "/readyz",
 		})
 		t.mu.Lock()
@@ -222,7 +248,7 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "link set lo up\nlink add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
 		bridgeName, t.hostAddr(HostObserver), prefixLen, bridgeName, bridgeName)
-	for _, h := range Hosts {
+	for _, h := range netnsHosts {
 		fmt.Fprintf(&b, "netns add %s\n", t.nsName(h))
 		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", vethCodes[h], t.nsName(h))
 		fmt.Fprintf(&b, "link set qv-%s master %s up\n", vethCodes[h], bridgeName)
@@ -230,9 +256,9 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 	if err := run(ctx, b.String(), "ip", "-batch", "-"); err != nil {
 		return fmt.Errorf("building the bridge and namespaces: %w", err)
 	}
-	errs := make([]error, len(Hosts))
+	errs := make([]error, len(netnsHosts))
 	var wg sync.WaitGroup
-	for i, h := range Hosts {
+	for i, h := range netnsHosts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -365,10 +391,10 @@ func connectError(err error) string {
 
 func (t *netnsTopo) checkPair(host, peer string) error {
 	if _, ok := netnsAddrs[host]; !ok || host == HostObserver {
-		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(Hosts, ", "))
+		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(netnsHosts, ", "))
 	}
 	if _, ok := netnsAddrs[peer]; !ok || peer == HostObserver {
-		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(Hosts, ", "))
+		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(netnsHosts, ", "))
 	}
 	if host == peer {
 		return fmt.Errorf("cannot partition %s from itself", host)
@@ -427,6 +453,7 @@ func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
 	t.mu.Unlock()
 	var td Teardown
 	t.stopAll(ctx, &td)
+	t.stopStore(&td)
 
 	// Sockets and handles keep a namespace alive: let go of them first.
 	t.client.CloseIdleConnections()
@@ -451,7 +478,7 @@ func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
 		// deleted namespace (and the veth end in it) is cleaned up by the kernel
 		// asynchronously, which would make the names collide with the next Up.
 		var b strings.Builder
-		for _, h := range Hosts {
+		for _, h := range netnsHosts {
 			if _, err := net.InterfaceByName("qv-" + vethCodes[h]); err == nil {
 				fmt.Fprintf(&b, "link del qv-%s\n", vethCodes[h])
 			}
@@ -508,7 +535,7 @@ func (t *netnsTopo) Policy() Policy { return t.policy }
 func (t *netnsTopo) Facts() map[string]any {
 	f := t.baseFacts()
 	nsn := map[string]string{}
-	for _, h := range Hosts {
+	for _, h := range netnsHosts {
 		nsn[h] = t.nsName(h)
 	}
 	addrs := map[string]string{}
@@ -526,5 +553,6 @@ func (t *netnsTopo) Facts() map[string]any {
 	f["namespaces"] = nsn
 	f["network_policy"] = rules
 	f["isolation"] = "one unprivileged user+net+mount+pid namespace per run; one network namespace per host; nftables ingress policy per host"
+	f["store_group"] = t.storeFacts()
 	return f
 }

@@ -150,8 +150,9 @@ func TestNetnsEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("netns engine: up %s, down %s; removed %v", upTime.Round(time.Millisecond), downTime.Round(time.Millisecond), td.Removed)
-	if n := len(pidsFromTeardown(td)); n != 6 {
-		t.Errorf("teardown stopped %d processes, want 6: %v", n, td.Removed)
+	// Six components plus the replicated store group (three data nodes, three Sentinels).
+	if n, want := len(pidsFromTeardown(td)), 6+len(StoreHosts); n != want {
+		t.Errorf("teardown stopped %d processes, want %d: %v", n, want, td.Removed)
 	}
 	var nsRemoved int
 	for _, r := range td.Removed {
@@ -159,8 +160,8 @@ func TestNetnsEngine(t *testing.T) {
 			nsRemoved++
 		}
 	}
-	if nsRemoved != len(Hosts) {
-		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(Hosts), td.Removed)
+	if nsRemoved != len(netnsHosts) {
+		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(netnsHosts), td.Removed)
 	}
 	if live := livePIDs(spec.RunID); len(live) > 0 {
 		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)

@@ -36,6 +36,11 @@ type Spec struct {
 	// fails when the enforced policy is not the intended one (a missing or an extra rule).
 	AdjustPolicy func(Policy) Policy
 
+	// StoreReplication is how the gateways write to the replicated store group when a
+	// failover scenario puts them on it: fixtures.ReplicationAcknowledged (default) or
+	// fixtures.ReplicationAsync (to see the double spend it allows).
+	StoreReplication string
+
 	// Docker engine only: images to run instead of the ones it builds when missing (see
 	// docker_image.go), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
 	ValkeyImage    string
@@ -57,6 +62,13 @@ func (s *Spec) validate() error {
 	}
 	if s.Deployment == nil {
 		return errors.New("topology: Spec.Deployment is required: build one with fixtures.NewDeployment")
+	}
+	switch s.StoreReplication {
+	case "":
+		s.StoreReplication = fixtures.ReplicationAcknowledged
+	case fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+	default:
+		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync)
 	}
 	switch s.DenyMode {
 	case "":

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"net/http"
 	"time"
+
+	"github.com/quotaqual/quotaqual/fixtures"
 )
 
 // Host names, the same on every engine.
@@ -82,6 +84,12 @@ type Topology interface {
 	// Facts describes the topology for the evidence manifest: engine, addresses, versions,
 	// deny mode, run id.
 	Facts() map[string]any
+}
+
+// PolicyRollout is implemented by engines that can restart a gateway on another rule policy
+// (a rolling change of the quota policy); nil restores the run's own.
+type PolicyRollout interface {
+	RestartGatewayWithPolicy(ctx context.Context, gateway string, p *fixtures.Profile) error
 }
 
 // GatewayEndpoint is where a gateway listens, as seen from the client and the observer.

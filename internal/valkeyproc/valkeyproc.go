@@ -27,6 +27,7 @@ type Options struct {
 	Port       int    // 0: pick a free port on Host
 	Dir        string // data directory (required): AOF, logs
 	Password   string // requirepass; empty: none (and protected mode off for non-loopback binds)
+	MasterAuth string // masterauth: the password of the primary this node replicates from
 	AppendOnly *bool  // default true
 	// FsyncAlways sets appendfsync always (an fsync per write, 1-3 ms each here). The default,
 	// everysec, is Valkey's own default and what production runs: a graceful stop (SIGTERM)
@@ -36,6 +37,10 @@ type Options struct {
 	ExtraArgs   []string
 	// LogFile receives the server's output; default Dir/valkey.log.
 	LogFile string
+	// Sentinel, when set, runs the server as a Sentinel (`valkey-server FILE --sentinel`) with
+	// these configuration lines (`sentinel monitor ...`). Sentinel rewrites its file with what it
+	// learns, so a restart keeps that state.
+	Sentinel string
 	// SysProcAttr for the child; default (on Linux) sets Pdeathsig so the server dies with its
 	// parent thread.
 	SysProcAttr *syscall.SysProcAttr
@@ -112,6 +117,9 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.Port))
 }
 
+// Host is the server's bind address.
+func (s *Server) Host() string { return s.opts.Host }
+
 // Port is the server's TCP port.
 func (s *Server) Port() int { return s.opts.Port }
 
@@ -179,10 +187,23 @@ func (s *Server) args() []string {
 // writeConfig writes the settings that must not appear on a command line (the password) into
 // a file only the owner can read; valkey-server takes it as its first argument.
 func (s *Server) writeConfig() (string, error) {
+	if s.opts.Sentinel != "" {
+		path := filepath.Join(s.opts.Dir, "sentinel.conf")
+		if _, err := os.Stat(path); err == nil {
+			return path, nil // keep what this Sentinel learnt before a restart
+		}
+		if err := os.WriteFile(path, []byte(s.opts.Sentinel), 0o600); err != nil {
+			return "", fmt.Errorf("valkeyproc: write sentinel config: %w", err)
+		}
+		return path, nil
+	}
 	path := filepath.Join(s.opts.Dir, "valkey-secrets.conf")
 	var body string
 	if s.opts.Password != "" {
 		body = "requirepass \"" + s.opts.Password + "\"\n"
+	}
+	if s.opts.MasterAuth != "" {
+		body += "masterauth \"" + s.opts.MasterAuth + "\"\n"
 	}
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		return "", fmt.Errorf("valkeyproc: write config: %w", err)
@@ -207,6 +228,9 @@ func (s *Server) Restart(ctx context.Context) error {
 		return err
 	}
 	argv := append(append([]string{}, s.opts.Wrap...), s.opts.Binary, conf)
+	if s.opts.Sentinel != "" {
+		argv = append(argv, "--sentinel")
+	}
 	argv = append(argv, s.args()...)
 	log, err := os.OpenFile(s.opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

@@ -6,6 +6,7 @@ package valkeytest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
@@ -28,4 +29,36 @@ func Start(t testing.TB, opts ...func(*valkeyproc.Options)) *valkeyproc.Server {
 // WithPassword requires AUTH.
 func WithPassword(pw string) func(*valkeyproc.Options) {
 	return func(o *valkeyproc.Options) { o.Password = pw }
+}
+
+// StartReplicated launches a primary, a replica and three Sentinels (quorum 2, down after 1 s)
+// on loopback for t, waits until the Sentinels know each other and the replica, and registers
+// their shutdown. opts may adjust the options before the start.
+func StartReplicated(t testing.TB, opts ...func(*valkeyproc.ReplicatedOptions)) *valkeyproc.Replicated {
+	t.Helper()
+	o := valkeyproc.ReplicatedOptions{
+		Primary: valkeyproc.Options{Dir: t.TempDir()},
+		Replica: valkeyproc.Options{Dir: t.TempDir()},
+	}
+	for range 3 {
+		o.Sentinels = append(o.Sentinels, valkeyproc.Options{Dir: t.TempDir()})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r, err := valkeyproc.StartReplicated(context.Background(), o)
+	if err != nil {
+		t.Fatalf("start replicated valkey: %v", err)
+	}
+	t.Cleanup(func() {
+		// A paused node would ignore SIGKILL only until resumed; resume first.
+		for _, n := range r.Nodes() {
+			_ = n.Resume()
+		}
+		r.Kill()
+	})
+	if err := r.WaitSentinelsReady(context.Background(), 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

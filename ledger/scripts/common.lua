@@ -14,6 +14,8 @@
 --                                              bucket of its width's hash with index >= l<W_ms>
 --                                   'l<W_ms>'  window W's low watermark: the oldest bucket it
 --                                              counts, floor((then - W) / width) at the last call
+--                                   'M'        every bucket width any policy for the rule
+--                                              declared, with its longest window (see below)
 --   KEYS[2]   <p>:d          zset  reservation id -> lease deadline (ms, store clock)
 --   KEYS[3..] <p>:s<width_s> hash  bucket index (floor(ms / width)) -> settled tokens, one hash
 --                                   per distinct bucket width of the quota
@@ -74,6 +76,74 @@ local aexists = false
 local statechanged, rdirty, edirty, vdirty = false, false, false, false
 local prunes = nil -- width -> list of bucket fields to delete (only with the state persisted)
 local gone = nil -- ids the sweep removed in this call
+
+-- Two policies for one rule (a rolling change of its windows) share these keys. 'M' of KEYS[1]
+-- lists every bucket width any of them declared, each with the longest window declared for it
+-- ("<width_ms>:<window_ms>,..."). The buckets such a window still counts are kept (never pruned
+-- by a shorter window) and the expiry sweep charges every listed width, whichever policy calls,
+-- as the memory backend's wheels do. The list only grows while KEYS[1] lives. foreign are the
+-- listed widths this quota does not have: { w, keep, key, lo }.
+local foreign = {}
+local newM = nil
+do
+  local known, order = {}, {}
+  local M = redis.call('HGET', A, 'M')
+  if M then
+    for w, k in string.gmatch(M, '(%d+):(%d+)') do
+      known[tonumber(w)] = tonumber(k)
+      order[#order + 1] = tonumber(w)
+    end
+  end
+  local changed = false
+  for _, wd in ipairs(widths) do
+    local k = known[wd.w]
+    if k == nil then
+      order[#order + 1] = wd.w
+      k = 0
+    end
+    wd.keep = math.max(k, wd.maxwin)
+    wd.lo = floor((now - wd.keep) / wd.w)
+    if k < wd.maxwin then
+      known[wd.w], changed = wd.maxwin, true
+    end
+  end
+  for _, win in ipairs(windows) do
+    win.prune = (win.win >= win.wd.keep)
+  end
+  local prefix = string.sub(A, 1, -3)
+  local parts = {}
+  for _, w in ipairs(order) do
+    parts[#parts + 1] = idx(w) .. ':' .. idx(known[w])
+    local own = false
+    for _, wd in ipairs(widths) do
+      own = own or wd.w == w
+    end
+    if not own then
+      foreign[#foreign + 1] = { w = w, keep = known[w], key = prefix .. ':s' .. idx(w / 1000), lo = floor((now - known[w]) / w) }
+    end
+  end
+  if changed then
+    newM, statechanged = table.concat(parts, ','), true
+  end
+end
+
+-- chargeforeign charges tokens at time t (ms) into every foreign width's bucket that its
+-- longest window still counts; that width's policy rebuilds its totals from the buckets when
+-- it next calls (its totals are not the ones KEYS[1] holds now).
+local function chargeforeign(t, tokens)
+  local ownwin = 0
+  for _, wd in ipairs(widths) do
+    ownwin = math.max(ownwin, wd.maxwin)
+  end
+  for _, fw in ipairs(foreign) do
+    local b = floor(t / fw.w)
+    if b >= fw.lo then
+      redis.call('HINCRBY', fw.key, idx(b), tokens)
+      -- as long as its own policy would keep it: its longest window plus this quota's lease
+      extend(fw.key, fw.keep + tonumber(ttl) - ownwin)
+    end
+  end
+end
 
 -- load takes the bookkeeping fields from r (read by state in the head, in the order of the
 -- widths and windows) and returns whether they are this quota's totals, and the extra
@@ -282,6 +352,7 @@ local function sweep()
         for _, wd in ipairs(widths) do
           charge(wd, floor(dl / wd.w), est)
         end
+        chargeforeign(dl, est)
         freed = freed + tonumber(est)
       end
     end
@@ -385,6 +456,10 @@ local function commit(write, touch, touchd, extra)
   if vdirty then
     f[#f + 1] = 'v'
     f[#f + 1] = sig
+  end
+  if newM then
+    f[#f + 1] = 'M'
+    f[#f + 1] = newM
   end
   for _, wd in ipairs(widths) do
     if wd.dirty then

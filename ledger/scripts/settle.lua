@@ -8,7 +8,27 @@ local r = state(id)
 -- every width hash and every window's total (each window's watermark is its low end, at or
 -- before now's bucket).
 local est = r[4 + nwd + 2 * nwin]
-if est and current(r) then
+
+-- foreignwidths reports whether another policy for this rule declared a bucket width this
+-- quota lacks ('M', see common.lua): then the charge must go there too, on the general path.
+local function foreignwidths()
+  local M = redis.call('HGET', A, 'M')
+  if not M then
+    return false
+  end
+  for w in string.gmatch(M, '(%d+):') do
+    local own = false
+    for i = 1, nwd do
+      own = own or ARGV[2 + 2 * i] == w
+    end
+    if not own then
+      return true
+    end
+  end
+  return false
+end
+
+if est and current(r) and not foreignwidths() then
   redis.call('HDEL', A, id)
   redis.call('ZREM', D, id)
   local charged = est
@@ -61,6 +81,7 @@ if tonumber(charged) ~= 0 then
   for _, wd in ipairs(widths) do
     charge(wd, wd.cur, charged)
   end
+  chargeforeign(now, charged)
 end
 -- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease needs.
 commit(true, false, false)

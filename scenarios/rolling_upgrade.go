@@ -1,0 +1,222 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// rollingUpgrade changes the rule's policy while both gateways serve: gateway-a is restarted
+// with policy P2 (shorter window, larger capacity, smaller estimate, shorter lease) while
+// gateway-b still runs P1 (the profile's), traffic goes through both, then gateway-b is
+// restarted with P2. The guarantee while the two policies share the quota key's state:
+//   - no window of either policy ever admits beyond the larger capacity: tokens held at once
+//     never exceed max(C1, C2), and each gateway reports its own policy's limit;
+//   - no live lease is cut short: every admitted request in flight is held in the store;
+//   - no usage leaves a window earlier than either policy allows: after P2's window has passed
+//     and P2 has rebuilt its totals, P1's longer window still counts what was settled in it
+//     (the ledger used to prune it).
+func rollingUpgrade() Scenario {
+	return Scenario{
+		Name:      "rolling-upgrade",
+		Summary:   "gateway-a restarted on policy P2 while gateway-b runs P1, traffic through both, then gateway-b on P2: held tokens ≤ the larger capacity, live leases kept, P1's window keeps usage P2's shorter window dropped",
+		Invariant: "hard gate across a policy change: no window admits beyond the larger capacity, no live lease cut short, no usage leaves a window earlier than either policy allows",
+		Run:       runRollingUpgrade,
+	}
+}
+
+// rollingPolicy is P2: a quarter of the window (at least 1 s), 1.5× the capacity, two thirds
+// of the estimate, two thirds of the lease of the profile's policy (P1). Both windows are at
+// most a minute, so both use one-second buckets.
+func rollingPolicy(p fixtures.Profile) fixtures.Profile {
+	p2 := p
+	p2.Name = p.Name + "-p2"
+	p2.Window = max(time.Second, p.Window/4)
+	p2.Capacity = p.Capacity * 3 / 2
+	p2.Estimate = max(1, p.Estimate*2/3)
+	p2.Lease = max(3*p.StoreTimeout+time.Second, p.Lease*2/3)
+	return p2
+}
+
+const rollingHold = 800 * time.Millisecond
+
+func runRollingUpgrade(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p1 := env.Profile
+	p2 := rollingPolicy(p1)
+	ro, ok := env.Topo.(topology.PolicyRollout)
+	if !ok {
+		return r.Skip("the " + env.Topo.Engine() + " topology cannot restart a gateway on another policy")
+	}
+	r.Fact("p1", policyFact(p1))
+	r.Fact("p2", policyFact(p2))
+	larger := max(p1.Capacity, p2.Capacity)
+	estOf := map[string]int64{gwA: p2.Estimate, gwB: p1.Estimate}
+
+	env.Progressf("restarting gateway-a on P2 (window %s, capacity %d)", p2.Window, p2.Capacity)
+	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p2); err != nil {
+		return r.Error(err)
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p1.RecoveryMax)
+		defer cancel()
+		var mu sync.Mutex
+		bothGateways(func(gw string) {
+			if err := ro.RestartGatewayWithPolicy(c, gw, nil); err != nil {
+				mu.Lock()
+				r.Error(fmt.Errorf("restarting %s back on P1: %w", gw, err))
+				mu.Unlock()
+			}
+		})
+	}()
+
+	// A burst through both gateways, every admitted request held in flight: each gateway
+	// admits by its own policy against the one shared state.
+	const burst = 10
+	outs := make([]Outcome, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = env.Chat(ctx, ChatCall{Gateway: alternate(i), Label: fmt.Sprintf("mixed-%d", i+1), Subject: appA, Hold: rollingHold})
+		}()
+	}
+	// While they are held: what the store holds, seen through each policy.
+	time.Sleep(rollingHold / 2) // bounded: the burst's admissions are decided by now
+	held := map[string]QuotaState{}
+	for _, gw := range []string{gwA, gwB} {
+		q, err := env.Quota(ctx, gw, appA)
+		if err != nil {
+			r.Error(err)
+			continue
+		}
+		held[gw] = q
+	}
+	wg.Wait()
+	settledAt := time.Now()
+
+	var ivs []heldInterval
+	admitted := map[string]int{}
+	for i, o := range outs {
+		gw := alternate(i)
+		if o.Admitted() {
+			admitted[gw]++
+			ivs = append(ivs, heldInterval{o.Start, o.End, estOf[gw]})
+			limit := o.Headers.Get("X-Ratelimit-Limit-Tokens")
+			want := strconv.FormatInt(map[string]int64{gwA: p2.Capacity, gwB: p1.Capacity}[gw], 10)
+			r.Check(fmt.Sprintf("%s reports its own policy's limit", gw), want, limit, limit == want)
+		} else {
+			r.Check(fmt.Sprintf("%s request %d: admitted or denied for the window, never an error", gw, i+1),
+				"200 or 429", o.Status, o.Status == http.StatusTooManyRequests)
+		}
+	}
+	peak := peakHeld(ivs)
+	r.Fact("admitted", admitted)
+	r.Fact("peak_held_tokens", peak)
+	r.Check("tokens held at once ≤ the larger capacity", fmt.Sprintf("≤ %d", larger), peak, peak <= larger)
+	var admittedTokens int64
+	for _, iv := range ivs {
+		admittedTokens += iv.est
+	}
+	for gw, q := range held {
+		r.Check("no live lease cut short: "+gw+" sees every admitted request held",
+			fmt.Sprintf("%d reservations, %d tokens", len(ivs), admittedTokens),
+			fmt.Sprintf("%d reservations, %d tokens", q.ActiveReservations, q.ReservedTokens),
+			q.ActiveReservations == int64(len(ivs)) && q.ReservedTokens == admittedTokens)
+	}
+	var charged int64
+	for i, o := range outs {
+		if o.Admitted() {
+			charged += charge(o, estOf[alternate(i)])
+		}
+	}
+
+	// Past P2's window (and a bucket) but within P1's: P2 rebuilds its totals on its next
+	// call; P1's window must still count what the burst was charged.
+	check := settledAt.Add(p2.Window + bucketWidth(p2.Window) + 200*time.Millisecond)
+	if latest := settledAt.Add(p1.Window - 500*time.Millisecond); check.After(latest) {
+		return r.Error(fmt.Errorf("P2's window %s leaves no time inside P1's %s", p2.Window, p1.Window))
+	}
+	time.Sleep(time.Until(check)) // bounded by P1's window
+	o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "p2-after-its-window", Subject: appA})
+	r.Check("P2 admits once its own window has passed", http.StatusOK, o.Status, o.Admitted())
+	q, err := env.Quota(ctx, gwB, appA)
+	if err != nil {
+		return r.Error(err)
+	}
+	r.Fact("p1_settled_after_p2_rebuild", q.Settled())
+	r.Fact("burst_charged", charged)
+	r.Check("no usage leaves P1's window early: P1 still counts the burst after P2's rebuild",
+		fmt.Sprintf("≥ %d", charged), q.Settled(), q.Settled() >= charged)
+	if time.Since(settledAt) > p1.Window {
+		r.Error(fmt.Errorf("the check ran %s after the settlements, past P1's window %s: not decided", time.Since(settledAt).Round(time.Millisecond), p1.Window))
+	}
+
+	env.Progressf("restarting gateway-b on P2")
+	if err := ro.RestartGatewayWithPolicy(ctx, gwB, &p2); err != nil {
+		return r.Error(err)
+	}
+	for _, gw := range []string{gwA, gwB} {
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "both-on-p2", Subject: appB})
+		limit := o.Headers.Get("X-Ratelimit-Limit-Tokens")
+		want := strconv.FormatInt(p2.Capacity, 10)
+		r.Check(gw+" admits on P2 with P2's limit after the rollout", "200, limit "+want,
+			fmt.Sprintf("%d, limit %s", o.Status, limit), o.Admitted() && limit == want)
+	}
+	r.Key("peak held %d ≤ %d, P1 kept %d/%d settled after P2's rebuild, %d+%d admitted", peak, larger, q.Settled(), charged, admitted[gwA], admitted[gwB])
+	return r
+}
+
+// heldInterval is one admitted request's time in flight and the tokens it held.
+type heldInterval struct {
+	start, end time.Time
+	est        int64
+}
+
+// peakHeld is the most tokens held at one instant by the intervals (an interval ending when
+// another starts counts as overlapping).
+func peakHeld(ivs []heldInterval) int64 {
+	type edge struct {
+		t     time.Time
+		delta int64
+	}
+	var edges []edge
+	for _, iv := range ivs {
+		edges = append(edges, edge{iv.start, iv.est}, edge{iv.end, -iv.est})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].t.Equal(edges[j].t) {
+			return edges[i].t.Before(edges[j].t)
+		}
+		return edges[i].delta > edges[j].delta
+	})
+	var n, best int64
+	for _, e := range edges {
+		n += e.delta
+		best = max(best, n)
+	}
+	return best
+}
+
+// bothGateways runs f for gateway-a and gateway-b at once (a restart of each takes a few
+// hundred milliseconds).
+func bothGateways(f func(gw string)) {
+	var wg sync.WaitGroup
+	for _, gw := range []string{gwA, gwB} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(gw) }()
+	}
+	wg.Wait()
+}
+
+func policyFact(p fixtures.Profile) map[string]any {
+	return map[string]any{"window": p.Window.String(), "capacity": p.Capacity, "reserved_tokens": p.Estimate, "lease": p.Lease.String()}
+}

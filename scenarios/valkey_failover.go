@@ -1,0 +1,433 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/quotaqual/quotaqual/ledger/ledgertest"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// valkeyFailover is the split brain of a replicated store: the primary is cut off from its
+// replicas, the Sentinels and gateway-b, while gateway-a still reaches it. The Sentinels promote
+// a replica; whatever the old primary admitted alone and had not replicated is gone with it.
+// With asynchronous replication those admissions are acknowledged to clients and then handed
+// out again by the promoted primary: a budget spent twice. With acknowledged replication
+// (WAIT) the isolated primary cannot get its admissions confirmed and answers 503 instead.
+//
+// Every admitted request is held in flight by its provider for the whole split, so its
+// reservation is live throughout: tokens held at once beyond the capacity are double spend,
+// whatever the window. The run's gateways are restarted on the replicated store group for
+// this scenario and back afterwards (see topology/store.go for why the group is separate).
+func valkeyFailover() Scenario {
+	return Scenario{
+		Name:      "valkey-failover",
+		Summary:   "split brain of a replicated store (primary cut off from replicas, Sentinels and gateway-b; gateway-a still reaches it): no token admitted twice, no acknowledged reservation lost across the promotion",
+		Invariant: "hard gate across a failover: reservations held at once ≤ capacity, and every admitted reservation survives the promotion (porcupine-checked against the ledger model)",
+		Needs:     []Need{NeedPartition},
+		Run:       runValkeyFailover,
+	}
+}
+
+// failoverHold keeps the requests admitted before and during the split in flight until after
+// the promotion (2.6-3.3 s measured) and both gateways' next decisions (3.4-5.4 s), so every
+// admission of the scenario overlaps. Only requests still in flight when the promoted primary
+// is inspected count for lost reservations, so a slow promotion cannot fake a loss.
+const failoverHold = 6 * time.Second
+
+// failoverProbe is how long a request admitted after the promotion is held.
+const failoverProbe = 2 * time.Second
+
+// sentRequest is one request of the scenario with what it was sent as.
+type sentRequest struct {
+	Outcome
+	gateway, label string
+	hold           time.Duration
+}
+
+func runValkeyFailover(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	sg, ok := env.Topo.(topology.StoreGroup)
+	if !ok {
+		return r.Skip("the " + env.Topo.Engine() + " topology runs no replicated store group (primary, replicas, Sentinels); it runs on netns")
+	}
+	if reason := sg.StoreGroupReason(); reason != "" {
+		return r.Skip(reason)
+	}
+	if err := sg.WaitStoreReady(ctx); err != nil {
+		return r.Error(err)
+	}
+	oldPrimary, err := sg.StorePrimary(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("asking the Sentinels for the primary: %w", err))
+	}
+	r.Fact("primary_before", oldPrimary)
+
+	env.Progressf("restarting both gateways on the replicated store")
+	var restartErrs [2]error
+	bothGateways(func(gw string) {
+		if err := sg.UseReplicatedStore(ctx, gw, true); err != nil {
+			restartErrs[slices.Index([]string{gwA, gwB}, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
+		}
+	})
+	if err := errors.Join(restartErrs[:]...); err != nil {
+		return r.Error(err)
+	}
+	var inflight sync.WaitGroup
+	var hmu sync.Mutex
+	var history []sentRequest
+	defer func() {
+		// Back on the single Valkey for the scenarios after this one, once nothing is held
+		// (a gateway drains its in-flight requests on SIGTERM).
+		inflight.Wait()
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
+		defer cancel()
+		var mu sync.Mutex
+		bothGateways(func(gw string) {
+			if err := sg.UseReplicatedStore(c, gw, false); err != nil {
+				mu.Lock()
+				r.Error(fmt.Errorf("restarting %s back on the single valkey: %w", gw, err))
+				mu.Unlock()
+			}
+		})
+	}()
+	// send sends one held request in the background; its outcome lands in the history and on
+	// the returned channel once the response is complete. The admission decision comes first,
+	// in the response headers, but the client sees it only with the provider's first byte: a
+	// 503 or 429 returns at once, a 200 after the hold.
+	send := func(gw, label string, hold time.Duration) <-chan Outcome {
+		ch := make(chan Outcome, 1)
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: label, Subject: appA, Hold: hold})
+			hmu.Lock()
+			history = append(history, sentRequest{o, gw, label, hold})
+			hmu.Unlock()
+			ch <- o
+		}()
+		return ch
+	}
+	// quick waits up to d for an outcome: a refusal answers at once, an admission only after
+	// its hold, so no answer within d means admitted (the history confirms it later).
+	quick := func(ch <-chan Outcome, d time.Duration) (Outcome, bool) {
+		select {
+		case o := <-ch:
+			return o, true
+		case <-time.After(d):
+			return Outcome{}, false
+		}
+	}
+	// A refusal (503, 429) comes within the store timeout; no answer by then means admitted
+	// and held. This only paces the loop below: the verdict reads the final history.
+	decide := p.StoreTimeout + 300*time.Millisecond
+
+	// Part of the budget, held in flight and replicated to every replica before the split.
+	for i := range 2 {
+		send(gwA, fmt.Sprintf("before-split-%d", i+1), failoverHold)
+	}
+	var offsetsBefore []topology.StoreNodeState
+	if _, err := poll(ctx, 20*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
+		q, err := env.Quota(ctx, gwA, appA)
+		offsetsBefore = storeOffsets(ctx, sg)
+		return err == nil && q.ReservedTokens == 2*p.Estimate && inSync(offsetsBefore), nil
+	}); err != nil {
+		r.Check("before the split: 2 requests held and replicated to every replica", "within "+p.RecoveryMax.String(), fmt.Sprint(offsetsBefore), false)
+	}
+	r.Fact("replication_before", offsetsBefore)
+
+	env.Progressf("split brain: %s cut off from the replicas, the Sentinels and gateway-b", oldPrimary)
+	var cut []string
+	for _, h := range append(append(slices.DeleteFunc(slices.Clone(topology.StoreNodes), func(h string) bool { return h == oldPrimary }), topology.StoreSentinels...), gwB) {
+		cut = append(cut, h)
+	}
+	splitAt := time.Now()
+	for _, h := range cut {
+		if err := env.Topo.Partition(ctx, oldPrimary, h); err != nil {
+			return r.Error(fmt.Errorf("partitioning %s from %s: %w", oldPrimary, h, err))
+		}
+	}
+	healed := false
+	heal := func(c context.Context) error {
+		var errs []error
+		for _, h := range cut {
+			if err := env.Topo.Heal(c, oldPrimary, h); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if !healed {
+			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
+			defer cancel()
+			if err := heal(c); err != nil {
+				r.Error(fmt.Errorf("healing after a failed step: %w", err))
+			}
+		}
+	}()
+	r.Fact("split_ms", ms(time.Since(splitAt)))
+
+	// gateway-a still reaches the old primary: what it admits now exists only there.
+	for i := range 2 {
+		quick(send(gwA, fmt.Sprintf("split-%d", i+1), failoverHold), decide)
+	}
+
+	// Drive both gateways until the Sentinels have promoted a replica and each gateway decides
+	// again (admits or denies, not 503).
+	var promotedAt time.Time
+	newPrimary := ""
+	decidedAgain := map[string]time.Time{}
+	// What the promoted primary holds, read through gateway-b as soon as it follows the
+	// promotion, while the admissions before and during the split are still in flight.
+	var held QuotaState
+	var qerr error
+	var inspectAt time.Time
+	inspect := func() {
+		held, qerr = env.Quota(ctx, gwB, appA)
+		inspectAt = time.Now()
+	}
+	deadline := time.Now().Add(p.RecoveryMax)
+	for i := 0; time.Now().Before(deadline) && (promotedAt.IsZero() || len(decidedAgain) < 2); i++ {
+		if promotedAt.IsZero() {
+			if h, err := sg.StorePrimary(ctx); err == nil && h != oldPrimary {
+				promotedAt, newPrimary = time.Now(), h
+			}
+		}
+		// One request to each gateway that has not decided again yet, at once.
+		type probe struct {
+			gw   string
+			at   time.Time
+			o    Outcome
+			done bool
+		}
+		var probes []*probe
+		for _, gw := range []string{gwA, gwB} {
+			if _, ok := decidedAgain[gw]; !ok {
+				probes = append(probes, &probe{gw: gw, at: time.Now()})
+			}
+		}
+		var pw sync.WaitGroup
+		for _, pr := range probes {
+			ch := send(pr.gw, fmt.Sprintf("during-split-%d-%s", i+1, pr.gw), failoverProbe)
+			pw.Add(1)
+			go func() { defer pw.Done(); pr.o, pr.done = quick(ch, decide) }()
+		}
+		pw.Wait()
+		for _, pr := range probes {
+			decided := !pr.done || pr.o.Status == http.StatusOK || pr.o.Status == http.StatusTooManyRequests
+			if !promotedAt.IsZero() && decided {
+				decidedAgain[pr.gw] = pr.at // when the request that was decided was sent
+				if pr.gw == gwB {
+					inspect()
+				}
+			}
+		}
+		// Paced: every 503 is an operation whose effect porcupine must consider both ways.
+		select {
+		case <-ctx.Done():
+			return r.Error(ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if promotedAt.IsZero() {
+		r.Check("the Sentinels promoted a replica", "within "+p.RecoveryMax.String(), "no promotion", false)
+	} else {
+		r.Fact("primary_after", newPrimary)
+		r.Fact("time_to_promotion_ms", ms(promotedAt.Sub(splitAt)))
+	}
+	for _, gw := range []string{gwA, gwB} {
+		t, ok := decidedAgain[gw]
+		r.Check(gw+" decides again (admits or denies) after the promotion", "within "+p.RecoveryMax.String(), fmt.Sprint(ok), ok)
+		if ok {
+			r.Fact("time_until_"+gw+"_decides_again_ms", ms(t.Sub(splitAt)))
+		}
+	}
+	if inspectAt.IsZero() {
+		inspect()
+	}
+
+	env.Progressf("healing the split")
+	healAt := time.Now()
+	healed = true
+	if err := heal(ctx); err != nil {
+		return r.Error(fmt.Errorf("healing: %w", err))
+	}
+	r.Fact("heal_ms", ms(time.Since(healAt)))
+	inflight.Wait()
+	r.Fact("replication_after", storeOffsets(ctx, sg))
+	if ev, err := sg.StoreEvents(); err != nil {
+		r.Error(fmt.Errorf("reading the Sentinels' events: %w", err))
+	} else {
+		r.Fact("promotion_timeline", failoverTimeline(ev, splitAt, healAt))
+	}
+
+	hmu.Lock()
+	hist := slices.Clone(history)
+	hmu.Unlock()
+	judgeFailover(r, p.Capacity, p.Estimate, hist, held, qerr, inspectAt)
+	return r
+}
+
+// inSync reports whether every replica has the primary's replication offset.
+func inSync(nodes []topology.StoreNodeState) bool {
+	var primary int64 = -1
+	for _, n := range nodes {
+		if n.Error != "" {
+			return false
+		}
+		if n.Role == "master" {
+			primary = n.Offset
+		}
+	}
+	for _, n := range nodes {
+		if n.Offset != primary {
+			return false
+		}
+	}
+	return primary >= 0
+}
+
+// judgeFailover decides the scenario from the request history and the promoted primary's
+// view: over-admission (tokens held at once beyond the capacity), lost reservations (admitted,
+// still in flight, and absent from the promoted primary), each gateway's 503 window, and a
+// porcupine check of the history against the ledger model.
+func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held QuotaState, qerr error, inspectAt time.Time) {
+	var ivs []interval
+	var inFlightAtInspect int64
+	first503, last503 := map[string]time.Time{}, map[string]time.Time{}
+	admittedSplit := []string{}
+	statusCount := map[int]int{}
+	for _, o := range hist {
+		statusCount[o.Status]++
+		if o.Admitted() {
+			ivs = append(ivs, interval{o.Start, o.End})
+		}
+		if o.Status == http.StatusServiceUnavailable {
+			gw := o.gateway
+			if t, ok := first503[gw]; !ok || o.Start.Before(t) {
+				first503[gw] = o.Start
+			}
+			if o.End.After(last503[gw]) {
+				last503[gw] = o.End
+			}
+		}
+	}
+	for _, o := range hist {
+		if o.Admitted() && strings.HasPrefix(o.label, "split-") {
+			admittedSplit = append(admittedSplit, o.label+" (request id "+o.RequestID+")")
+		}
+		if o.Admitted() && o.Start.Before(inspectAt) && o.End.After(inspectAt) {
+			inFlightAtInspect += estimate
+		}
+	}
+	peak, _ := peakReserved(ivs, estimate)
+	over := max(0, peak-capacity)
+	r.Fact("statuses", statusCount)
+	r.Fact("peak_held_tokens", peak)
+	r.Fact("over_admission_tokens", over)
+	r.Check("no token admitted twice: tokens held at once ≤ capacity", fmt.Sprintf("≤ %d", capacity), peak, peak <= capacity)
+
+	for _, gw := range []string{gwA, gwB} {
+		if t, ok := first503[gw]; ok {
+			r.Fact(gw+"_503_window_ms", ms(last503[gw].Sub(t)))
+		} else {
+			r.Fact(gw+"_503_window_ms", 0)
+		}
+	}
+	var lostTokens int64
+	if qerr != nil {
+		r.Error(fmt.Errorf("reading the promoted primary's holds through gateway-b: %w", qerr))
+	} else {
+		lostTokens = max(0, inFlightAtInspect-held.ReservedTokens)
+		r.Fact("held_on_promoted_primary_tokens", held.ReservedTokens)
+		r.Fact("admitted_in_flight_tokens", inFlightAtInspect)
+	}
+	var lost []string
+	if lostTokens > 0 {
+		lost = admittedSplit // the admissions gateway-a made alone on the cut-off primary
+	}
+	r.Fact("lost_reservations", lost)
+	r.Check("no acknowledged reservation lost in the promotion", "0 tokens", fmt.Sprintf("%d tokens %v", lostTokens, lost), qerr == nil && lostTokens == 0)
+
+	res := checkFailoverHistory(capacity, estimate, hist)
+	r.Fact("porcupine", string(res))
+	r.Check("the history is linearizable against the ledger model (porcupine)", string(porcupine.Ok), string(res), res == porcupine.Ok)
+	r.Key("over-admission %d tokens, lost %d, peak held %d of %d", over, len(lost), peak, capacity)
+}
+
+// checkFailoverHistory turns the history into ledger operations on one key (a reserve per
+// request: admitted, denied, or — a 503 — unknown) and checks it with porcupine against the
+// ledgertest model. Nothing is settled while the checked requests are in flight, so the
+// model's "nothing leaves the window" holds for the part that matters; settlements after the
+// holds end are not part of the history.
+func checkFailoverHistory(capacity, estimate int64, hist []sentRequest) porcupine.CheckResult {
+	var ops []porcupine.Operation
+	t0 := time.Time{}
+	for _, o := range hist {
+		if t0.IsZero() || o.Start.Before(t0) {
+			t0 = o.Start
+		}
+	}
+	for i, o := range hist {
+		in := ledgertest.Input{Kind: ledgertest.OpReserve, Client: i, Seq: i + 1, Estimate: estimate}
+		var out ledgertest.Output
+		switch o.Status {
+		case http.StatusOK:
+			out = ledgertest.Output{Admitted: true, ID: o.RequestID}
+		case http.StatusTooManyRequests:
+			out = ledgertest.Output{Reason: "window_capacity"}
+		default:
+			out = ledgertest.Output{Err: fmt.Sprintf("status %d", o.Status)}
+		}
+		ret := int64(o.End.Sub(t0))
+		if out.Err != "" {
+			ret = int64(time.Hour) // an unknown outcome may take effect at any time after its call
+		}
+		ops = append(ops, porcupine.Operation{ClientId: i, Input: in, Call: int64(o.Start.Sub(t0)), Output: out, Return: ret})
+	}
+	res, _ := ledgertest.Check(capacity, ops, 10*time.Second, "")
+	return res
+}
+
+// storeOffsets reads every data node's role and replication offset.
+func storeOffsets(ctx context.Context, sg topology.StoreGroup) []topology.StoreNodeState {
+	var out []topology.StoreNodeState
+	for _, h := range topology.StoreNodes {
+		st, _ := sg.StoreNode(ctx, h)
+		out = append(out, st)
+	}
+	return out
+}
+
+// failoverTimeline keeps the Sentinel events from the split on, with times relative to it.
+func failoverTimeline(ev []topology.StoreEvent, splitAt, healAt time.Time) []string {
+	out := []string{"0 ms: partition"}
+	healed := false
+	for _, e := range ev {
+		if e.At.Before(splitAt.Add(-time.Second)) {
+			continue
+		}
+		if !healed && e.At.After(healAt) {
+			out = append(out, fmt.Sprintf("%.0f ms: heal", ms(healAt.Sub(splitAt))))
+			healed = true
+		}
+		switch e.Event {
+		case "+sdown", "+odown", "+switch-master", "+failover-end", "+promoted-slave", "+convert-to-slave", "+elected-leader":
+			out = append(out, fmt.Sprintf("%.0f ms: %s %s %s", ms(e.At.Sub(splitAt)), e.Sentinel, e.Event, e.Detail))
+		}
+	}
+	if !healed {
+		out = append(out, fmt.Sprintf("%.0f ms: heal", ms(healAt.Sub(splitAt))))
+	}
+	return out
+}
