@@ -92,6 +92,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("opening the quota store: %w", err)
 		}
 	}
+	led = mutateLedger(led, cfg.compiled)
 	s := &Server{
 		cfg:          cfg,
 		log:          logger,
@@ -99,7 +100,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		led:          led,
 		auth:         cfg.auth,
 		storeTimeout: cfg.compiled.Backend.Timeout.D(),
-		renew:        cfg.LeaseRenewalEnabled(),
+		renew:        mutateRenew(cfg.LeaseRenewalEnabled()),
 		serveErr:     make(chan error, 2),
 	}
 	var b [6]byte
@@ -315,7 +316,7 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("/readyz", s.serveReady)
 	mux.HandleFunc("/admin/quota", s.serveQuota)
-	return mux
+	return s.mutateAdmin(mux)
 }
 
 // pick chooses the next provider round-robin. Exactly one pick per admitted request.

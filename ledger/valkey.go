@@ -36,7 +36,8 @@ func loadScript(name string) *valkey.Lua {
 	if strings.Count(body, "\n-- @common\n") != 1 {
 		panic("ledger: scripts/" + name + ".lua must have exactly one -- @common line")
 	}
-	return valkey.NewLuaScript(read("head") + "\n" + strings.Replace(body, "\n-- @common\n", "\n"+read("common")+"\n", 1))
+	src := read("head") + "\n" + strings.Replace(body, "\n-- @common\n", "\n"+read("common")+"\n", 1)
+	return noteScript(valkey.NewLuaScript(src), src)
 }
 
 var (
@@ -387,6 +388,7 @@ func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args []string) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
+	s, args = mutateScript(s, args)
 	c, err := v.conn(ctx)
 	if err != nil {
 		return nil, v.fail(op, fmt.Errorf("%w: %w", errNotSent, err))

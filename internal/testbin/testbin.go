@@ -7,12 +7,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 )
 
-// Build compiles github.com/quotaqual/quotaqual/cmd/quotaqual to path; the go command's output
-// goes to stderr.
-func Build(path string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", path, "github.com/quotaqual/quotaqual/cmd/quotaqual")
+// Build compiles github.com/quotaqual/quotaqual/cmd/quotaqual to path, with the given build
+// tags (e.g. quotaqual_mutants); the go command's output goes to stderr.
+func Build(path string, tags ...string) error {
+	args := []string{"build", "-trimpath"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "-o", path, "github.com/quotaqual/quotaqual/cmd/quotaqual")...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
