@@ -49,6 +49,9 @@ type ChatCall struct {
 	MaxTokens int64         // default 1
 	Hold      time.Duration // asks the provider stub to hold the request (body metadata)
 	Timeout   time.Duration // default requestTimeout(profile)
+	// ProviderRefuses asks the provider stub for a hold it refuses, so the provider answers
+	// 400: a failed provider call, to see that the gateway relays it and tries no other.
+	ProviderRefuses bool
 }
 
 // Outcome is what one request produced.
@@ -146,6 +149,9 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 	}
 	if c.Hold > 0 {
 		body["metadata"] = map[string]string{fixtures.HoldMetadata: c.Hold.String()}
+	}
+	if c.ProviderRefuses {
+		body["metadata"] = map[string]string{fixtures.HoldMetadata: "refuse-this-request"}
 	}
 	b, _ := json.Marshal(body)
 	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
