@@ -149,6 +149,11 @@ func mutateLedger(l ledger.Ledger, p *ledger.CompiledPolicy) ledger.Ledger {
 	return l
 }
 
+// readThenWriteGap is the time between the read and the write of read-then-write-reserve: a
+// store round trip across a network plus the decision, so that a burst interleaves with it
+// as it would between real hosts rather than only by luck on one machine's loopback.
+const readThenWriteGap = 20 * time.Millisecond
+
 type mutantLedger struct {
 	ledger.Ledger
 
@@ -207,10 +212,14 @@ func (m *mutantLedger) Reserve(ctx context.Context, q *ledger.Quota, key string,
 		}
 		for i, b := range q.Budgets {
 			if i < len(st.Windows) && st.Windows[i].Settled+st.ReservedTokens+est > b.Capacity {
-				return ledger.Decision{Denial: &ledger.Denial{Reason: ledger.ReasonWindowCapacity, Window: b.Window, Limit: b.Capacity,
-					Remaining: max(0, b.Capacity-st.Windows[i].Settled-st.ReservedTokens), RetryAfter: time.Second}}, nil
+				// Denied on the read: the real reserve words the denial (its Retry-After is
+				// true), so this mutant breaks atomicity only.
+				return m.Ledger.Reserve(ctx, q, key, est)
 			}
 		}
+		// The decision between the read and the write: a round trip and the gateway's own
+		// arithmetic, which concurrent requests on both gateways interleave with.
+		time.Sleep(readThenWriteGap)
 		d, err := m.Ledger.Reserve(ctx, m.widen(q, 1<<40), key, est)
 		return narrow(d, q), err
 	case mutant.AdmissionIgnoresEstimate:
