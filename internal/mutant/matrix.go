@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -287,21 +288,12 @@ func (m Matrix) Markdown(command string, buildTime time.Duration) string {
 func missing(expected, caught, ran []string) []string {
 	var out []string
 	for _, e := range expected {
-		if contains(ran, e) && !contains(caught, e) {
+		if slices.Contains(ran, e) && !slices.Contains(caught, e) {
 			out = append(out, e)
 		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // colName is a short column header: S1, S2, …
