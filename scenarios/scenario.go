@@ -44,7 +44,8 @@ type Scenario struct {
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
-// qualification, then valkey-partition (one replica cut off from the store).
+// qualification with gateway-crash after gateway-restart (a gateway killed with a request in
+// flight), then valkey-partition (one replica cut off from the store).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -54,6 +55,7 @@ func All() []Scenario {
 		concurrency(),
 		windowExpiry(),
 		gatewayRestart(),
+		gatewayCrash(),
 		valkeyOutage(),
 		networkPolicy(),
 		valkeyPartition(),

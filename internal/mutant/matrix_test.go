@@ -19,7 +19,7 @@ import (
 // The full matrix is `make mutants`.
 func TestRepresentativeMutantsAreCaught(t *testing.T) {
 	if testing.Short() {
-		t.Skip("end-to-end: builds a tagged binary and runs the qualification six times; not in -short")
+		t.Skip("end-to-end: builds a tagged binary and runs the qualification seven times; not in -short")
 	}
 	if engine, reason := topology.Detect(); engine != topology.EngineNetns {
 		t.Skip("the matrix runs on the netns topology, unavailable here: " + reason)
@@ -37,6 +37,7 @@ func TestRepresentativeMutantsAreCaught(t *testing.T) {
 		{mutant.RetryAfterOneSecond, "window-expiry"}, // header truth
 		{mutant.CredentialsForwarded, "valid-auth"},   // credential isolation
 		{mutant.FailOpen, "valkey-outage"},            // fail closed
+		{mutant.SweepUnreadKey, "gateway-crash"},      // the upstream expiry-sweep bug
 	}
 	var scen []string
 	for _, c := range cases {

@@ -98,7 +98,7 @@ var Catalogue = []Mutant{
 		[]string{"shared-budget", "window-expiry"}, ""},
 	{SweepUnreadKey, "ledger", "expiry sweep scope (the upstream D1 bug)",
 		"the expiry sweep charges an expired reservation's estimate into a key admission never reads, so a dead gateway's hold vanishes uncharged",
-		nil, "a lease only runs out when a gateway dies with a request in flight; no topology has a crash lever yet, so no scenario lets one expire"},
+		[]string{"gateway-crash"}, ""},
 	{ProbesConsumeQuota, "gateway", "probes are free",
 		"every /healthz and /readyz probe charges a token to the subject the gateway admitted last",
 		[]string{"probe-no-quota"}, ""},
