@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/quotaqual/quotaqual/internal/version.Version=$(VERSION)
 BIN      := bin/quotaqual
 
-.PHONY: deps build test bench lint run image clean
+.PHONY: deps build test bench lint run image clean mutants
 
 # Installs valkey-server (bookworm-backports), nftables, iproute2, util-linux when missing.
 deps:
@@ -28,6 +28,14 @@ lint:
 
 run: deps build
 	./$(BIN) run
+
+# The mutation matrix (MUTANTS.md): the default qualification (netns) against every
+# deliberately broken gateway and ledger variant of internal/mutant, which only this
+# -tags quotaqual_mutants binary carries (never bin/quotaqual). Runs one after another.
+mutants: deps
+	@start=$$(date +%s); \
+	CGO_ENABLED=0 $(GO) build -tags quotaqual_mutants -trimpath -ldflags '$(LDFLAGS)' -o bin/quotaqual-mutants ./cmd/quotaqual && \
+	$(GO) run ./internal/mutant/cmd/mutants -bin bin/quotaqual-mutants -out MUTANTS.md -build-time $$(( $$(date +%s) - start ))s
 
 # Container image for the docker topology: a static Linux binary on scratch, so nothing is
 # pulled (no registry needed). With a registry: docker build -f Dockerfile.multistage -t quotaqual:dev .

@@ -124,6 +124,7 @@ type LedgerSeries struct {
 
 // LedgerSample is one reading of a quota key.
 type LedgerSample struct {
+	Sent     time.Time `json:"sent"` // the inspection was asked for at Sent and answered by At
 	At       time.Time `json:"at"`
 	Reserved int64     `json:"reserved"`
 	Active   int64     `json:"active"`

@@ -130,6 +130,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	subject, ok := s.auth.authenticate(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", s.auth.challenge)
+		mutateChallenge(w.Header())
 		s.deny(w, rec, http.StatusUnauthorized, resultUnauthenticated, codeInvalidCredentials,
 			typeAuthentication, codeInvalidCredentials,
 			"missing or invalid credentials; authenticate with HTTP Basic or a bearer API key")
@@ -348,6 +349,7 @@ func (s *Server) denyQuota(w http.ResponseWriter, rec *requestRecord, rule *ledg
 		code = reason
 		msg = "the request cannot be admitted under quota rule " + rule.Name + " (" + reason + ")"
 	}
+	s.mutateDenial(h, rule, d)
 	s.deny(w, rec, http.StatusTooManyRequests, resultDenied, reason, typeRateLimit, code, msg)
 }
 
@@ -392,6 +394,7 @@ func upstreamHeaders(in http.Header, reqID string) http.Header {
 	if out.Get("Content-Type") == "" {
 		out.Set("Content-Type", "application/json")
 	}
+	mutateUpstreamHeaders(out, in)
 	return out
 }
 
@@ -502,6 +505,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	}))
 
 	resp, err := s.transport.RoundTrip(out)
+	resp, err = s.mutateRetry(out, upBody, resp, err)
 	if err != nil {
 		s.upstreamFailed(w, r, ctx, rec, p, err)
 		m.notSent = !wrote.Load()
@@ -525,6 +529,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	if rem, ok := minRemaining(dec.Windows); ok {
 		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(rem, 10))
 	}
+	s.mutateAdmitted(h, q, p)
 	isSSE := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
 	if isSSE {
 		h.Del("Content-Length") // events may be removed

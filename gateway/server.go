@@ -95,6 +95,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("opening the quota store: %w", err)
 		}
 	}
+	led = mutateLedger(led, cfg.compiled)
 	s := &Server{
 		cfg:          cfg,
 		log:          logger,
@@ -102,7 +103,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		led:          led,
 		auth:         cfg.auth,
 		storeTimeout: cfg.compiled.Backend.Timeout.D(),
-		renew:        cfg.LeaseRenewalEnabled() && !testHook(hookNoRenewal),
+		renew:        mutateRenew(cfg.LeaseRenewalEnabled()),
 		inFlight:     newSubjectLimiter(cfg.Server.MaxInFlightPerSubject),
 		serveErr:     make(chan error, 2),
 	}
@@ -324,7 +325,7 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("/readyz", s.serveReady)
 	mux.HandleFunc("/admin/quota", s.serveQuota)
-	return mux
+	return s.mutateAdmin(mux)
 }
 
 // pick chooses the next provider round-robin. Exactly one pick per admitted request.

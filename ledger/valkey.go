@@ -458,6 +458,7 @@ func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args []string) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
+	s, args = mutateScript(s, args)
 	c, err := v.conn(ctx)
 	if err != nil {
 		return nil, v.fail(op, fmt.Errorf("%w: %w", errNotSent, err))

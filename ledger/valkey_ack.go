@@ -54,6 +54,13 @@ type scriptText struct {
 
 var scriptTexts sync.Map // *valkey.Lua -> scriptText
 
+// scriptSource is the assembled source a script was registered with ("" for none).
+func scriptSource(l *valkey.Lua) string {
+	st, _ := scriptTexts.Load(l)
+	text, _ := st.(scriptText)
+	return text.src
+}
+
 func registerScriptText(l *valkey.Lua, src string) *valkey.Lua {
 	sum := sha1.Sum([]byte(src))
 	scriptTexts.Store(l, scriptText{src: src, sha: hex.EncodeToString(sum[:])})

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
 )
 
 // quotaSampleInterval is how often the ledger's reserved tokens are sampled during the burst.
@@ -65,6 +67,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	allowed := p.Capacity / p.Estimate
 	r.Fact("burst", p.Burst)
 	r.Fact("hold", p.HoldFor.String())
+	r.Fact("lease", p.Lease.String())
 	r.Fact("allowed_by_capacity", allowed)
 	if p.HoldFor <= 0 {
 		r.Fact("note", "the profile holds no request at the provider: admissions may settle before the burst is decided")
@@ -170,6 +173,18 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	r.Check("peak reserved ≤ capacity (reconstructed from the history)", fmt.Sprintf("≤ %d", p.Capacity), histPeak, histPeak <= p.Capacity)
 	r.Check("the sampler saw reservations in flight (the sampled peak is not vacuous)", fmt.Sprintf("≥ %d", p.Estimate), sampledPeak, sampledPeak >= p.Estimate)
 	r.Check("no denied request reached a provider (provider calls == admitted)", admitted, d, d == int64(admitted))
+	checkHeldInFlight(r, samples, outs, p.HoldFor)
+	if idleErr == nil {
+		// Truthful metering: every admitted request settled once, at the usage its response
+		// reported — also when it outlived the lease (renewed, not expired at its estimate).
+		var usage int64
+		for _, o := range outs {
+			if o.Admitted() {
+				usage += charge(o, p.Estimate)
+			}
+		}
+		r.Check("settled after the burst == the admitted responses' reported usage (each settled once, at its usage)", usage, idle.Settled(), idle.Settled() == usage)
+	}
 	// Context for exactness: a denial answered after the first admitted request finished was
 	// decided against settled usage plus the remaining reservations (still a denial while
 	// fewer than three of four have settled), so this is a fact, not a check.
@@ -180,4 +195,39 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 	r.Key("%d/%d admitted, peak reserved %d sampled / %d reconstructed (cap %d)", admitted, p.Burst, sampledPeak, histPeak, p.Capacity)
 	return r
+}
+
+// checkHeldInFlight checks that every admitted request held its reservation for as long as it
+// was certainly in flight, which takes lease renewal when the hold outlives the lease. An
+// admitted request reached its provider after admission and no later than End − hold, and
+// released its hold after the provider finished, no earlier than Start + hold: so it certainly
+// held a reservation throughout [End − hold, Start + hold]. A sample whose whole inspection
+// fell in that span of k requests must count at least k active reservations.
+func checkHeldInFlight(r *Result, samples []evidence.LedgerSample, outs []Outcome, hold time.Duration) {
+	var spans []interval
+	for _, o := range outs {
+		if o.Admitted() {
+			spans = append(spans, interval{o.End.Add(-hold), o.Start.Add(hold)})
+		}
+	}
+	var bad []string
+	checked := 0
+	for _, s := range samples {
+		k := 0
+		for _, sp := range spans {
+			if !s.Sent.Before(sp.Start) && !s.At.After(sp.End) {
+				k++
+			}
+		}
+		if k == 0 {
+			continue
+		}
+		checked++
+		if s.Active < int64(k) {
+			bad = append(bad, fmt.Sprintf("%d active while %d certainly in flight", s.Active, k))
+		}
+	}
+	r.Fact("samples_with_requests_certainly_in_flight", checked)
+	r.Check("every admitted request held its reservation while in flight (leases renewed past the lease)", "no sample short",
+		firstFew(bad, 5), len(bad) == 0 && checked > 0)
 }

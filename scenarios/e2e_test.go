@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
 )
@@ -53,11 +54,11 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 		os.Setenv(envTestBinary, bin)
-		// The test build whose gateway can switch fixed defects back on (gateway/testhooks.go),
-		// to prove the metering scenarios catch them.
-		hooked := filepath.Join(dir, "quotaqual-testhooks")
-		if err := testbin.BuildTags(hooked, testbin.TestHooksTag); err != nil {
-			fmt.Fprintln(os.Stderr, "building the test-hook quotaqual binary for the scenario tests:", err)
+		// The mutants build, whose gateway can switch fixed defects back on (internal/mutant),
+		// to prove the scenarios catch them.
+		hooked := filepath.Join(dir, "quotaqual-mutants")
+		if err := testbin.Build(hooked, mutant.Tag); err != nil {
+			fmt.Fprintln(os.Stderr, "building the mutants quotaqual binary for the scenario tests:", err)
 			return 1
 		}
 		os.Setenv(envHookBinary, hooked)
@@ -106,17 +107,17 @@ func topologyRunSpec(t *testing.T, engine, backend string, adjust func(*topology
 	return topologyRunBin(t, engine, quotaqualBinary(t), func(d *fixtures.Deployment) { d.Backend = backend }, adjust, list)
 }
 
-// topologyRunHooked runs list on engine with the test-hook build, its gateways switching the
-// named regressions on (gateway/testhooks.go); tweak may change the deployment further.
-func topologyRunHooked(t *testing.T, engine string, hooks []string, tweak func(*fixtures.Deployment), list []Scenario) []evidence.ScenarioResult {
+// topologyRunHooked runs list on engine with the mutants build, its gateways armed with mutant
+// m ("" for none; see internal/mutant); tweak may change the deployment further.
+func topologyRunHooked(t *testing.T, engine string, m mutant.Name, tweak func(*fixtures.Deployment), list []Scenario) []evidence.ScenarioResult {
 	t.Helper()
 	bin := os.Getenv(envHookBinary)
 	if bin == "" {
-		t.Fatal("no test-hook quotaqual binary: TestMain builds it unless -short")
+		t.Fatal("no mutants quotaqual binary: TestMain builds it unless -short")
 	}
 	results, _, _ := topologyRunBin(t, engine, bin, func(d *fixtures.Deployment) {
-		if len(hooks) > 0 {
-			d.GatewayTestEnv = []string{"QUOTAQUAL_TEST_HOOKS=" + strings.Join(hooks, ",")}
+		if m != "" {
+			d.GatewayTestEnv = []string{mutant.EnvVar + "=" + string(m)}
 		}
 		if tweak != nil {
 			tweak(d)
@@ -386,14 +387,14 @@ func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("charging the estimate", func(t *testing.T) {
-		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"charge-estimate"}, nil, list),
+		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.EstimateOnDisconnect, nil, list),
 			"stream-closed-mid-generation: charged at least what the provider generated",
 			"oversized-response: charged what the provider counted",
 			"provider-error-after-generating: charged what the provider counted",
 			"provider-error-before-generating: charged what the provider counted")
 	})
 	t.Run("estimating from max_tokens first, without n", func(t *testing.T) {
-		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"legacy-estimate"}, nil, list),
+		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.LegacyEstimate, nil, list),
 			"n-choices: reserved ≥ completion tokens generated",
 			"both-output-bounds: reserved ≥ completion tokens generated")
 	})
@@ -409,7 +410,7 @@ func TestHardGateFailsUnderMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, nil, func(d *fixtures.Deployment) { d.HardGateEnforcement = "meter" }, list),
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, "", func(d *fixtures.Deployment) { d.HardGateEnforcement = "meter" }, list),
 		"usage settled within any window ≤ capacity (at the providers)")
 }
 
@@ -425,7 +426,7 @@ func TestLongGenerationFailsWithoutLeaseRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"no-renewal"}, nil, list),
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.NoLeaseRenewal, nil, list),
 		"the reservation stayed live, also after the lease", "settled at the usage the provider counted")
 }
 

@@ -57,6 +57,9 @@ type ChatCall struct {
 	// StopAfterChunks, for a stream: the client closes the connection once it has read this
 	// many content chunks (a client that leaves mid-generation).
 	StopAfterChunks int
+	// ProviderRefuses asks the provider stub for a hold it refuses, so the provider answers
+	// 400: a failed provider call, to see that the gateway relays it and tries no other.
+	ProviderRefuses bool
 }
 
 // Outcome is what one request produced.
@@ -221,6 +224,9 @@ func chatBody(c ChatCall) []byte {
 	md := map[string]string{}
 	if c.Hold > 0 {
 		md[fixtures.HoldMetadata] = c.Hold.String()
+	}
+	if c.ProviderRefuses {
+		md[fixtures.HoldMetadata] = "refuse-this-request"
 	}
 	for k, v := range c.Metadata {
 		md[k] = v

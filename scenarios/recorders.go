@@ -46,6 +46,7 @@ func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.
 	go func() {
 		defer close(s.done)
 		for i := 0; ; i++ {
+			sent := time.Now().UTC()
 			q, err := env.Quota(sctx, alternate(i), subject)
 			if sctx.Err() != nil {
 				return
@@ -53,7 +54,7 @@ func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.
 			if err != nil {
 				s.errs++
 			} else {
-				s.samples = append(s.samples, evidence.LedgerSample{At: time.Now().UTC(),
+				s.samples = append(s.samples, evidence.LedgerSample{Sent: sent, At: time.Now().UTC(),
 					Reserved: q.ReservedTokens, Active: q.ActiveReservations, Settled: q.Settled()})
 			}
 			t := time.NewTimer(interval)

@@ -44,9 +44,10 @@ type Scenario struct {
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
-// qualification, then valkey-partition (one replica cut off from the store), then the
-// metering scenarios (usage-accounting, long-generation, hard-gate), then valkey-failover (a
-// split brain of the replicated store group), then rolling-upgrade (a policy change while both
+// qualification with gateway-crash after gateway-restart (a gateway killed with a request in
+// flight), then valkey-partition (one replica cut off from the store), then the metering
+// scenarios (usage-accounting, long-generation, hard-gate), then valkey-failover (a split
+// brain of the replicated store group), then rolling-upgrade (a policy change while both
 // gateways serve).
 func All() []Scenario {
 	return []Scenario{
@@ -57,6 +58,7 @@ func All() []Scenario {
 		concurrency(),
 		windowExpiry(),
 		gatewayRestart(),
+		gatewayCrash(),
 		valkeyOutage(),
 		networkPolicy(),
 		valkeyPartition(),

@@ -30,7 +30,7 @@ func testEnv(caps topology.Capabilities) *Env {
 
 func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
-		"window-expiry", "gateway-restart", "valkey-outage", "network-policy", "valkey-partition",
+		"window-expiry", "gateway-restart", "gateway-crash", "valkey-outage", "network-policy", "valkey-partition",
 		"usage-accounting", "long-generation", "hard-gate", "valkey-failover", "rolling-upgrade"}
 	got := Names()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
@@ -46,7 +46,7 @@ func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 func TestSelect(t *testing.T) {
 	t.Run("no names selects all", func(t *testing.T) {
 		got, err := Select(nil)
-		if err != nil || len(got) != len(Names()) || len(got) != 15 {
+		if err != nil || len(got) != len(Names()) || len(got) != 16 {
 			t.Fatalf("Select(nil) = %d scenarios, %v", len(got), err)
 		}
 	})

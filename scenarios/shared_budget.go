@@ -66,6 +66,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	r.Check("exhaustion ended with 429", http.StatusTooManyRequests, last.Status, ex.Denied)
 	r.Check("admitted == predicted from settled usage (settled + estimate ≤ capacity)", predicted, ex.Admitted, ex.Admitted == predicted)
 	r.Check("every decision matches the rule replayed on the observed usage", "no mismatch", wrong, len(wrong) == 0)
+	checkRemainingTruth(r, ex, p.Capacity, p.Estimate)
 
 	// The next request is denied on both gateways.
 	type denial struct {
@@ -134,6 +135,22 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 			r.Check(s+" still admitted on "+gw, http.StatusOK, o.Status, o.Admitted())
 		}
 	}
+	// Exactly one attempt: a provider call that fails comes back as the provider's answer and
+	// is not tried again on another provider.
+	if beforeRefusal, err := env.settledProviders(ctx); err != nil {
+		r.Error(fmt.Errorf("provider call counts before the refused request: %w", err))
+	} else {
+		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "provider-refuses", Subject: appC, ProviderRefuses: true})
+		afterRefusal, err := env.settledProviders(ctx)
+		if err != nil {
+			r.Error(fmt.Errorf("provider call counts after the refused request: %w", err))
+		} else {
+			calls := TotalDelta(beforeRefusal, afterRefusal)
+			r.Fact("provider_refusal", fmt.Sprintf("status %d from site %q, provider calls +%d", o.Status, o.Site, calls))
+			r.Check("a request the provider refuses is relayed as the provider's 400 after exactly one provider call (no transparent retry)",
+				"400, +1 call", fmt.Sprintf("%d, +%d", o.Status, calls), o.Status == http.StatusBadRequest && calls == 1)
+		}
+	}
 	r.Key("%d admitted (predicted %d), denied on both, sites %v", ex.Admitted, predicted, covered)
 	return r
 }
@@ -154,4 +171,33 @@ func checkDenialHeaders(r *Result, what string, o Outcome, p fixtures.Profile) {
 	rem, err := strconv.ParseInt(o.Headers.Get("X-Ratelimit-Remaining-Tokens"), 10, 64)
 	r.Check(what+": x-ratelimit-remaining-tokens below the estimate", fmt.Sprintf("0..%d", p.Estimate-1), o.Headers.Get("X-Ratelimit-Remaining-Tokens"), err == nil && rem >= 0 && rem < p.Estimate)
 	r.Check(what+": OpenAI-style error body", "error.type set", o.ErrorType, o.ErrorType != "")
+}
+
+// checkRemainingTruth checks x-ratelimit-remaining-tokens on every response of a sequential
+// exhaustion against the ledger's own state: before request i the window held exactly the
+// usage settled after request i−1 (read once its reservation had settled) and nothing else,
+// so an admitted response must report capacity − settled − its own estimate, and the 429 that
+// ended the run capacity − settled (never below zero).
+func checkRemainingTruth(r *Result, ex exhaustion, capacity, estimate int64) {
+	var wrong []string
+	var settled int64
+	for i, o := range ex.Outcomes {
+		if i > 0 && i-1 < len(ex.Settled) {
+			settled = ex.Settled[i-1]
+		}
+		var want int64
+		switch o.Status {
+		case http.StatusOK:
+			want = max(0, capacity-settled-estimate)
+		case http.StatusTooManyRequests:
+			want = max(0, capacity-settled)
+		default:
+			continue
+		}
+		got := o.Headers.Get("X-Ratelimit-Remaining-Tokens")
+		if got != strconv.FormatInt(want, 10) {
+			wrong = append(wrong, fmt.Sprintf("#%d (%d, settled %d): %q, truthful %d", i+1, o.Status, settled, got, want))
+		}
+	}
+	r.Check("x-ratelimit-remaining-tokens is the truthful remaining on every response (capacity − settled − held)", "all exact", wrong, len(wrong) == 0)
 }

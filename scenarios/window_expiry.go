@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -100,6 +101,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	var recovered Outcome
 	var polls, denials int
 	var unexpected []int
+	denied := []Outcome{ex.Outcomes[len(ex.Outcomes)-1]} // every 429, to check its Retry-After
 	_, perr := poll(ctx, interval, p.RecoveryMax, func(ctx context.Context) (bool, error) {
 		polls++
 		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("recover-%d", polls), Subject: appA})
@@ -109,6 +111,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 			return true, nil
 		case http.StatusTooManyRequests:
 			denials++
+			denied = append(denied, o)
 		default:
 			unexpected = append(unexpected, o.Status)
 		}
@@ -137,6 +140,70 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 		fmt.Sprintf("≤ %.3fs after the last charge", rel(plan.Latest)), fmt.Sprintf("sent %.3fs", rel(recovered.Start)),
 		!recovered.Start.After(plan.Latest))
 	r.Check("recovered within RecoveryMax", p.RecoveryMax.String(), observed.Round(time.Millisecond).String(), observed <= p.RecoveryMax)
+	checkRetryAfterTruth(r, denied, recovered)
 	r.Key("recovered %.2fs after the last charge (theory %.2f–%.2fs)", seconds(observed), rel(plan.Earliest), rel(plan.Latest))
 	return r
+}
+
+// retryAfterTolerance absorbs clock reading differences between the harness and the store
+// (one kernel clock on netns and process; the host's on docker and kind).
+const retryAfterTolerance = 50 * time.Millisecond
+
+// checkRetryAfterTruth checks every 429 of a wait for recovery against when admission actually
+// returned, so that a client acting on Retry-After is told the truth:
+//   - sufficient: a request sent Retry-After or later after a 429 was answered must be
+//     admitted (its decision came after the capacity freed), so no 429 may follow another
+//     429's answer by its Retry-After or more;
+//   - not too long: Retry-After S is ceil(wait), so the capacity freed more than S−1 seconds
+//     after that 429's decision, and the first admission cannot be answered earlier.
+//
+// x-ratelimit-reset-tokens must say the same as Retry-After ("<S>s").
+func checkRetryAfterTruth(r *Result, denied []Outcome, recovered Outcome) {
+	type hint struct {
+		o Outcome
+		s time.Duration
+	}
+	var hints []hint
+	var unparsable, resetMismatch []string
+	for i, o := range denied {
+		v := o.Headers.Get("Retry-After")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			unparsable = append(unparsable, fmt.Sprintf("#%d %q", i+1, v))
+			continue
+		}
+		if reset := o.Headers.Get("X-Ratelimit-Reset-Tokens"); reset != v+"s" {
+			resetMismatch = append(resetMismatch, fmt.Sprintf("#%d Retry-After %s, reset %q", i+1, v, reset))
+		}
+		hints = append(hints, hint{o, time.Duration(n) * time.Second})
+	}
+	var tooShort, tooLong []string
+	for _, h := range hints {
+		freeBy := h.o.End.Add(h.s + retryAfterTolerance)
+		for _, later := range denied {
+			if !later.Start.Before(freeBy) {
+				tooShort = append(tooShort, fmt.Sprintf("Retry-After %s answered at +0s, yet a request sent %.3fs later was denied",
+					h.o.Headers.Get("Retry-After"), seconds(later.Start.Sub(h.o.End))))
+				break
+			}
+		}
+		if h.s >= 2*time.Second && recovered.Admitted() && !recovered.End.After(h.o.Start.Add(h.s-time.Second-retryAfterTolerance)) {
+			tooLong = append(tooLong, fmt.Sprintf("Retry-After %s, yet admitted again %.3fs after that request was sent",
+				h.o.Headers.Get("Retry-After"), seconds(recovered.End.Sub(h.o.Start))))
+		}
+	}
+	tooShort, tooLong = firstFew(tooShort, 5), firstFew(tooLong, 5)
+	r.Fact("retry_after_hints_checked", len(hints))
+	r.Check("every 429 carries Retry-After in whole seconds ≥ 1", "all", unparsable, len(unparsable) == 0 && len(denied) > 0)
+	r.Check("x-ratelimit-reset-tokens says the same as Retry-After", "reset == Retry-After + \"s\"", resetMismatch, len(resetMismatch) == 0)
+	r.Check("a client that waits Retry-After is admitted (no 429 to a request sent Retry-After after a 429)", "none", tooShort, len(tooShort) == 0)
+	r.Check("a client that retries more than a second before Retry-After is not admitted (recovery no earlier than Retry-After − 1 s)", "none", tooLong, len(tooLong) == 0)
+}
+
+// firstFew keeps the first n entries of a violation list and says how many more there were.
+func firstFew(list []string, n int) []string {
+	if len(list) <= n {
+		return list
+	}
+	return append(list[:n:n], fmt.Sprintf("… and %d more", len(list)-n))
 }

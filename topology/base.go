@@ -194,13 +194,23 @@ func (b *base) StartValkey(ctx context.Context) error {
 }
 
 func (b *base) RestartGateway(ctx context.Context, name string) error {
+	return b.replaceGateway(ctx, name, (*component).stop)
+}
+
+// CrashGateway implements Topology: SIGKILL, then a new process.
+func (b *base) CrashGateway(ctx context.Context, name string) error {
+	return b.replaceGateway(ctx, name, (*component).kill)
+}
+
+// replaceGateway ends a gateway process with halt and starts a new one, ready.
+func (b *base) replaceGateway(ctx context.Context, name string, halt func(*component, context.Context) (int, error)) error {
 	b.mu.Lock()
 	c := b.comps[name]
 	b.mu.Unlock()
 	if c == nil || !isGateway(name) {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
-	if _, err := c.stop(ctx); err != nil {
+	if _, err := halt(c, ctx); err != nil {
 		return fmt.Errorf("restarting %s: %w", name, err)
 	}
 	if err := c.start(); err != nil {

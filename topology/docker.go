@@ -658,6 +658,17 @@ func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 }
 
 func (t *dockerTopo) RestartGateway(ctx context.Context, name string) error {
+	return t.replaceGateway(ctx, name, dockerStopTimeout)
+}
+
+// CrashGateway implements Topology: the container is stopped with no grace period, so the
+// SIGKILL follows the SIGTERM at once and nothing in flight settles.
+func (t *dockerTopo) CrashGateway(ctx context.Context, name string) error {
+	return t.replaceGateway(ctx, name, 0)
+}
+
+// replaceGateway stops a gateway container within stop and starts it again, ready.
+func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.Duration) error {
 	if !isGateway(name) {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
@@ -665,7 +676,6 @@ func (t *dockerTopo) RestartGateway(ctx context.Context, name string) error {
 	if c == nil {
 		return errors.New("the docker topology is not up: bring it up first")
 	}
-	stop := dockerStopTimeout
 	if err := c.Stop(ctx, &stop); err != nil {
 		return fmt.Errorf("restarting %s: stop: %w", name, err)
 	}

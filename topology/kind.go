@@ -1018,6 +1018,12 @@ func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
 	return nil
 }
 
+// CrashGateway is not wired on kind yet (it would delete the pod with no grace period): the
+// scenario that needs it reports skipped with this reason.
+func (t *kindTopo) CrashGateway(ctx context.Context, name string) error {
+	return fmt.Errorf("crashing %s: %w: killing a pod with no grace period is not wired on kind yet", name, ErrUnsupported)
+}
+
 func (t *kindTopo) scaleValkey(ctx context.Context, n int) error {
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
 	_, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, HostValkey, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})

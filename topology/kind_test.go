@@ -6,6 +6,7 @@ package topology
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -59,6 +60,9 @@ func TestKindEngineBeforeUp(t *testing.T) {
 	}
 	if err := topo.StopValkey(ctx); err == nil {
 		t.Error("StopValkey before Up succeeded")
+	}
+	if err := topo.CrashGateway(ctx, HostGatewayA); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("CrashGateway on kind: %v, want ErrUnsupported (the scenario is skipped there)", err)
 	}
 	if err := topo.Partition(ctx, HostGatewayA, "nowhere"); err == nil || !strings.Contains(err.Error(), "unknown host") {
 		t.Errorf("Partition with an unknown host: %v", err)

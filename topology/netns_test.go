@@ -114,6 +114,26 @@ func TestNetnsEngine(t *testing.T) {
 		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 5*time.Second)
 	})
 
+	t.Run("crash gateway: killed without a drain, ready again", func(t *testing.T) {
+		if err := topo.CrashGateway(ctx, HostGatewayA); err != nil {
+			t.Fatal(err)
+		}
+		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 5*time.Second)
+		dir := t.TempDir()
+		if err := topo.CollectLogs(dir); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, HostGatewayA+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The log spans every process of gateway-a: the restart above drained once; a crash
+		// (SIGKILL) must not have drained at all.
+		if n := strings.Count(string(b), "gateway draining"); n != 1 {
+			t.Errorf("gateway-a drained %d times after a restart and a crash, want 1 (the restart's)", n)
+		}
+	})
+
 	t.Run("stop and start valkey", func(t *testing.T) {
 		if err := topo.StopValkey(ctx); err != nil {
 			t.Fatal(err)

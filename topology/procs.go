@@ -150,7 +150,12 @@ func (e *exitedEarlyError) Error() string {
 
 // stop sends SIGTERM, waits up to stopGrace (or ctx), then SIGKILL and waits up to killWait. It
 // returns the pid it stopped (0 when nothing was running).
-func (c *component) stop(ctx context.Context) (int, error) {
+func (c *component) stop(ctx context.Context) (int, error) { return c.halt(ctx, true) }
+
+// kill sends SIGKILL at once (a crash: no drain) and waits up to killWait.
+func (c *component) kill(ctx context.Context) (int, error) { return c.halt(ctx, false) }
+
+func (c *component) halt(ctx context.Context, graceful bool) (int, error) {
 	c.mu.Lock()
 	cmd, done := c.cmd, c.done
 	c.mu.Unlock()
@@ -163,14 +168,16 @@ func (c *component) stop(ctx context.Context) (int, error) {
 		return 0, nil
 	default:
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	grace := time.NewTimer(stopGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-		return pid, nil
-	case <-grace.C:
-	case <-ctx.Done():
+	if graceful {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+			return pid, nil
+		case <-grace.C:
+		case <-ctx.Done():
+		}
 	}
 	_ = cmd.Process.Kill()
 	kill := time.NewTimer(killWait)

@@ -63,6 +63,10 @@ type Topology interface {
 	// RestartGateway stops a gateway process and starts a new one with the same config,
 	// returning once it is ready again.
 	RestartGateway(ctx context.Context, name string) error
+	// CrashGateway kills a gateway process at once (SIGKILL: no drain, its in-flight requests
+	// never settle), as a crash would, and starts a new one with the same config, returning
+	// once it is ready again.
+	CrashGateway(ctx context.Context, name string) error
 	// StopValkey stops the Valkey server (its AOF keeps the state); StartValkey starts it
 	// again and waits until it answers.
 	StopValkey(ctx context.Context) error

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/gateway"
+	"github.com/quotaqual/quotaqual/internal/mutant"
 )
 
 func init() { subcommands = append(subcommands, newGatewayCmd) }
@@ -48,6 +49,9 @@ drains the settlement queue and exits 0. Logs are JSON lines on stderr.`,
 			if check {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", configPath)
 				return err
+			}
+			if err := mutant.Arm(configPath); err != nil {
+				return withCode(ExitUsage, err)
 			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "gateway")
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

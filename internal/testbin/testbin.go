@@ -10,16 +10,9 @@ import (
 	"strings"
 )
 
-// Build compiles github.com/quotaqual/quotaqual/cmd/quotaqual to path; the go command's output
-// goes to stderr.
-func Build(path string) error { return BuildTags(path) }
-
-// TestHooksTag is the build tag of the test build whose gateway can switch deliberate
-// regressions on (gateway/testhooks.go): tests use it to prove a scenario catches each.
-const TestHooksTag = "quotaqual_testhooks"
-
-// BuildTags is Build with build tags.
-func BuildTags(path string, tags ...string) error {
+// Build compiles github.com/quotaqual/quotaqual/cmd/quotaqual to path, with the given build
+// tags (e.g. quotaqual_mutants); the go command's output goes to stderr.
+func Build(path string, tags ...string) error {
 	args := []string{"build", "-trimpath"}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))

@@ -263,6 +263,15 @@ func TestDockerTopology(t *testing.T) {
 		}
 	})
 
+	t.Run("crash gateway-a: ready again and deciding", func(t *testing.T) {
+		if err := topo.CrashGateway(ctx, topology.HostGatewayA); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[0]); !decided(code) {
+			t.Errorf("after crash: %d", code)
+		}
+	})
+
 	t.Run("stop valkey: 503 on both gateways; start: decisions again", func(t *testing.T) {
 		if err := topo.StopValkey(ctx); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,30 @@
+//go:build !quotaqual_mutants
+
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/quotaqual/quotaqual/ledger"
+)
+
+// The mutation hooks (see internal/mutant) do nothing in every build but the mutants build;
+// each is inlined away.
+
+func mutateLedger(l ledger.Ledger, _ *ledger.CompiledPolicy) ledger.Ledger { return l }
+
+func mutateRenew(renew bool) bool { return renew }
+
+func mutateChallenge(http.Header) {}
+
+func mutateUpstreamHeaders(_, _ http.Header) {}
+
+func (s *Server) mutateAdmin(h http.Handler) http.Handler { return h }
+
+func (s *Server) mutateDenial(http.Header, *ledger.CompiledRule, *ledger.Denial) {}
+
+func (s *Server) mutateAdmitted(http.Header, *ledger.Quota, *upstream) {}
+
+func (s *Server) mutateRetry(_ *http.Request, _ []byte, resp *http.Response, err error) (*http.Response, error) {
+	return resp, err
+}

@@ -1,0 +1,275 @@
+//go:build quotaqual_mutants
+
+package gateway
+
+// The gateway's mutants (internal/mutant has the catalogue): deliberately broken variants of
+// the code around each hook, compiled only with -tags quotaqual_mutants and armed by
+// QUOTAQUAL_MUTANT in the gateway process. The ledger-level ones that need the store's
+// scripts live in ledger/mutants_on.go; the rest wrap the ledger here (mutantLedger).
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/ledger"
+)
+
+func mutateRenew(renew bool) bool { return renew && !mutant.Is(mutant.NoLeaseRenewal) }
+
+func mutateChallenge(h http.Header) {
+	if mutant.Is(mutant.NoWWWAuthenticate) {
+		h.Del("WWW-Authenticate")
+	}
+}
+
+func mutateUpstreamHeaders(out, in http.Header) {
+	if mutant.Is(mutant.CredentialsForwarded) {
+		if v := in.Values("Authorization"); len(v) > 0 {
+			out["Authorization"] = v
+		}
+	}
+}
+
+// mutateAdmin makes every /healthz and /readyz probe charge one token to the last admitted
+// subject.
+func (s *Server) mutateAdmin(h http.Handler) http.Handler {
+	if !mutant.Is(mutant.ProbesConsumeQuota) {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			if ml, ok := s.led.(*mutantLedger); ok {
+				ml.chargeLast(r.Context(), s.storeTimeout)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// mutateDenial breaks a 429: its headers, or its promise that no provider is contacted.
+func (s *Server) mutateDenial(h http.Header, rule *ledger.CompiledRule, d *ledger.Denial) {
+	switch {
+	case mutant.Is(mutant.DenialWithoutHeaders):
+		for _, k := range []string{"Retry-After", "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"} {
+			h.Del(k)
+		}
+	case mutant.Is(mutant.RetryAfterOneSecond):
+		h.Set("Retry-After", "1")
+		h.Set("x-ratelimit-reset-tokens", "1s")
+	case mutant.Is(mutant.RetryAfterFullWindow):
+		var longest time.Duration
+		for _, b := range rule.Quota.Budgets {
+			longest = max(longest, b.Window)
+		}
+		secs := strconv.FormatInt(int64(math.Ceil(longest.Seconds())), 10)
+		h.Set("Retry-After", secs)
+		h.Set("x-ratelimit-reset-tokens", secs+"s")
+	case mutant.Is(mutant.RemainingAlwaysLimit):
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(rule.Quota.Limit(), 10))
+	case mutant.Is(mutant.DenialCallsProvider):
+		s.callProvider(s.pick())
+	}
+}
+
+// callProvider sends a minimal chat request to p and discards the answer.
+func (s *Server) callProvider(p *upstream) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	body := []byte(`{"model":"mutant","messages":[{"role":"user","content":"hello"}],"max_tokens":1}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.chatURL, bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := s.transport.RoundTrip(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// mutateAdmitted breaks an admitted response's headers.
+func (s *Server) mutateAdmitted(h http.Header, q *ledger.Quota, p *upstream) {
+	switch {
+	case mutant.Is(mutant.RemainingAlwaysLimit):
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(q.Limit(), 10))
+	case mutant.Is(mutant.WrongAttributionSite):
+		for i, u := range s.providers {
+			if u == p {
+				h.Set(SiteHeader, s.providers[(i+1)%len(s.providers)].site)
+			}
+		}
+	}
+}
+
+// mutateRetry sends a failed provider call once more, to the next provider.
+func (s *Server) mutateRetry(out *http.Request, body []byte, resp *http.Response, err error) (*http.Response, error) {
+	if !mutant.Is(mutant.TransparentRetry) || (err == nil && resp.StatusCode < 400) {
+		return resp, err
+	}
+	if resp != nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	next := s.pick()
+	req, rerr := http.NewRequestWithContext(out.Context(), http.MethodPost, next.chatURL, bytes.NewReader(body))
+	if rerr != nil {
+		return nil, rerr
+	}
+	req.Header = out.Header.Clone()
+	return s.transport.RoundTrip(req)
+}
+
+// mutateLedger wraps the ledger for the mutants that break admission and settlement.
+func mutateLedger(l ledger.Ledger, p *ledger.CompiledPolicy) ledger.Ledger {
+	switch mutant.Active() {
+	case mutant.SeparateMemoryStores:
+		_ = l.Close()
+		return &mutantLedger{Ledger: ledger.NewMemory(p.Limits, nil)}
+	case mutant.ReadThenWriteReserve, mutant.AdmissionIgnoresEstimate, mutant.FailOpen, mutant.StoreErrorAs429,
+		mutant.SettleDoubleCharge, mutant.SettleDoubleRefund, mutant.SettleIgnoresUsage, mutant.ProbesConsumeQuota:
+		return &mutantLedger{Ledger: l}
+	}
+	return l
+}
+
+// readThenWriteGap is the time between the read and the write of read-then-write-reserve: a
+// store round trip across a network plus the decision, so that a burst interleaves with it
+// as it would between real hosts rather than only by luck on one machine's loopback.
+const readThenWriteGap = 20 * time.Millisecond
+
+type mutantLedger struct {
+	ledger.Ledger
+
+	mu      sync.Mutex
+	lastQ   *ledger.Quota
+	lastKey string
+	widened map[widenKey]*ledger.Quota
+}
+
+type widenKey struct {
+	q     *ledger.Quota
+	extra int64
+}
+
+// widen returns q with every capacity raised by extra (cached: the Valkey backend caches its
+// script layout per *Quota). The windows, and so the store keys, stay q's.
+func (m *mutantLedger) widen(q *ledger.Quota, extra int64) *ledger.Quota {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.widened == nil {
+		m.widened = make(map[widenKey]*ledger.Quota)
+	}
+	k := widenKey{q, extra}
+	if w, ok := m.widened[k]; ok {
+		return w
+	}
+	w := &ledger.Quota{Rule: q.Rule, Lease: q.Lease, Budgets: append([]ledger.Budget(nil), q.Budgets...)}
+	for i := range w.Budgets {
+		w.Budgets[i].Capacity += extra
+	}
+	m.widened[k] = w
+	return w
+}
+
+// narrow reports a widened decision's windows against q's real capacities.
+func narrow(d ledger.Decision, q *ledger.Quota) ledger.Decision {
+	for i := range d.Windows {
+		if i < len(q.Budgets) {
+			used := d.Windows[i].Limit - d.Windows[i].Remaining
+			d.Windows[i].Limit = q.Budgets[i].Capacity
+			d.Windows[i].Remaining = max(0, q.Budgets[i].Capacity-used)
+		}
+	}
+	return d
+}
+
+func (m *mutantLedger) Reserve(ctx context.Context, q *ledger.Quota, key string, est int64) (ledger.Decision, error) {
+	m.mu.Lock()
+	m.lastQ, m.lastKey = q, key
+	m.mu.Unlock()
+	switch mutant.Active() {
+	case mutant.ReadThenWriteReserve:
+		st, err := m.Ledger.Inspect(ctx, q, key)
+		if err != nil {
+			return ledger.Decision{}, err
+		}
+		for i, b := range q.Budgets {
+			if i < len(st.Windows) && st.Windows[i].Settled+st.ReservedTokens+est > b.Capacity {
+				// Denied on the read: the real reserve words the denial (its Retry-After is
+				// true), so this mutant breaks atomicity only.
+				return m.Ledger.Reserve(ctx, q, key, est)
+			}
+		}
+		// The decision between the read and the write: a round trip and the gateway's own
+		// arithmetic, which concurrent requests on both gateways interleave with.
+		time.Sleep(readThenWriteGap)
+		d, err := m.Ledger.Reserve(ctx, m.widen(q, 1<<40), key, est)
+		return narrow(d, q), err
+	case mutant.AdmissionIgnoresEstimate:
+		// settled + reserved + est ≤ capacity + est − 1  ⇔  settled + reserved + 1 ≤ capacity
+		d, err := m.Ledger.Reserve(ctx, m.widen(q, est-1), key, est)
+		return narrow(d, q), err
+	}
+	d, err := m.Ledger.Reserve(ctx, q, key, est)
+	if err != nil {
+		switch mutant.Active() {
+		case mutant.FailOpen:
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			return ledger.Decision{Admitted: true, Reservation: ledger.Reservation{ID: hex.EncodeToString(b[:]), Key: key, Quota: q, Estimate: est}}, nil
+		case mutant.StoreErrorAs429:
+			return ledger.Decision{Denial: &ledger.Denial{Reason: ledger.ReasonWindowCapacity, Window: q.Budgets[0].Window,
+				Limit: q.Budgets[0].Capacity, RetryAfter: time.Second}}, nil
+		}
+	}
+	return d, err
+}
+
+func (m *mutantLedger) Settle(ctx context.Context, r ledger.Reservation, u ledger.Usage) (ledger.Settlement, error) {
+	switch mutant.Active() {
+	case mutant.SettleIgnoresUsage:
+		return m.Ledger.Settle(ctx, r, ledger.Usage{})
+	case mutant.SettleDoubleRefund:
+		// The refund (estimate − usage) applied twice.
+		if u.Known && u.Tokens < r.Estimate {
+			u.Tokens = max(0, 2*u.Tokens-r.Estimate)
+		}
+		return m.Ledger.Settle(ctx, r, u)
+	case mutant.SettleDoubleCharge:
+		out, err := m.Ledger.Settle(ctx, r, u)
+		if err != nil || !out.Applied || out.Charged <= 0 || r.Quota == nil {
+			return out, err
+		}
+		// The repeated settle charges again: one more unconditional charge of the same amount.
+		d, err := m.Ledger.Reserve(ctx, m.widen(r.Quota, 1<<40), r.Key, out.Charged)
+		if err == nil && d.Admitted {
+			_, err = m.Ledger.Settle(ctx, d.Reservation, ledger.Usage{Tokens: out.Charged, Known: true})
+		}
+		return out, err
+	}
+	return m.Ledger.Settle(ctx, r, u)
+}
+
+// chargeLast charges one token to the key reserved last (probes-consume-quota).
+func (m *mutantLedger) chargeLast(parent context.Context, timeout time.Duration) {
+	m.mu.Lock()
+	q, key := m.lastQ, m.lastKey
+	m.mu.Unlock()
+	if q == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
+	defer cancel()
+	if d, err := m.Ledger.Reserve(ctx, m.widen(q, 1<<40), key, 1); err == nil && d.Admitted {
+		_, _ = m.Ledger.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 1, Known: true})
+	}
+}

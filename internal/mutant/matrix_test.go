@@ -1,0 +1,75 @@
+package mutant_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/internal/testbin"
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+// TestRepresentativeMutantsAreCaught runs a subset of the matrix in CI: one mutant per defect
+// class the qualification was sharpened for, each against the one scenario that must catch
+// it, after a control run of the unmutated tagged binary that must pass those scenarios.
+// The full matrix is `make mutants`.
+func TestRepresentativeMutantsAreCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds a tagged binary and runs the qualification seven times; not in -short")
+	}
+	if engine, reason := topology.Detect(); engine != topology.EngineNetns {
+		t.Skip("the matrix runs on the netns topology, unavailable here: " + reason)
+	}
+	bin := filepath.Join(t.TempDir(), "quotaqual-mutants")
+	if err := testbin.Build(bin, mutant.Tag); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		mutant   mutant.Name
+		scenario string
+	}{
+		{mutant.ReadThenWriteReserve, "concurrency"},  // atomic admission
+		{mutant.NoLeaseRenewal, "concurrency"},        // leases under a hold longer than the lease
+		{mutant.RetryAfterOneSecond, "window-expiry"}, // header truth
+		{mutant.CredentialsForwarded, "valid-auth"},   // credential isolation
+		{mutant.FailOpen, "valkey-outage"},            // fail closed
+		{mutant.SweepUnreadKey, "gateway-crash"},      // the upstream expiry-sweep bug
+	}
+	var scen []string
+	for _, c := range cases {
+		if !slices.Contains(scen, c.scenario) {
+			scen = append(scen, c.scenario)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	opts := mutant.RunOptions{Binary: bin, Topology: topology.EngineNetns, Scenarios: scen}
+	control, err := mutant.RunOne(ctx, opts, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range scen {
+		if control.Status[s] != evidence.Passed {
+			t.Fatalf("control (no mutant): %s %s (%s); the subset means nothing until it passes", s, control.Status[s], control.Reasons[s])
+		}
+	}
+	for _, c := range cases {
+		t.Run(string(c.mutant), func(t *testing.T) {
+			opts := opts
+			opts.Scenarios = []string{c.scenario}
+			row, err := mutant.RunOne(ctx, opts, c.mutant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Status[c.scenario] != evidence.Failed {
+				t.Errorf("%s not caught: %s %s", c.mutant, c.scenario, row.Status[c.scenario])
+			} else {
+				t.Logf("%s caught by %s: %s (%s)", c.mutant, c.scenario, row.Reasons[c.scenario], row.Elapsed.Round(time.Millisecond))
+			}
+		})
+	}
+}

@@ -1,0 +1,178 @@
+// Package mutant is the catalogue of deliberately broken gateway and ledger variants
+// ("mutants") that measure what the qualification catches: `make mutants` runs the default
+// qualification against each and writes which scenario failed (MUTANTS.md).
+//
+// Mutants exist only in a binary built with the build tag quotaqual_mutants. In every other
+// build Arm does nothing and Is is a constant false that the compiler folds away with the
+// broken branch, so no shipped binary can enable one. In a tagged binary the gateway process
+// (and only it: `quotaqual gateway` calls Arm) reads QUOTAQUAL_MUTANT once at start. The
+// harness passes its environment to the gateways it starts, so
+//
+//	QUOTAQUAL_MUTANT=read-then-write-reserve bin/quotaqual-mutants run --json
+//
+// qualifies gateways carrying that one defect. The broken code sits next to the code it breaks,
+// in gateway/mutants_on.go and ledger/mutants_on.go, behind one-line hooks.
+package mutant
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// EnvVar names the mutant a tagged gateway process turns into.
+const EnvVar = "QUOTAQUAL_MUTANT"
+
+// Tag is the build tag that compiles the mutants in.
+const Tag = "quotaqual_mutants"
+
+// Name is a mutant's name, the value of QUOTAQUAL_MUTANT.
+type Name string
+
+// The mutants. Each breaks one promise of the README's quota contract or gateway behaviour.
+const (
+	SeparateMemoryStores     Name = "separate-memory-stores"
+	ReadThenWriteReserve     Name = "read-then-write-reserve"
+	FailOpen                 Name = "fail-open"
+	StoreErrorAs429          Name = "store-error-as-429"
+	NoLeaseRenewal           Name = "no-lease-renewal"
+	SettleDoubleCharge       Name = "settle-double-charge"
+	SettleDoubleRefund       Name = "settle-double-refund"
+	SettleIgnoresUsage       Name = "settle-ignores-usage"
+	AdmissionIgnoresEstimate Name = "admission-ignores-estimate"
+	GatewayClock             Name = "gateway-clock"
+	SweepUnreadKey           Name = "sweep-unread-key"
+	ProbesConsumeQuota       Name = "probes-consume-quota"
+	CredentialsForwarded     Name = "credentials-forwarded"
+	DenialWithoutHeaders     Name = "429-without-quota-headers"
+	RetryAfterOneSecond      Name = "retry-after-one-second"
+	RetryAfterFullWindow     Name = "retry-after-full-window"
+	RemainingAlwaysLimit     Name = "remaining-always-limit"
+	DenialCallsProvider      Name = "denial-calls-provider"
+	TransparentRetry         Name = "transparent-retry"
+	EstimateOnDisconnect     Name = "estimate-on-disconnect"
+	LegacyEstimate           Name = "legacy-estimate"
+	NoRequestBounds          Name = "no-request-bounds"
+	NoWWWAuthenticate        Name = "401-without-www-authenticate"
+	WrongAttributionSite     Name = "wrong-attribution-site"
+)
+
+// Mutant describes one broken variant.
+type Mutant struct {
+	Name   Name
+	Layer  string // "gateway" or "ledger": where the broken code sits
+	Class  string // the defect class: which promise it breaks
+	Breaks string // what the variant does wrong, one sentence
+	// CaughtBy names the scenarios expected to fail against it (the matrix measures it).
+	CaughtBy []string
+	// Note qualifies the expectation: a gap, or a catch that waits on another branch.
+	Note string
+}
+
+// Catalogue lists every mutant, grouped by defect class.
+var Catalogue = []Mutant{
+	{SeparateMemoryStores, "ledger", "shared state",
+		"each gateway keeps quota in its own memory store instead of the shared Valkey",
+		[]string{"shared-budget", "gateway-restart"}, ""},
+	{ReadThenWriteReserve, "ledger", "atomic admission",
+		"admission reads the key's usage, decides in the gateway, then writes the reservation unconditionally 20 ms later (check-then-act across two store calls)",
+		[]string{"concurrency"}, ""},
+	{AdmissionIgnoresEstimate, "ledger", "hard gate",
+		"admission checks settled + reserved ≤ capacity, leaving the new request's own estimate out",
+		[]string{"shared-budget"}, "concurrency cannot see it: its capacity is a multiple of the estimate, where both checks agree"},
+	{FailOpen, "ledger", "fail closed",
+		"a store error or timeout admits the request instead of answering 503",
+		[]string{"valkey-outage", "valkey-partition"}, ""},
+	{StoreErrorAs429, "ledger", "fail closed",
+		"a store error is answered as a quota denial (429) instead of 503 quota_store_unavailable",
+		[]string{"valkey-outage", "valkey-partition"}, ""},
+	{NoLeaseRenewal, "gateway", "lease",
+		"in-flight reservations are never renewed: a request that outlives the lease loses its hold and its settlement",
+		[]string{"concurrency"}, ""},
+	{SettleDoubleCharge, "ledger", "idempotent settlement",
+		"settlement is not idempotent: a repeated settle (a retry after a lost reply) charges the usage again",
+		[]string{"shared-budget", "concurrency"}, ""},
+	{SettleDoubleRefund, "ledger", "idempotent settlement",
+		"settlement is not idempotent: a repeated settle refunds estimate − usage a second time",
+		[]string{"shared-budget", "concurrency"}, ""},
+	{SettleIgnoresUsage, "ledger", "truthful metering",
+		"settlement charges the estimate whatever usage the provider reported",
+		[]string{"shared-budget", "concurrency"}, ""},
+	{GatewayClock, "ledger", "time source",
+		"windows and leases run on each gateway's clock instead of the store's, and the clocks disagree: gateway-b's runs 3 s ahead",
+		[]string{"shared-budget", "window-expiry"}, ""},
+	{SweepUnreadKey, "ledger", "expiry sweep scope (the upstream D1 bug)",
+		"the expiry sweep charges an expired reservation's estimate into a key admission never reads, so a dead gateway's hold vanishes uncharged",
+		[]string{"gateway-crash"}, ""},
+	{ProbesConsumeQuota, "gateway", "probes are free",
+		"every /healthz and /readyz probe charges a token to the subject the gateway admitted last",
+		[]string{"probe-no-quota"}, ""},
+	{CredentialsForwarded, "gateway", "credential isolation",
+		"the client's Authorization header is forwarded to the provider",
+		[]string{"valid-auth"}, ""},
+	{WrongAttributionSite, "gateway", "truthful attribution",
+		"x-quotaqual-provider-site names the next provider in the rotation, not the one that served",
+		[]string{"valid-auth"}, ""},
+	{NoWWWAuthenticate, "gateway", "client contract (401)",
+		"401 answers carry no WWW-Authenticate challenge",
+		[]string{"auth-rejection"}, ""},
+	{DenialWithoutHeaders, "gateway", "client contract (429)",
+		"429 answers carry no Retry-After and no x-ratelimit-* headers",
+		[]string{"shared-budget", "window-expiry"}, ""},
+	{RetryAfterOneSecond, "gateway", "truthful headers",
+		"Retry-After (and x-ratelimit-reset-tokens) is always 1 s, whenever capacity actually frees",
+		[]string{"window-expiry"}, ""},
+	{RetryAfterFullWindow, "gateway", "truthful headers",
+		"Retry-After is always the whole window (the upstream D2 hint), not when capacity actually frees",
+		[]string{"window-expiry"}, ""},
+	{RemainingAlwaysLimit, "gateway", "truthful headers",
+		"x-ratelimit-remaining-tokens always reports the full limit",
+		[]string{"shared-budget"}, ""},
+	{DenialCallsProvider, "gateway", "hard gate (denials)",
+		"a quota denial still sends a request to a provider before answering 429",
+		[]string{"shared-budget", "concurrency"}, ""},
+	{TransparentRetry, "gateway", "exactly one attempt",
+		"a provider call that fails (transport error or an error status) is retried on the next provider",
+		[]string{"shared-budget"}, ""},
+	{EstimateOnDisconnect, "gateway", "truthful metering",
+		"usage the provider did not report — a stream the client cut short, a body too large to buffer, a provider error — is charged the estimate instead of at least what was generated",
+		[]string{"usage-accounting"}, ""},
+	{LegacyEstimate, "gateway", "truthful metering",
+		"the estimate reads max_tokens before max_completion_tokens (the bound providers honour) and ignores n",
+		[]string{"usage-accounting"}, ""},
+	{NoRequestBounds, "gateway", "bounded resources",
+		"no read deadline on the request body, and a denial lets net/http drain an announced body first: a client that announces a body and never sends it holds a connection and goroutine forever",
+		[]string{"auth-rejection"}, ""},
+}
+
+// Lookup returns the catalogue entry of a name.
+func Lookup(name string) (Mutant, bool) {
+	for _, m := range Catalogue {
+		if string(m.Name) == name {
+			return m, true
+		}
+	}
+	return Mutant{}, false
+}
+
+// Names lists every mutant name, sorted.
+func Names() []string {
+	out := make([]string, len(Catalogue))
+	for i, m := range Catalogue {
+		out[i] = string(m.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// parse validates a QUOTAQUAL_MUTANT value: empty (no mutant) or one catalogue name.
+func parse(v string) (Name, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	if _, ok := Lookup(v); !ok {
+		return "", fmt.Errorf("%s=%q is not a mutant: choose one of %s", EnvVar, v, strings.Join(Names(), ", "))
+	}
+	return Name(v), nil
+}

@@ -1,0 +1,108 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+func gatewayCrash() Scenario {
+	return Scenario{
+		Name: "gateway-crash",
+		Summary: "gateway A killed (SIGKILL) while a provider holds one of its admitted requests: the dead gateway's " +
+			"reservation holds until its lease runs out, and then its estimate is charged",
+		Invariant: "a dead gateway's lease expires in the store and its estimate stays charged (conservative): " +
+			"the expiry sweep writes what admission reads",
+		Run: runGatewayCrash,
+	}
+}
+
+func runGatewayCrash(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	hold := p.Lease // the provider would hold it past the crash; the crash ends it
+	start := time.Now()
+	held := make(chan Outcome, 1)
+	go func() {
+		held <- env.Chat(ctx, ChatCall{Gateway: gwA, Label: "held-then-crashed", Subject: appA, Hold: hold})
+	}()
+	// Admitted and at the provider: its reservation is in the store.
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
+		s, err := env.ProviderCalls(ctx)
+		if err != nil {
+			return false, err
+		}
+		var n int64
+		for _, c := range s.ByHost {
+			n += c.InFlight
+		}
+		return n >= 1, nil
+	})
+	if err != nil {
+		<-held
+		return r.Error(fmt.Errorf("waiting for the held request to reach a provider: %w", err))
+	}
+	if q, err := env.Quota(ctx, gwB, appA); err != nil {
+		r.Error(err)
+	} else {
+		r.Check("the admitted request holds its estimate before the crash", fmt.Sprintf("1 active, %d reserved", p.Estimate),
+			fmt.Sprintf("%d active, %d reserved", q.ActiveReservations, q.ReservedTokens), q.ActiveReservations == 1 && q.ReservedTokens == p.Estimate)
+	}
+
+	env.Progressf("killing gateway-a with a request in flight")
+	crashAt := time.Now()
+	if err := env.Topo.CrashGateway(ctx, gwA); err != nil {
+		<-held
+		return r.Error(fmt.Errorf("crashing gateway-a: %w", err))
+	}
+	r.Fact("crash_and_restart_ms", ms(time.Since(crashAt)))
+	env.Topo.Client().CloseIdleConnections()
+	env.Topo.Observer().CloseIdleConnections()
+	o := <-held
+	r.Fact("held_request", fmt.Sprintf("status %d after %d attempt(s)", o.Status, o.Attempts))
+	if o.Admitted() && o.Attempts == 1 {
+		return r.Error(errors.New("the held request completed before the crash: nothing was left in flight"))
+	}
+	// The client's one transport retry may have reached the new gateway-a and been admitted:
+	// it settles at its usage.
+	var retried int64
+	if o.Admitted() {
+		retried = charge(o, p.Estimate)
+	}
+
+	sent := time.Now()
+	if q, err := env.Quota(ctx, gwB, appA); err != nil {
+		r.Error(err)
+	} else if sent.Before(start.Add(p.Lease)) {
+		// The lease was taken after start, so it runs until start + lease at the earliest.
+		r.Check("the dead gateway's reservation still holds after the crash (its lease has not run out)", "≥ 1 active",
+			q.ActiveReservations, q.ActiveReservations >= 1)
+	}
+
+	// Until the lease runs out, then idle: the store's sweep charged the estimate.
+	var idle QuotaState
+	var releasedAt time.Time
+	_, err = poll(ctx, 50*time.Millisecond, p.Lease+2*time.Second+adminTimeout(p), func(ctx context.Context) (bool, error) {
+		q, err := env.Quota(ctx, gwB, appA)
+		if err != nil {
+			return false, err
+		}
+		idle, releasedAt = q, time.Now()
+		return q.ActiveReservations == 0 && q.ReservedTokens == 0, nil
+	})
+	if err != nil {
+		return r.Error(fmt.Errorf("waiting for the dead gateway's lease to run out: %w", err))
+	}
+	r.Fact("released_s_after_crash", seconds(releasedAt.Sub(crashAt)))
+	r.Check("the hold is released no earlier than its lease (start + lease)", fmt.Sprintf("≥ %.3fs after start", seconds(p.Lease)),
+		fmt.Sprintf("%.3fs", seconds(releasedAt.Sub(start))), !releasedAt.Before(start.Add(p.Lease-retryAfterTolerance)))
+	want := p.Estimate + retried
+	r.Check("the expired reservation is charged at its estimate (settled == estimate + any admitted retry)", want, idle.Settled(), idle.Settled() == want)
+
+	other := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "after-crash-other", Subject: appB})
+	r.Check("another subject admitted on the restarted gateway-a", http.StatusOK, other.Status, other.Admitted())
+	r.Key("killed with 1 request in flight; its hold released %.1fs later (lease %s), settled %d", seconds(releasedAt.Sub(crashAt)), p.Lease, idle.Settled())
+	return r
+}
