@@ -60,11 +60,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	larger := max(p1.Capacity, p2.Capacity)
 	estOf := map[string]int64{gwA: p2.Estimate, gwB: p1.Estimate}
 
-	env.Progressf("restarting gateway-a on P2 (window %s, capacity %d)", p2.Window, p2.Capacity)
-	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p2); err != nil {
-		return r.Error(err)
-	}
-	defer func() {
+	defer func() { // back on P1 for the scenarios after this one, also after a failed step
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p1.RecoveryMax)
 		defer cancel()
 		var mu sync.Mutex
@@ -76,6 +72,10 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 			}
 		})
 	}()
+	env.Progressf("restarting gateway-a on P2 (window %s, capacity %d)", p2.Window, p2.Capacity)
+	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p2); err != nil {
+		return r.Error(err)
+	}
 
 	// A burst through both gateways, every admitted request held in flight: each gateway
 	// admits by its own policy against the one shared state.
@@ -90,7 +90,9 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 		}()
 	}
 	// While they are held: what the store holds, seen through each policy.
-	time.Sleep(rollingHold / 2) // bounded: the burst's admissions are decided by now
+	if err := waitUntil(ctx, time.Now().Add(rollingHold/2)); err != nil { // the burst's admissions are decided by now
+		return r.Error(err)
+	}
 	held := map[string]QuotaState{}
 	for _, gw := range []string{gwA, gwB} {
 		q, err := env.Quota(ctx, gw, appA)
@@ -145,7 +147,9 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	if latest := settledAt.Add(p1.Window - 500*time.Millisecond); check.After(latest) {
 		return r.Error(fmt.Errorf("P2's window %s leaves no time inside P1's %s", p2.Window, p1.Window))
 	}
-	time.Sleep(time.Until(check)) // bounded by P1's window
+	if err := waitUntil(ctx, check); err != nil { // bounded by P1's window (checked above)
+		return r.Error(err)
+	}
 	o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "p2-after-its-window", Subject: appA})
 	r.Check("P2 admits once its own window has passed", http.StatusOK, o.Status, o.Admitted())
 	q, err := env.Quota(ctx, gwB, appA)
@@ -173,6 +177,18 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	}
 	r.Key("peak held %d ≤ %d, P1 kept %d/%d settled after P2's rebuild, %d+%d admitted", peak, larger, q.Settled(), charged, admitted[gwA], admitted[gwB])
 	return r
+}
+
+// waitUntil waits until t or until ctx ends.
+func waitUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }
 
 // heldInterval is one admitted request's time in flight and the tokens it held.
