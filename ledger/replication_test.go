@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,6 +319,35 @@ func TestAcknowledgementCoversTheWriteItself(t *testing.T) {
 		d, err := led.Reserve(ctx, q, "subject", 10)
 		if !errors.Is(err, ledger.ErrNotAcknowledged) {
 			t.Errorf("reserve %d with the replica frozen: %+v, %v; want ErrNotAcknowledged", i+1, d, err)
+		}
+	}
+}
+
+// The Sentinel client's passwords never appear in an error, and a Sentinel-managed store that
+// cannot be reached fails closed within the timeout.
+func TestSentinelPasswordsNeverInErrors(t *testing.T) {
+	const sentinelPW, masterPW = "sentinel-canary-Pw1", "master-canary-Pw2"
+	v, err := ledger.NewValkey(ledger.ValkeyOptions{
+		Sentinel: &ledger.SentinelOptions{MasterName: "quotaqual", Addresses: []string{"127.0.0.1:1"},
+			Password: sentinelPW, MasterPassword: masterPW},
+		Namespace: "qq-sentinel-secret", Timeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	q := &ledger.Quota{Rule: "r", Lease: time.Minute, Budgets: []ledger.Budget{{Window: time.Minute, Capacity: 10}}}
+	start := time.Now()
+	_, err = v.Reserve(context.Background(), q, "k", 1)
+	if !errors.Is(err, ledger.ErrStore) {
+		t.Fatalf("reserve against no Sentinel: %v; want ErrStore", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("failed closed after %v; want within the 200ms timeout plus slack", took)
+	}
+	for _, pw := range []string{sentinelPW, masterPW} {
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("the error shows a password: %v", err)
 		}
 	}
 }

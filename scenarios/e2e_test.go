@@ -241,7 +241,7 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: starts real processes; not in -short")
 	}
-	list, err := Select([]string{"shared-budget", "gateway-restart", "valkey-outage"})
+	list, err := Select([]string{"shared-budget", "gateway-restart", "valkey-outage", "rolling-upgrade"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +250,9 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 		"shared-budget":   "admitted == predicted from settled usage",
 		"gateway-restart": "still denied on the restarted gateway-a",
 		"valkey-outage":   "→ 503",
+		// each gateway admits its own policy's capacity from its own memory: together beyond
+		// the larger one
+		"rolling-upgrade": "tokens held at once ≤ the larger capacity",
 	}
 	for _, r := range results {
 		if r.Status != evidence.Failed {

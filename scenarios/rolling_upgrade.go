@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -60,11 +61,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	larger := max(p1.Capacity, p2.Capacity)
 	estOf := map[string]int64{gwA: p2.Estimate, gwB: p1.Estimate}
 
-	env.Progressf("restarting gateway-a on P2 (window %s, capacity %d)", p2.Window, p2.Capacity)
-	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p2); err != nil {
-		return r.Error(err)
-	}
-	defer func() {
+	defer func() { // back on P1 for the scenarios after this one, also after a failed step
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p1.RecoveryMax)
 		defer cancel()
 		var mu sync.Mutex
@@ -76,6 +73,10 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 			}
 		})
 	}()
+	env.Progressf("restarting gateway-a on P2 (window %s, capacity %d)", p2.Window, p2.Capacity)
+	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p2); err != nil {
+		return r.Error(err)
+	}
 
 	// A burst through both gateways, every admitted request held in flight: each gateway
 	// admits by its own policy against the one shared state.
@@ -90,7 +91,9 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 		}()
 	}
 	// While they are held: what the store holds, seen through each policy.
-	time.Sleep(rollingHold / 2) // bounded: the burst's admissions are decided by now
+	if err := waitUntil(ctx, time.Now().Add(rollingHold/2)); err != nil { // the burst's admissions are decided by now
+		return r.Error(err)
+	}
 	held := map[string]QuotaState{}
 	for _, gw := range []string{gwA, gwB} {
 		q, err := env.Quota(ctx, gw, appA)
@@ -145,7 +148,9 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	if latest := settledAt.Add(p1.Window - 500*time.Millisecond); check.After(latest) {
 		return r.Error(fmt.Errorf("P2's window %s leaves no time inside P1's %s", p2.Window, p1.Window))
 	}
-	time.Sleep(time.Until(check)) // bounded by P1's window
+	if err := waitUntil(ctx, check); err != nil { // bounded by P1's window (checked above)
+		return r.Error(err)
+	}
 	o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "p2-after-its-window", Subject: appA})
 	r.Check("P2 admits once its own window has passed", http.StatusOK, o.Status, o.Admitted())
 	q, err := env.Quota(ctx, gwB, appA)
@@ -171,8 +176,57 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 		r.Check(gw+" admits on P2 with P2's limit after the rollout", "200, limit "+want,
 			fmt.Sprintf("%d, limit %s", o.Status, limit), o.Admitted() && limit == want)
 	}
-	r.Key("peak held %d ≤ %d, P1 kept %d/%d settled after P2's rebuild, %d+%d admitted", peak, larger, q.Settled(), charged, admitted[gwA], admitted[gwB])
+
+	// A next change to a window over a minute (P3), whose buckets are window/60 wide: once P3
+	// has served a key, usage settled under P2's one-second buckets must count in P3's window
+	// too. (Usage from before P3's first call on a key is in buckets P3 does not have: see the
+	// README's known limitations.)
+	p3 := rollingLongPolicy(p1)
+	env.Progressf("restarting gateway-a on P3 (window %s)", p3.Window)
+	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p3); err != nil {
+		return r.Error(err)
+	}
+	r.Fact("p3", policyFact(p3))
+	first := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "p3-first", Subject: appC})
+	r.Check("gateway-a (P3) admits", http.StatusOK, first.Status, first.Admitted())
+	o = env.Chat(ctx, ChatCall{Gateway: gwB, Label: "p2-settles-for-p3", Subject: appC})
+	r.Check("gateway-b (P2) admits while gateway-a runs P3", http.StatusOK, o.Status, o.Admitted())
+	want := charge(first, p3.Estimate) + charge(o, p2.Estimate)
+	var seen int64
+	if _, err := poll(ctx, 50*time.Millisecond, 2*time.Second, func(ctx context.Context) (bool, error) {
+		q, err := env.Quota(ctx, gwA, appC)
+		seen = q.Settled()
+		return err == nil && seen >= want, nil
+	}); err != nil && !errors.Is(err, errPollDeadline) {
+		return r.Error(err)
+	}
+	r.Check("P3's longer window (buckets of "+bucketWidth(p3.Window).String()+") counts usage settled under P2 (1 s buckets)",
+		fmt.Sprintf("≥ %d", want), seen, seen >= want)
+	r.Key("peak held %d ≤ %d, P1 kept %d/%d settled after P2's rebuild, P3 saw %d/%d, %d+%d admitted",
+		peak, larger, q.Settled(), charged, seen, want, admitted[gwA], admitted[gwB])
 	return r
+}
+
+// rollingLongPolicy is P3: P1 with a two-minute window (buckets of two seconds instead of one)
+// and twice the capacity.
+func rollingLongPolicy(p fixtures.Profile) fixtures.Profile {
+	p3 := p
+	p3.Name = p.Name + "-p3"
+	p3.Window = 2 * time.Minute
+	p3.Capacity = 2 * p.Capacity
+	return p3
+}
+
+// waitUntil waits until t or until ctx ends.
+func waitUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }
 
 // heldInterval is one admitted request's time in flight and the tokens it held.

@@ -72,22 +72,12 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	}
 	r.Fact("primary_before", oldPrimary)
 
-	env.Progressf("restarting both gateways on the replicated store")
-	var restartErrs [2]error
-	bothGateways(func(gw string) {
-		if err := sg.UseReplicatedStore(ctx, gw, true); err != nil {
-			restartErrs[slices.Index([]string{gwA, gwB}, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
-		}
-	})
-	if err := errors.Join(restartErrs[:]...); err != nil {
-		return r.Error(err)
-	}
 	var inflight sync.WaitGroup
 	var hmu sync.Mutex
 	var history []sentRequest
 	defer func() {
-		// Back on the single Valkey for the scenarios after this one, once nothing is held
-		// (a gateway drains its in-flight requests on SIGTERM).
+		// Back on the single Valkey for the scenarios after this one (also after a failed
+		// step), once nothing is held (a gateway drains its in-flight requests on SIGTERM).
 		inflight.Wait()
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
 		defer cancel()
@@ -100,6 +90,16 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 			}
 		})
 	}()
+	env.Progressf("restarting both gateways on the replicated store")
+	var restartErrs [2]error
+	bothGateways(func(gw string) {
+		if err := sg.UseReplicatedStore(ctx, gw, true); err != nil {
+			restartErrs[slices.Index([]string{gwA, gwB}, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
+		}
+	})
+	if err := errors.Join(restartErrs[:]...); err != nil {
+		return r.Error(err)
+	}
 	// send sends one held request in the background; its outcome lands in the history and on
 	// the returned channel once the response is complete. The admission decision comes first,
 	// in the response headers, but the client sees it only with the provider's first byte: a

@@ -133,9 +133,10 @@ type dockerTopo struct {
 	ctrs       map[string]*testcontainers.DockerContainer
 	gateways   map[string]GatewayEndpoint
 	providers  map[string]ProviderEndpoint
-	partitions map[string]bool // gateway → disconnected from backend
-	pubHost    string          // host of published ports
-	valkeyVer  string          // from Valkey's start-up log
+	partitions map[string]bool         // gateway → disconnected from backend
+	provAddrs  []fixtures.ProviderAddr // the providers as the gateways reach them
+	pubHost    string                  // host of published ports
+	valkeyVer  string                  // from Valkey's start-up log
 	downOnce   bool
 	teardown   Teardown
 
@@ -470,13 +471,21 @@ func (t *dockerTopo) run(ctx context.Context, host string, req testcontainers.Ge
 	return nil
 }
 
-func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []fixtures.ProviderAddr) error {
-	cfg, err := t.spec.Deployment.GatewayConfig(host, fixtures.Addresses{
+// gatewayAddrs are where gateway host listens and what it reaches.
+func (t *dockerTopo) gatewayAddrs(host string, provs []fixtures.ProviderAddr) fixtures.Addresses {
+	return fixtures.Addresses{
 		DataListen:  ":" + strconv.Itoa(dockerPorts.GatewayData),
 		AdminListen: net.JoinHostPort(host+"-admin", strconv.Itoa(dockerPorts.GatewayAdmin)),
 		ValkeyAddr:  t.ValkeyAddr(),
 		Providers:   provs,
-	})
+	}
+}
+
+func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []fixtures.ProviderAddr) error {
+	t.mu.Lock()
+	t.provAddrs = provs
+	t.mu.Unlock()
+	cfg, err := t.spec.Deployment.GatewayConfig(host, t.gatewayAddrs(host, provs))
 	if err != nil {
 		return err
 	}
@@ -658,17 +667,18 @@ func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 }
 
 func (t *dockerTopo) RestartGateway(ctx context.Context, name string) error {
-	return t.replaceGateway(ctx, name, dockerStopTimeout)
+	return t.replaceGateway(ctx, name, dockerStopTimeout, nil)
 }
 
 // CrashGateway implements Topology: the container is stopped with no grace period, so the
 // SIGKILL follows the SIGTERM at once and nothing in flight settles.
 func (t *dockerTopo) CrashGateway(ctx context.Context, name string) error {
-	return t.replaceGateway(ctx, name, 0)
+	return t.replaceGateway(ctx, name, 0, nil)
 }
 
-// replaceGateway stops a gateway container within stop and starts it again, ready.
-func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.Duration) error {
+// replaceGateway stops a gateway container within stop, copies cfg in as its config when
+// given, and starts it again, ready.
+func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.Duration, cfg []byte) error {
 	if !isGateway(name) {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
@@ -679,6 +689,11 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 	if err := c.Stop(ctx, &stop); err != nil {
 		return fmt.Errorf("restarting %s: stop: %w", name, err)
 	}
+	if cfg != nil {
+		if err := c.CopyToContainer(ctx, cfg, dockerGatewayConf, 0o444); err != nil {
+			return fmt.Errorf("restarting %s: copying its new config: %w", name, err)
+		}
+	}
 	if err := c.Start(ctx); err != nil {
 		return fmt.Errorf("restarting %s: start: %w", name, err)
 	}
@@ -688,6 +703,26 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 		return fmt.Errorf("restarting %s: %w", name, err)
 	}
 	return nil
+}
+
+// RestartGatewayWithPolicy restarts a gateway container on the rule policy of p (nil: the
+// run's own profile): the new config is copied into the stopped container before it starts.
+func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *fixtures.Profile) error {
+	prof := t.spec.Deployment.Profile
+	if p != nil {
+		prof = *p
+	}
+	t.mu.Lock()
+	provs := t.provAddrs
+	t.mu.Unlock()
+	cfg, err := t.spec.Deployment.GatewayConfigFor(name, t.gatewayAddrs(name, provs), prof)
+	if err != nil {
+		return err
+	}
+	if p != nil { // kept as evidence beside the original, as the other engines do
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", name+"-policy.yaml"), cfg, 0o600)
+	}
+	return t.replaceGateway(ctx, name, dockerStopTimeout, cfg)
 }
 
 func (t *dockerTopo) StopValkey(ctx context.Context) error {

@@ -510,10 +510,8 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
 	for _, r := range out.Results {
-		// The docker engine runs no replicated store group and cannot restart a gateway on
-		// another policy yet: valkey-failover and rolling-upgrade must say so.
-		if why, ok := map[string]string{"valkey-failover": "no replicated store group",
-			"rolling-upgrade": "cannot restart a gateway on another policy"}[r.Name]; ok {
+		// The docker engine runs no replicated store group: valkey-failover must say so.
+		if why, ok := map[string]string{"valkey-failover": "no replicated store group"}[r.Name]; ok {
 			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, why) {
 				t.Errorf("%s: %s (%s), want skipped: %s", r.Name, r.Status, r.Reason, why)
 			}
