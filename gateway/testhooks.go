@@ -12,4 +12,7 @@ const (
 	hookLegacyEstimate = "legacy-estimate"
 	// hookNoRenewal: leases are never renewed, whatever lease_renewal says.
 	hookNoRenewal = "no-renewal"
+	// hookNoRequestBounds: no read deadline on the request body, and a denial lets net/http
+	// drain an announced body first, as before issue 10.
+	hookNoRequestBounds = "no-request-bounds"
 )

@@ -419,6 +419,21 @@ func TestLongGenerationFailsWithoutLeaseRenewal(t *testing.T) {
 		"the reservation stayed live, also after the lease", "settled at the usage the provider counted")
 }
 
+// TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer proves auth-rejection catches issue
+// 10's item 14: a gateway that lets net/http drain an announced body before sending its 401
+// (no read deadline, no close) answers a client that never sends the body not at all.
+func TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"auth-rejection"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, []string{"no-request-bounds"}, nil, list),
+		"a POST announcing a body it never sends gets 401")
+}
+
 func describeAll(rs []evidence.ScenarioResult) []string {
 	var out []string
 	for _, r := range rs {
