@@ -118,12 +118,14 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0}
+	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0 && !testHook(hookNoRequestBounds)}
 	w.Header().Set(RequestIDHeader, rec.id)
 	// The request must arrive, and every write leave, in bounded time: a connection whose
 	// client stalls holds no goroutine, lease or settlement forever.
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(rec.start.Add(s.cfg.Server.readTimeout))
+	if !testHook(hookNoRequestBounds) {
+		_ = rc.SetReadDeadline(rec.start.Add(s.cfg.Server.readTimeout))
+	}
 	_ = rc.SetWriteDeadline(rec.start.Add(s.cfg.Server.readTimeout + s.cfg.Server.writeTimeout))
 
 	// 1. Authenticate, before anything else is looked at.

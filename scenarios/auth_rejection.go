@@ -3,7 +3,12 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
 )
 
 func authRejection() Scenario {
@@ -48,6 +53,16 @@ func runAuthRejection(ctx context.Context, env *Env) *Result {
 			r.Check(fmt.Sprintf("%s on %s names no provider site", k, gw), "", o.Site, o.Site == "")
 		}
 	}
+	// A client that announces a body and never sends it (issue 10, item 14) must still get its
+	// 401 at once: a gateway that waits for the body holds a connection and a goroutine per
+	// such request, before anyone is authenticated.
+	for _, gw := range []string{gwA, gwB} {
+		status, took, err := env.stalledBodyProbe(ctx, gw)
+		r.Fact("stalled-body probe on "+gw, map[string]any{"status": status, "ms": ms(took), "error": errString(err)})
+		r.Check(fmt.Sprintf("a POST announcing a body it never sends gets 401 from %s within %s", gw, stalledBodyBound),
+			fmt.Sprintf("401 within %s", stalledBodyBound), fmt.Sprintf("%d after %s", status, took.Round(time.Millisecond)),
+			status == http.StatusUnauthorized && took <= stalledBodyBound)
+	}
 	pAfter, ok := env.readProviders(ctx, r, "provider call counts after")
 	if ok {
 		d := TotalDelta(pBefore, pAfter)
@@ -80,4 +95,58 @@ func runAuthRejection(ctx context.Context, env *Env) *Result {
 	}
 	r.Key("%d/%d rejected with 401, provider calls +%d", n401, len(outs), TotalDelta(pBefore, pAfter))
 	return r
+}
+
+// stalledBodyBound is how long the stalled-body probe waits for the 401: far above a loopback
+// answer, far below any read timeout a gateway would use to give up on the body.
+const stalledBodyBound = 2 * time.Second
+
+// stalledBodyProbe sends an unauthenticated POST with Content-Length 1000 from the client host
+// and never sends the body, and reports the answer and how long it took (the probe gives up
+// after 2 × stalledBodyBound). It is recorded like every exchange.
+func (env *Env) stalledBodyProbe(ctx context.Context, gw string) (int, time.Duration, error) {
+	rctx, cancel := context.WithTimeout(ctx, 2*stalledBodyBound)
+	defer cancel()
+	u := strings.TrimRight(env.Topo.Gateway(gw).DataURL, "/") + ChatPath
+	rec := evidence.RequestRecord{Scenario: env.scenario, Label: "stalled-body", Gateway: gw, Credential: string(CredMissing),
+		Method: http.MethodPost, Path: ChatPath}
+	start := time.Now()
+	rec.Time = start.UTC()
+	status, err := func() (int, error) {
+		req, err := http.NewRequestWithContext(rctx, http.MethodPost, u, stalledBody{rctx})
+		if err != nil {
+			return 0, err
+		}
+		req.ContentLength = 1000
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := env.Topo.Client().Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return resp.StatusCode, nil
+	}()
+	rec.Latency, rec.Status = time.Since(start), status
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	env.record(rec)
+	return status, rec.Latency, err
+}
+
+// stalledBody is a request body that never delivers a byte: its reads wait until the probe
+// gives up.
+type stalledBody struct{ ctx context.Context }
+
+func (b stalledBody) Read([]byte) (int, error) {
+	<-b.ctx.Done()
+	return 0, b.ctx.Err()
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

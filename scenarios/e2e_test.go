@@ -475,6 +475,21 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 	}
 }
 
+// TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer proves auth-rejection catches issue
+// 10's item 14: a gateway that lets net/http drain an announced body before sending its 401
+// (no read deadline, no close) answers a client that never sends the body not at all.
+func TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"auth-rejection"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.NoRequestBounds, nil, list),
+		"a POST announcing a body it never sends gets 401")
+}
+
 func describeAll(rs []evidence.ScenarioResult) []string {
 	var out []string
 	for _, r := range rs {
