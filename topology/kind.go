@@ -92,6 +92,11 @@ const EnvKindNodeImage = "QUOTAQUAL_KIND_NODE_IMAGE"
 // DefaultKindNodeImage is the node image of sigs.k8s.io/kind v0.33.0.
 const DefaultKindNodeImage = kinddefaults.Image
 
+// LocalKindNodeImage is the node image `make kind-node-image` builds locally (from Debian
+// packages and the Go module proxy; hack/kind-node-image). With no node image named, it is used
+// when kind's default is not present.
+const LocalKindNodeImage = "quotaqual/kind-node:v1.37.0"
+
 // Deadlines of the kind engine.
 const (
 	kindCreateWait      = 4 * time.Minute  // nodes ready after `kind create cluster`
@@ -134,6 +139,7 @@ type kindTopo struct {
 	qqImg      string
 	valkeyImg  string
 	nodeImage  string
+	defaulted  bool // no node image was named: the local build may stand in for kind's
 	provider   *cluster.Provider
 	clusterNm  string // kind cluster created (owned) or loaded into
 	owns       bool   // this run created the cluster
@@ -162,7 +168,8 @@ func newKind(spec Spec) (*kindTopo, error) {
 	if o.NodeImage == "" {
 		o.NodeImage = os.Getenv(EnvKindNodeImage)
 	}
-	if o.NodeImage == "" {
+	imageDefaulted := o.NodeImage == ""
+	if imageDefaulted {
 		o.NodeImage = DefaultKindNodeImage
 	}
 	if o.ClusterName == "" {
@@ -174,6 +181,7 @@ func newKind(spec Spec) (*kindTopo, error) {
 		base:      DefaultPolicy(kindPorts),
 		ns:        "quotaqual-" + spec.RunID,
 		nodeImage: o.NodeImage,
+		defaulted: imageDefaulted,
 		cuts:      map[[2]string]bool{},
 		logs:      map[string]*bytes.Buffer{},
 		saved:     map[string]bool{},
@@ -255,9 +263,12 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		}
 	}()
 	existing := t.opts.Kubeconfig != "" || t.opts.Context != ""
+	if !existing && !imageExists(ctx, t.nodeImage) && t.defaulted && imageExists(ctx, LocalKindNodeImage) {
+		t.nodeImage = LocalKindNodeImage
+	}
 	if !existing && !imageExists(ctx, t.nodeImage) {
 		// Before building anything: no registry is reachable on the project's machines.
-		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: load one (docker load) and name it with %s (or KindOptions.NodeImage)", t.nodeImage, EnvKindNodeImage)
+		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalKindNodeImage, EnvKindNodeImage)
 	}
 	if err := t.images(ctx); err != nil {
 		return err
@@ -330,6 +341,9 @@ func (t *kindTopo) createCluster(ctx context.Context) error {
 	t.mu.Lock()
 	t.clusterNm, t.owns = t.opts.ClusterName, true
 	t.mu.Unlock()
+	if err := t.ensurePrivilegedNodes(ctx); err != nil {
+		return err
+	}
 	t.spec.progress("kind: creating cluster %s (node image %s)", t.clusterNm, t.nodeImage)
 	err = t.provider.Create(t.clusterNm,
 		cluster.CreateWithRawConfig(raw),

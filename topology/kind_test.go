@@ -6,6 +6,7 @@ package topology
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -220,5 +221,17 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err == nil {
 		t.Error("the run's namespace is still there")
+	}
+}
+
+// The image `make kind-node-image` tags must be the one the engine looks for.
+func TestLocalKindNodeImageIsWhatTheBuildTags(t *testing.T) {
+	b, err := os.ReadFile("../hack/kind-node-image/versions.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "NODE_IMAGE=${NODE_IMAGE:-" + LocalKindNodeImage + "}"
+	if !strings.Contains(string(b), want) {
+		t.Errorf("hack/kind-node-image/versions.env does not tag %s (want a line %q)", LocalKindNodeImage, want)
 	}
 }

@@ -4,9 +4,9 @@
 // It lives in its own package because package topology's TestMain re-executes its tests
 // inside the netns engine's private namespaces, where neither the Docker engine (which kind
 // drives) nor the cluster's API server can be reached. It needs a kind node image present
-// locally — none can be had on the project's machines (no registry), so there it skips with
-// that reason. Load one (`docker load -i kindest-node.tar`) and, when it is not kind v0.33.0's
-// default, name it with QUOTAQUAL_KIND_NODE_IMAGE.
+// locally: kind v0.33.0's default, or the one `make kind-node-image` builds from Debian packages
+// and the Go module proxy (the project's machines have no registry), or the one
+// QUOTAQUAL_KIND_NODE_IMAGE names; without one it skips with that reason.
 package kinde2e_test
 
 import (
@@ -60,10 +60,13 @@ func nodeImage(t *testing.T) string {
 	img := os.Getenv(topology.EnvKindNodeImage)
 	if img == "" {
 		img = topology.DefaultKindNodeImage
+		if !e2e.ImageExists(img) {
+			img = topology.LocalKindNodeImage
+		}
 	}
 	if !e2e.ImageExists(img) {
-		t.Skipf("no kind node image present locally (%s): a kind cluster cannot start on this machine; load one (docker load) and set %s to it",
-			img, topology.EnvKindNodeImage)
+		t.Skipf("no kind node image present locally (%s): a kind cluster cannot start on this machine; build one (make kind-node-image: %s) or load one (docker load) and set %s to it",
+			img, topology.LocalKindNodeImage, topology.EnvKindNodeImage)
 	}
 	return img
 }
