@@ -55,6 +55,9 @@ build_etcd() {
 	[ -x "$BIN/etcd" ] && { stage "etcd present, skipping"; return; }
 	stage "etcd $ETCD_VERSION"
 	module_src go.etcd.io/etcd/server/v3 "$ETCD_VERSION" etcd-server
+	# Its go.mod points its sibling modules at ../ (the repository layout): use the published
+	# modules of the same release instead (their requirements name them).
+	sed -i '/=> \.\.\//d' "$SRC/etcd-server/go.mod"
 	(cd "$SRC/etcd-server" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" .)
 }
 

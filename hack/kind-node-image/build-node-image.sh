@@ -71,6 +71,12 @@ configure_rootfs() {
 	echo -n "$KUBE_VERSION" > "$ROOT/kind/version"
 	sed -e "s#@NETPOL_IMAGE@#$NETPOL_IMAGE#" "$HERE/default-cni.yaml" > "$ROOT/kind/manifests/default-cni.yaml"
 	install -m 0644 "$HERE/default-storage.yaml" "$ROOT/kind/manifests/default-storage.yaml"
+	# The static volumes' directories, writable by the pods' non-root users as the directories of
+	# kind's local-path-provisioner are (hostPath volumes ignore fsGroup).
+	local pv
+	for pv in $(sed -n 's#^ *path: /var/local-pv/##p' "$HERE/default-storage.yaml"); do
+		install -d -m 0777 "$ROOT/var/local-pv/$pv"
+	done
 	install -m 0644 "$HERE/10-bridge.conflist" "$ROOT/etc/cni/net.d/10-bridge.conflist"
 	# systemd as kind's base image sets it up: only the units the node needs.
 	find "$ROOT/lib/systemd/system/sysinit.target.wants/" -name systemd-tmpfiles-setup.service -delete
@@ -104,7 +110,17 @@ scratch_image() {
 				mkdir -p "$ctx/fs$(dirname "$lib")"
 				cp -L "$ROOT$lib" "$ctx/fs$lib"
 			done ;;
-		DIR:*) mkdir -p "$ctx/fs$(dirname "${f#DIR:}")"; cp -a "$ROOT${f#DIR:}" "$ctx/fs${f#DIR:}" ;;
+		DIR:*)
+			f=${f#DIR:}
+			mkdir -p "$ctx/fs$(dirname "$f")"
+			cp -a "$ROOT$f" "$ctx/fs$f"
+			local so lib
+			for so in "$ctx/fs$f"/*.so; do # the libraries the modules link (libm for xt_statistic)
+				for lib in $(chroot "$ROOT" ldd "${so#"$ctx/fs"}" | grep -o '/[^ ]*'); do
+					mkdir -p "$ctx/fs$(dirname "$lib")"
+					cp -L "$ROOT$lib" "$ctx/fs$lib"
+				done
+			done ;;
 		LINK:*) ln -s xtables-nft-multi "$ctx/fs${f#LINK:}" ;;
 		*) install -m 0755 "$BIN/$f" "$ctx/fs/usr/local/bin/$f" ;;
 		esac
@@ -155,15 +171,12 @@ assemble() {
 	local imgs=("${kubeadm_images[@]}" "$NETPOL_IMAGE")
 	docker save "${imgs[@]}" | docker exec -i "$build" ctr --namespace=k8s.io images import \
 		--all-platforms --no-unpack --digests -
-	docker exec "$build" ctr --namespace=k8s.io images list -q
+	docker exec "$build" ctr --namespace=k8s.io images list -q | grep -v '^sha256:\|^import-'
 	docker exec "$build" pkill containerd
-	docker exec "$build" bash -c 'for i in $(seq 1 50); do pgrep -x containerd >/dev/null || exit 0; sleep 0.2; done; exit 1'
-	# kind's entrypoint picks containerd's snapshotter from the filesystem of /kind: on a Docker
-	# whose storage driver is fuse-overlayfs (as here) it would pick the fuse-overlayfs
-	# snapshotter, which Debian's containerd lacks. containerd's state lives on the node's /var
-	# volume, where overlayfs works: say so.
+	# The build container's PID 1 (sleep) does not reap: a stopped containerd stays a zombie.
+	docker exec "$build" bash -c 'for i in $(seq 1 100); do ps -C containerd -o stat= | grep -qv Z || exit 0; sleep 0.2; done; echo "containerd did not stop" >&2; exit 1'
 	docker commit --change 'ENTRYPOINT [ "/usr/local/bin/node-entrypoint", "/sbin/init" ]' \
-		--change 'ENV container=docker KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER=overlayfs' "$build" "$NODE_IMAGE" >/dev/null
+		--change 'ENV container=docker' "$build" "$NODE_IMAGE" >/dev/null
 	docker rm -f -v "$build" >/dev/null
 	trap - EXIT
 	docker rmi "$base" >/dev/null
