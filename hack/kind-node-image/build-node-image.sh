@@ -15,6 +15,9 @@ export BUILD_DIR=${BUILD_DIR:-/var/tmp/quotaqual-kind-build}
 BIN=$BUILD_DIR/bin
 ROOT=$BUILD_DIR/rootfs
 KIND_MODULE=sigs.k8s.io/kind@v0.33.0
+case $(realpath -m "$BUILD_DIR")/ in
+"$(realpath "$HERE/../..")"/*) echo "BUILD_DIR $BUILD_DIR is inside the repository: build outputs and downloaded sources stay outside it" >&2; exit 2 ;;
+esac
 
 if docker image inspect "$NODE_IMAGE" >/dev/null 2>&1; then
 	echo "kind node image $NODE_IMAGE exists: nothing to do (docker rmi it to rebuild)"
