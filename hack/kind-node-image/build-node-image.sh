@@ -182,7 +182,8 @@ assemble() {
 		--change 'ENV container=docker' "$build" "$NODE_IMAGE" >/dev/null
 	docker rm -f -v "$build" >/dev/null
 	trap - EXIT
-	docker rmi "$base" >/dev/null
+	# The component images live on inside the node image; the host keeps none of them.
+	docker rmi "$base" "${imgs[@]}" >/dev/null
 }
 
 timed configure configure_rootfs
