@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/quotaqual/quotaqual/internal/version.Version=$(VERSION)
 BIN      := bin/quotaqual
 
-.PHONY: deps build test bench lint run image clean mutants
+.PHONY: deps build test bench lint run image kind-node-image clean mutants
 
 # Installs valkey-server (bookworm-backports), nftables, iproute2, util-linux when missing.
 deps:
@@ -45,6 +45,13 @@ image:
 	CGO_ENABLED=0 GOOS=linux GOARCH=$$(docker version --format '{{.Server.Arch}}') \
 		$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/image/quotaqual ./cmd/quotaqual
 	docker build -t quotaqual:$(VERSION) -t quotaqual:dev .
+
+# The kind node image the kind topology runs on, built locally from Debian packages and the Go
+# module proxy (no registry): hack/kind-node-image/build-node-image.sh. Long (tens of minutes on 2
+# cores) the first time; a no-op when the image exists. Build outputs stay in BUILD_DIR
+# (default /var/tmp/quotaqual-kind-build), outside the repository.
+kind-node-image:
+	bash hack/kind-node-image/build-node-image.sh
 
 clean:
 	rm -rf bin quotaqual-evidence

@@ -92,6 +92,11 @@ const EnvKindNodeImage = "QUOTAQUAL_KIND_NODE_IMAGE"
 // DefaultKindNodeImage is the node image of sigs.k8s.io/kind v0.33.0.
 const DefaultKindNodeImage = kinddefaults.Image
 
+// LocalKindNodeImage is the node image `make kind-node-image` builds locally (from Debian
+// packages and the Go module proxy; hack/kind-node-image). With no node image named, it is used
+// when kind's default is not present.
+const LocalKindNodeImage = "quotaqual/kind-node:v1.37.0"
+
 // Deadlines of the kind engine.
 const (
 	kindCreateWait      = 4 * time.Minute  // nodes ready after `kind create cluster`
@@ -134,6 +139,7 @@ type kindTopo struct {
 	qqImg      string
 	valkeyImg  string
 	nodeImage  string
+	defaulted  bool // no node image was named: the local build may stand in for kind's
 	provider   *cluster.Provider
 	clusterNm  string // kind cluster created (owned) or loaded into
 	owns       bool   // this run created the cluster
@@ -162,7 +168,8 @@ func newKind(spec Spec) (*kindTopo, error) {
 	if o.NodeImage == "" {
 		o.NodeImage = os.Getenv(EnvKindNodeImage)
 	}
-	if o.NodeImage == "" {
+	imageDefaulted := o.NodeImage == ""
+	if imageDefaulted {
 		o.NodeImage = DefaultKindNodeImage
 	}
 	if o.ClusterName == "" {
@@ -174,6 +181,7 @@ func newKind(spec Spec) (*kindTopo, error) {
 		base:      DefaultPolicy(kindPorts),
 		ns:        "quotaqual-" + spec.RunID,
 		nodeImage: o.NodeImage,
+		defaulted: imageDefaulted,
 		cuts:      map[[2]string]bool{},
 		logs:      map[string]*bytes.Buffer{},
 		saved:     map[string]bool{},
@@ -255,9 +263,12 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		}
 	}()
 	existing := t.opts.Kubeconfig != "" || t.opts.Context != ""
+	if !existing && !imageExists(ctx, t.nodeImage) && t.defaulted && imageExists(ctx, LocalKindNodeImage) {
+		t.nodeImage = LocalKindNodeImage
+	}
 	if !existing && !imageExists(ctx, t.nodeImage) {
 		// Before building anything: no registry is reachable on the project's machines.
-		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: load one (docker load) and name it with %s (or KindOptions.NodeImage)", t.nodeImage, EnvKindNodeImage)
+		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalKindNodeImage, EnvKindNodeImage)
 	}
 	if err := t.images(ctx); err != nil {
 		return err
@@ -276,6 +287,7 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		return err
 	}
 	t.spec.progress("kind: manifests applied in namespace %s; waiting for the rollouts", t.ns)
+	rollout := time.Now()
 	if err := t.waitRollouts(ctx, kindRolloutTimeout); err != nil {
 		return err
 	}
@@ -284,7 +296,10 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 			return fmt.Errorf("%s through a port-forward: %w", g, err)
 		}
 	}
+	t.spec.progress("kind: rollouts done and gateways ready through port-forwards in %s", elapsedSince(rollout))
+	proof := time.Now()
 	t.proveEnforcement(ctx)
+	t.spec.progress("kind: NetworkPolicy enforcement check took %s (enforced: %v)", elapsedSince(proof), t.enforced)
 	t.spec.progress("kind topology up in %s (cluster %s, namespace %s, NetworkPolicy enforced: %v)",
 		elapsedSince(start), t.clusterNm, t.ns, t.enforced)
 	return nil
@@ -330,7 +345,11 @@ func (t *kindTopo) createCluster(ctx context.Context) error {
 	t.mu.Lock()
 	t.clusterNm, t.owns = t.opts.ClusterName, true
 	t.mu.Unlock()
+	if err := t.ensurePrivilegedNodes(ctx); err != nil {
+		return err
+	}
 	t.spec.progress("kind: creating cluster %s (node image %s)", t.clusterNm, t.nodeImage)
+	create := time.Now()
 	err = t.provider.Create(t.clusterNm,
 		cluster.CreateWithRawConfig(raw),
 		cluster.CreateWithNodeImage(t.nodeImage),
@@ -342,6 +361,7 @@ func (t *kindTopo) createCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating kind cluster %s: %w", t.clusterNm, err)
 	}
+	t.spec.progress("kind: cluster %s created in %s", t.clusterNm, elapsedSince(create))
 	if err := t.loadImages(ctx); err != nil {
 		return err
 	}
@@ -412,6 +432,7 @@ func (t *kindTopo) connect(ctx context.Context, rc *rest.Config) error {
 // loadImages loads both images into every node of the kind cluster (docker save, then
 // nodeutils.LoadImageArchive per node: kind v0.33 has no LoadImage API).
 func (t *kindTopo) loadImages(ctx context.Context) error {
+	start := time.Now()
 	nodes, err := t.provider.ListInternalNodes(t.clusterNm)
 	if err != nil {
 		return fmt.Errorf("listing the nodes of kind cluster %s: %w", t.clusterNm, err)
@@ -437,7 +458,7 @@ func (t *kindTopo) loadImages(ctx context.Context) error {
 			return fmt.Errorf("loading the images into kind node %s: %w", n.String(), err)
 		}
 	}
-	t.spec.progress("kind: loaded %s and %s into %d node(s)", t.qqImg, t.valkeyImg, len(nodes))
+	t.spec.progress("kind: loaded %s and %s into %d node(s) in %s", t.qqImg, t.valkeyImg, len(nodes), elapsedSince(start))
 	return nil
 }
 
@@ -927,22 +948,25 @@ func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeRe
 			res.Elapsed = time.Since(start)
 		}
 	}()
+	// Until the probe program reports, nothing was observed: a failure of the harness (no
+	// ready pod, the API, the exec, a cancelled context) is not a denied connection.
+	didNotRun := func(err error) ProbeResult {
+		res.Supported, res.Error = false, "the probe did not run: "+err.Error()
+		return res
+	}
 	pod, err := t.readyPod(ctx, from)
 	if err != nil {
-		res.Error = err.Error()
-		return res
+		return didNotRun(err)
 	}
 	addr, err := t.probeAddr(ctx, from, to, port)
 	if err != nil {
-		res.Error = err.Error()
-		return res
+		return didNotRun(err)
 	}
 	ectx, cancel := context.WithTimeout(ctx, kindExecTimeout)
 	defer cancel()
 	out, err := t.exec(ectx, pod.Name, []string{k8s.QuotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()})
 	if err != nil {
-		res.Error = err.Error()
-		return res
+		return didNotRun(err)
 	}
 	readProbeOutput(out, &res)
 	return res
@@ -951,14 +975,16 @@ func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeRe
 // proveEnforcement waits until a negative control (client → valkey) is denied while a
 // positive control (gateway-a → valkey) reaches, and records the proof.
 func (t *kindTopo) proveEnforcement(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, kindPolicyLiveWait)
-	defer cancel()
+	// The deadline bounds the waiting, not the probes: a probe cut short by it would report
+	// the deadline instead of what the network did.
 	start := time.Now()
+	deadline := time.NewTimer(kindPolicyLiveWait)
+	defer deadline.Stop()
 	var neg, pos ProbeResult
 	for {
 		pos = t.Probe(ctx, HostGatewayA, HostValkey, kindPorts.Valkey)
 		neg = t.Probe(ctx, HostClient, HostValkey, kindPorts.Valkey)
-		if pos.Supported && pos.Reached && neg.Supported && !neg.Reached && neg.Error != "" && !strings.HasPrefix(neg.Error, "exec") {
+		if pos.Supported && pos.Reached && neg.Supported && !neg.Reached && neg.Error != "" {
 			t.mu.Lock()
 			t.enforced = true
 			t.proof = []string{
@@ -970,20 +996,24 @@ func (t *kindTopo) proveEnforcement(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			t.mu.Lock()
-			t.enforced = false
-			t.enforceWhy = fmt.Sprintf("NetworkPolicy is not enforced in this cluster: within %s the negative control client → valkey was %s and the positive control gateway-a → valkey was %s (does the CNI implement NetworkPolicy?)",
-				kindPolicyLiveWait, probeState(neg), probeState(pos))
-			t.proof = []string{t.enforceWhy}
-			t.mu.Unlock()
-			return
+		case <-deadline.C:
 		case <-time.After(time.Second):
+			continue
 		}
+		t.mu.Lock()
+		t.enforced = false
+		t.enforceWhy = fmt.Sprintf("NetworkPolicy is not enforced in this cluster: within %s the negative control client → valkey was %s and the positive control gateway-a → valkey was %s (does the CNI implement NetworkPolicy?)",
+			elapsedSince(start).Round(time.Second), probeState(neg), probeState(pos))
+		t.proof = []string{t.enforceWhy}
+		t.mu.Unlock()
+		return
 	}
 }
 
 func probeState(p ProbeResult) string {
 	switch {
+	case !p.Supported && p.Error != "":
+		return "not observed (" + p.Error + ")"
 	case !p.Supported:
 		return "not supported"
 	case p.Reached:

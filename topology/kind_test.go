@@ -7,6 +7,7 @@ package topology
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -224,5 +225,39 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err == nil {
 		t.Error("the run's namespace is still there")
+	}
+}
+
+// The image `make kind-node-image` tags must be the one the engine looks for.
+func TestLocalKindNodeImageIsWhatTheBuildTags(t *testing.T) {
+	b, err := os.ReadFile("../hack/kind-node-image/versions.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "NODE_IMAGE=${NODE_IMAGE:-" + LocalKindNodeImage + "}"
+	if !strings.Contains(string(b), want) {
+		t.Errorf("hack/kind-node-image/versions.env does not tag %s (want a line %q)", LocalKindNodeImage, want)
+	}
+}
+
+// A probe the harness could not run (here: no ready pod to exec in; live it was the proof's
+// own deadline cutting the pod listing short) observed nothing: it must not read as a denied
+// connection, or the enforcement proof, a partition's trust check and the network-policy
+// scenario would count a denial nobody saw.
+func TestKindProbeThatDidNotRunIsNotADenial(t *testing.T) {
+	ctx := context.Background()
+	k, _ := newKind(kindSpec(t))
+	k.cs = fake.NewClientset()
+	res := k.Probe(ctx, HostClient, HostValkey, kindPorts.Valkey)
+	if res.Supported && !res.Reached {
+		t.Errorf("a probe with no pod to run in reads as denied: %+v", res)
+	}
+	if !strings.Contains(res.Error, "no ready pod of client") {
+		t.Errorf("the probe's error does not say why it did not run: %q", res.Error)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if res := k.Probe(cctx, HostGatewayA, HostValkey, kindPorts.Valkey); res.Supported && !res.Reached {
+		t.Errorf("a probe cut short by its context reads as denied: %+v", res)
 	}
 }

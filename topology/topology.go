@@ -127,7 +127,7 @@ type ProbeResult struct {
 	Reached   bool
 	Error     string // connect error when not reached, e.g. "connection refused", "i/o timeout"
 	Elapsed   time.Duration
-	Supported bool // false when this engine cannot probe from that host
+	Supported bool // false when this engine cannot probe from that host, or the probe did not run (Error says why)
 }
 
 // Capabilities of an engine. A lever that is missing comes with the reason.
