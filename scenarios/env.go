@@ -138,6 +138,11 @@ func poll(ctx context.Context, interval, limit time.Duration, fn func(ctx contex
 }
 
 // adminGet fetches url with the observer client and decodes JSON into v when v is not nil.
+// errInspectionUnanswered marks an admin read the gateway answered 503: its store did not
+// answer this one read in time (on a loaded machine, or a connection still recovering from a
+// partition). A wait treats it as a read that failed, not as a state.
+var errInspectionUnanswered = errors.New("the gateway's store did not answer the inspection")
+
 func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
 	defer cancel()
@@ -156,6 +161,9 @@ func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
 	}
 	if v == nil {
 		return resp.StatusCode, nil
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s: %w", u, resp.StatusCode, firstLine(string(body)), errInspectionUnanswered)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s", u, resp.StatusCode, firstLine(string(body)))

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -45,15 +46,23 @@ func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaSta
 // waitIdleOf is waitIdle for subject's key under rule.
 func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (QuotaState, error) {
 	var q QuotaState
+	var unanswered error // the last read the store did not answer: retried until the deadline
 	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
 		var err error
 		q, err = env.QuotaOf(ctx, gateway, rule, subject)
+		if errors.Is(err, errInspectionUnanswered) {
+			unanswered = err
+			return false, nil
+		}
 		if err != nil {
 			return false, err
 		}
 		return q.ActiveReservations == 0 && q.ReservedTokens == 0, nil
 	})
+	if err != nil && unanswered != nil {
+		err = fmt.Errorf("%w (last unanswered read: %w)", err, unanswered)
+	}
 	if err != nil {
 		return q, fmt.Errorf("waiting for %s's reservations to settle: %w", subject, err)
 	}
