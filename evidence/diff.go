@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -110,7 +112,7 @@ func Compare(base, head *Bundle, threshold float64) Diff {
 		if inBase && inHead {
 			bm := measures(b, base.Requests)
 			hm := measures(h, head.Requests)
-			for _, k := range sortedKeys(bm) {
+			for _, k := range slices.Sorted(maps.Keys(bm)) {
 				hv, ok := hm[k]
 				if !ok {
 					continue
@@ -249,7 +251,7 @@ func configChanges(base, head *Bundle) []SettingChange {
 		}
 	}
 	var out []SettingChange
-	for _, n := range sortedKeys(names) {
+	for _, n := range slices.Sorted(maps.Keys(names)) {
 		bl, hl := lines(base, n), lines(head, n)
 		if _, ok := base.Files[n]; !ok {
 			out = append(out, SettingChange{Name: n, Head: "added"})
@@ -334,16 +336,7 @@ func unionKeys[V any](a, b map[string]V) []string {
 	for k := range b {
 		seen[k] = true
 	}
-	return sortedKeys(seen)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }
 
 func firstLineOf(s string) string {

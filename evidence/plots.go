@@ -333,32 +333,13 @@ func tokensPlot(origin time.Time, span float64, ls LedgerSeries, reqs []RequestR
 // request of the series' subject holds its estimate from when it was sent until its answer was
 // read.
 func reconstructReserved(origin time.Time, ls LedgerSeries, reqs []RequestRecord) plotter.XYs {
-	type edge struct {
-		t     time.Time
-		delta int64
-	}
-	var edges []edge
+	var edges []stepEdge
 	for _, r := range reqs {
 		if r.Status == 200 && r.Subject == ls.Subject {
-			edges = append(edges, edge{r.Time, ls.Estimate}, edge{r.Time.Add(r.Latency), -ls.Estimate})
+			edges = append(edges, stepEdge{r.Time, ls.Estimate}, stepEdge{r.Time.Add(r.Latency), -ls.Estimate})
 		}
 	}
-	if len(edges) == 0 {
-		return nil
-	}
-	sort.SliceStable(edges, func(i, j int) bool {
-		if !edges[i].t.Equal(edges[j].t) {
-			return edges[i].t.Before(edges[j].t)
-		}
-		return edges[i].delta > edges[j].delta
-	})
-	xys := plotter.XYs{{X: secondsSince(origin, edges[0].t), Y: 0}}
-	var level int64
-	for _, e := range edges {
-		level += e.delta
-		xys = append(xys, plotter.XY{X: secondsSince(origin, e.t), Y: float64(level)})
-	}
-	return xys
+	return stepLine(origin, edges)
 }
 
 // reconstructSettled rebuilds settled usage in the window from the request log: each admitted
@@ -370,11 +351,7 @@ func reconstructSettled(origin time.Time, ls LedgerSeries, reqs []RequestRecord)
 		return nil
 	}
 	window := time.Duration(ls.WindowMS) * time.Millisecond
-	type edge struct {
-		t     time.Time
-		delta int64
-	}
-	var edges []edge
+	var edges []stepEdge
 	for _, r := range reqs {
 		if r.Status != 200 || r.Subject != ls.Subject {
 			continue
@@ -384,12 +361,29 @@ func reconstructSettled(origin time.Time, ls LedgerSeries, reqs []RequestRecord)
 			charge = r.Usage.TotalTokens
 		}
 		end := r.Time.Add(r.Latency)
-		edges = append(edges, edge{end, charge}, edge{end.Add(window), -charge})
+		edges = append(edges, stepEdge{end, charge}, stepEdge{end.Add(window), -charge})
 	}
+	return stepLine(origin, edges)
+}
+
+// stepEdge is a change of a level at a moment.
+type stepEdge struct {
+	t     time.Time
+	delta int64
+}
+
+// stepLine is the level the edges describe, from 0, in time order; at the same moment a rise
+// comes before a fall, so a momentary peak is drawn. Nil when there are no edges.
+func stepLine(origin time.Time, edges []stepEdge) plotter.XYs {
 	if len(edges) == 0 {
 		return nil
 	}
-	sort.SliceStable(edges, func(i, j int) bool { return edges[i].t.Before(edges[j].t) })
+	sort.SliceStable(edges, func(i, j int) bool {
+		if !edges[i].t.Equal(edges[j].t) {
+			return edges[i].t.Before(edges[j].t)
+		}
+		return edges[i].delta > edges[j].delta
+	})
 	xys := plotter.XYs{{X: secondsSince(origin, edges[0].t), Y: 0}}
 	var level int64
 	for _, e := range edges {

@@ -10,9 +10,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -203,7 +204,7 @@ func Events(prev, cur Snapshot) []Event {
 	add := func(format string, args ...any) {
 		ev = append(ev, Event{At: cur.At, Text: fmt.Sprintf(format, args...)})
 	}
-	for _, g := range sortedKeys(cur.Gateways) {
+	for _, g := range slices.Sorted(maps.Keys(cur.Gateways)) {
 		p, c := prev.Gateways[g], cur.Gateways[g]
 		for _, d := range []struct {
 			what string
@@ -222,7 +223,7 @@ func Events(prev, cur Snapshot) []Event {
 			add("%s: store %s → %s", g, p.Store, c.Store)
 		}
 	}
-	for _, s := range sortedKeys(cur.Subjects) {
+	for _, s := range slices.Sorted(maps.Keys(cur.Subjects)) {
 		pw, cw := prev.Subjects[s], cur.Subjects[s]
 		for i, w := range cw {
 			if i >= len(pw) {
@@ -237,13 +238,4 @@ func Events(prev, cur Snapshot) []Event {
 		}
 	}
 	return ev
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,13 +96,13 @@ func (v *View) Show(s Snapshot, events []Event) {
 // PlainState is the state as plain lines: one per subject window and one per gateway.
 func PlainState(s Snapshot) []string {
 	var out []string
-	for _, sub := range sortedKeys(s.Subjects) {
+	for _, sub := range slices.Sorted(maps.Keys(s.Subjects)) {
 		for _, w := range s.Subjects[sub] {
 			out = append(out, fmt.Sprintf("%s %s: %d/%d tokens remaining in the %s window (settled %d, reserved %d)",
 				s.At.Format("15:04:05"), sub, w.Remaining, w.Capacity, w.Window, w.Settled, w.Reserved))
 		}
 	}
-	for _, g := range sortedKeys(s.Gateways) {
+	for _, g := range slices.Sorted(maps.Keys(s.Gateways)) {
 		c := s.Gateways[g]
 		out = append(out, fmt.Sprintf("%s %s: admitted %d, denied %d, 503 %d, store %s",
 			s.At.Format("15:04:05"), g, c.Admitted, c.Denied, c.Unavailable, c.Store))
@@ -114,7 +116,7 @@ func (v *View) Render(s Snapshot) string {
 	var b strings.Builder
 	b.WriteString(v.title.Render("quotaqual live") + v.dim.Render("  "+s.At.Format("15:04:05")+"  (refreshes every second; Ctrl-C tears down)") + "\n\n")
 	b.WriteString(v.title.Render("Remaining tokens") + v.dim.Render(" — one budget per subject, shared by both gateways") + "\n")
-	for _, sub := range sortedKeys(s.Subjects) {
+	for _, sub := range slices.Sorted(maps.Keys(s.Subjects)) {
 		for _, w := range s.Subjects[sub] {
 			fmt.Fprintf(&b, "  %-14s %-4s %s %3d/%-3d %s\n", sub, w.Window, v.bar(w), w.Remaining, w.Capacity,
 				v.dim.Render(fmt.Sprintf("settled %d, reserved %d", w.Settled, w.Reserved)))
@@ -122,7 +124,7 @@ func (v *View) Render(s Snapshot) string {
 	}
 	b.WriteString("\n" + v.title.Render("Gateways") + "\n")
 	fmt.Fprintf(&b, "  %-10s %9s %12s %6s  %s\n", "", "admitted", "denied 429", "503", "store")
-	for _, g := range sortedKeys(s.Gateways) {
+	for _, g := range slices.Sorted(maps.Keys(s.Gateways)) {
 		c := s.Gateways[g]
 		store := v.good.Render(c.Store)
 		if c.Store != "ok" {
