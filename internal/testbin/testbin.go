@@ -8,12 +8,20 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // Build compiles github.com/quotaqual/quotaqual/cmd/quotaqual to path, with the given build
 // tags (e.g. quotaqual_mutants); the go command's output goes to stderr.
+//
+// Every build is stamped with a version of its own (test-<pid>-<nanoseconds>), so two test
+// packages never build byte-identical binaries: the docker and kind topologies tag their
+// image by the binary's digest, and a package that removes its own image afterwards must not
+// remove the one another package is about to `docker save` or start (seen as "reference does
+// not exist" in the kind test while the docker tests ran beside it).
 func Build(path string, tags ...string) error {
-	args := []string{"build", "-trimpath"}
+	stamp := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	args := []string{"build", "-trimpath", "-ldflags", "-X github.com/quotaqual/quotaqual/internal/version.Version=" + stamp}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
