@@ -6,11 +6,14 @@
 // decided atomically across all windows on the store's clock. An admitted request holds a
 // reservation (a lease) that Renew extends while the request is in flight. Settle charges the
 // actual usage (the estimate when usage is unknown) exactly once per reservation id. A
-// reservation whose lease runs out is charged at its estimate, at the moment its lease expired.
+// reservation whose lease runs out is charged at its estimate, at the moment its lease expired,
+// and leaves a tombstone: a settlement arriving later charges only its usage above that estimate,
+// once (never a refund).
 // Any store failure is an error, and callers fail closed. A reserve that failed after it may
 // have reached the store (a timeout) is released by the ledger itself — settled at zero in the
 // background, since the caller answered 503 and contacted no provider — instead of holding its
-// estimate until the lease runs out.
+// estimate until the lease runs out; the release leaves a tombstone that refuses the reserve if
+// the store executes it only after its release.
 //
 // Accounting: settled usage is kept in buckets whose width is one second for windows up to a
 // minute and window/60 (rounded up to whole seconds) beyond; the Valkey backend also keeps a
@@ -44,8 +47,10 @@ type Ledger interface {
 	// Renew extends a live reservation's lease by its quota's lease duration from now. It
 	// reports false when the reservation is no longer live (settled or expired).
 	Renew(ctx context.Context, r Reservation) (bool, error)
-	// Settle charges usage against a reservation. A second settle of the same id, or a settle
-	// of an expired reservation, changes nothing and reports Applied false.
+	// Settle charges usage against a reservation. A second settle of the same id changes
+	// nothing and reports Applied false. A reservation whose lease ran out was charged its
+	// estimate then: its first settle charges only the known usage above that estimate
+	// (Applied true, Charged = Overage = that excess), or nothing (Applied false).
 	Settle(ctx context.Context, r Reservation, usage Usage) (Settlement, error)
 	// Inspect reports the state of one quota key without changing it (except for expiring
 	// reservations whose lease ran out, which any operation may do).

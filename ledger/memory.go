@@ -31,11 +31,43 @@ type memKey struct {
 	res          map[string]memRes
 	reserved     int64
 	nextDeadline int64 // no reservation expires before this (a lower bound)
+	// tombs: ids whose reservation ended unsettled (lease ran out) or that were settled while
+	// not live, as ledger/scripts/common.lua keeps them; pruned whenever one is added.
+	tombs map[string]memTomb
 }
 
 type memRes struct {
 	estimate   int64
 	deadlineMs int64
+	ttlMs      int64 // how long its tombstone lives: its quota's longest window plus lease
+}
+
+// memTomb is a tombstone: the estimate a lease expiry charged (settled false) or nothing more
+// to charge (settled true), until expiresMs.
+type memTomb struct {
+	charged   int64
+	settled   bool
+	expiresMs int64
+}
+
+// entomb records a tombstone for id, first deleting the expired ones (bounded: the ids ended
+// within one tombstone lifetime).
+func (k *memKey) entomb(nowMs int64, id string, t memTomb) {
+	if k.tombs == nil {
+		k.tombs = make(map[string]memTomb)
+	}
+	for tid, old := range k.tombs {
+		if old.expiresMs <= nowMs {
+			delete(k.tombs, tid)
+		}
+	}
+	k.tombs[id] = t
+}
+
+// tomb returns id's live tombstone.
+func (k *memKey) tomb(nowMs int64, id string) (memTomb, bool) {
+	t, ok := k.tombs[id]
+	return t, ok && t.expiresMs > nowMs
 }
 
 // wheel is the settled usage of one bucket width: a ring of buckets long enough for the
@@ -179,6 +211,7 @@ func (k *memKey) sweep(nowMs int64) int {
 		}
 		k.reserved -= r.estimate
 		delete(k.res, id)
+		k.entomb(nowMs, id, memTomb{charged: r.estimate, expiresMs: nowMs + r.ttlMs})
 		n++
 	}
 	k.nextDeadline = next
@@ -188,6 +221,11 @@ func (k *memKey) sweep(nowMs int64) int {
 func (k *memKey) idle(nowMs int64) bool {
 	if len(k.res) > 0 {
 		return false
+	}
+	for _, t := range k.tombs {
+		if t.expiresMs > nowMs {
+			return false
+		}
 	}
 	for _, w := range k.wheels {
 		if !w.empty(nowMs) {
@@ -325,7 +363,7 @@ func (m *Memory) Reserve(_ context.Context, q *Quota, key string, estimate int64
 		states, _ := decide(q, views, nowMs, k.reserved, estimate, -1)
 		id := newReservationID()
 		deadline := nowMs + q.Lease.Milliseconds()
-		k.res[id] = memRes{estimate: estimate, deadlineMs: deadline}
+		k.res[id] = memRes{estimate: estimate, deadlineMs: deadline, ttlMs: storeTTLMs(q)}
 		k.reserved += estimate
 		k.nextDeadline = min(k.nextDeadline, deadline)
 		m.release(k, freed)
@@ -370,8 +408,9 @@ func (m *Memory) Settle(_ context.Context, r Reservation, usage Usage) (Settleme
 	freed := k.sweep(nowMs)
 	res, ok := k.res[r.ID]
 	if !ok {
+		s := k.settleEnded(nowMs, r, usage)
 		m.release(k, freed)
-		return Settlement{}, nil
+		return s, nil
 	}
 	delete(k.res, r.ID)
 	k.reserved -= res.estimate
@@ -387,6 +426,34 @@ func (m *Memory) Settle(_ context.Context, r Reservation, usage Usage) (Settleme
 	}
 	m.release(k, freed+1)
 	return s, nil
+}
+
+// settleEnded settles an id that holds no live reservation. One whose lease ran out was
+// charged its estimate then: a first settle with usage above it charges the overage (never a
+// refund). An id never seen gets a tombstone, as in the Valkey backend.
+func (k *memKey) settleEnded(nowMs int64, r Reservation, usage Usage) Settlement {
+	t, ok := k.tomb(nowMs, r.ID)
+	if !ok {
+		k.entomb(nowMs, r.ID, memTomb{settled: true, expiresMs: nowMs + storeTTLMs(r.Quota)})
+		return Settlement{}
+	}
+	if t.settled {
+		return Settlement{}
+	}
+	t.settled = true
+	k.tombs[r.ID] = t
+	var over int64
+	if usage.Known {
+		over = max(0, settlement(t.charged, usage).Charged-t.charged)
+	}
+	if over == 0 {
+		return Settlement{}
+	}
+	k.ensureWheels(prepareBudgets(r.Quota))
+	for _, w := range k.wheels {
+		w.add(floorDiv(nowMs, w.width), over)
+	}
+	return Settlement{Applied: true, Charged: over, Overage: over}
 }
 
 // Inspect implements Ledger.

@@ -446,11 +446,12 @@ func newQuotaLayout(q *Quota) *quotaLayout {
 func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 	ql := v.quotaLayout(q)
 	p := v.prefix(q.Rule, key)
-	sk := scriptKeys{quotaLayout: ql, keys: make([]string, 2+len(ql.suffixes)), args: make([]string, len(ql.argv), len(ql.argv)+extra)}
+	sk := scriptKeys{quotaLayout: ql, keys: make([]string, 3+len(ql.suffixes)), args: make([]string, len(ql.argv), len(ql.argv)+extra)}
 	sk.keys[0], sk.keys[1] = p+":a", p+":d"
 	for i, suf := range ql.suffixes {
 		sk.keys[2+i] = p + suf
 	}
+	sk.keys[2+len(ql.suffixes)] = p + ":x" // the tombstones' expiries (see common.lua)
 	copy(sk.args, ql.argv)
 	return sk
 }
@@ -542,7 +543,10 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 	sk.args = append(sk.args, strconv.FormatInt(estimate, 10), sk.leaseArg, id, sk.inspectArgs[0])
 	sk.args = append(sk.args, sk.reserveArgs...)
 	out, err := v.exec(ctx, "reserve", reserveScript, sk.keys, sk.args, true, firstIsOne)
-	if err == nil && len(out) != 3+2*len(q.Budgets) {
+	tombstoned := err == nil && len(out) == 1 && out[0] == -1
+	if tombstoned {
+		err = storeError("valkey reserve", errTombstoned)
+	} else if err == nil && len(out) != 3+2*len(q.Budgets) {
 		err = v.fail("reserve", fmt.Errorf("unexpected reply of %d values", len(out)))
 	}
 
@@ -559,7 +563,9 @@ func (v *Valkey) Reserve(ctx context.Context, q *Quota, key string, estimate int
 	}
 	v.lmu.Unlock()
 	if err != nil {
-		v.releaseAmbiguous(Reservation{ID: id, Key: key, Quota: q, Estimate: estimate}, err)
+		if !tombstoned {
+			v.releaseAmbiguous(Reservation{ID: id, Key: key, Quota: q, Estimate: estimate}, err)
+		}
 		return Decision{}, err
 	}
 
@@ -659,6 +665,10 @@ func (v *Valkey) settle(ctx context.Context, r Reservation, usage Usage, ack boo
 	v.lmu.Unlock()
 	if len(out) == 0 || out[0] != 1 {
 		return Settlement{}, nil
+	}
+	if len(out) == 4 {
+		// a reservation whose lease ran out (charged its estimate then): only the overage
+		return Settlement{Applied: true, Charged: out[1], Overage: out[1]}, ackErr
 	}
 	if len(out) != 3 {
 		return Settlement{}, v.fail("settle", fmt.Errorf("unexpected reply of %d values", len(out)))

@@ -12,8 +12,9 @@ import (
 // settle. Left alone, that hold would stay charged until its lease ran out (30 s by default),
 // denying requests that should be admitted: conservative, but wrong. So the ledger releases it
 // itself: it settles the reservation id at zero tokens, which is the truth (the request never
-// ran), in the background with a few attempts. Settle is idempotent and a no-op for an id the
-// store never admitted, so a release of a reserve that did not run changes nothing. If every
+// ran), in the background with a few attempts. Settle is idempotent; for an id the store never
+// admitted it charges nothing and leaves a tombstone that refuses the reserve should it still
+// arrive (see ledger/scripts/common.lua), so the reserve cannot hold after its release. If every
 // attempt fails, the lease expires and the estimate is charged: the conservative outcome stays
 // the fallback. Releases are bounded (maxReleasesInFlight); beyond that the lease expiry covers
 // them, and Close waits for the ones under way.
@@ -22,6 +23,12 @@ const (
 	maxReleasesInFlight = 256
 	releaseAttempts     = 3
 )
+
+// errTombstoned is the reply of a reserve whose id has a tombstone: its release (or an earlier
+// end of the same id) reached the store first — valkey-go spreads commands over connections, so
+// a timed-out reserve may still be executed after its release. The store held nothing; the
+// caller, which already gave up on this call, fails closed as for any store error.
+var errTombstoned = errors.New("reservation id already released")
 
 // errNotSent marks a call that failed before anything reached the store (no connection).
 var errNotSent = errors.New("no connection")

@@ -172,3 +172,42 @@ func TestReserveWithoutAConnectionReleasesNothing(t *testing.T) {
 		t.Errorf("release stats %+v after a reserve that never reached the store, want none", rs)
 	}
 }
+
+// TestReleaseOvertakingItsReserveLeavesNothingHeld is issue 10's defect 7: valkey-go spreads
+// commands over several connections, so a reserve that timed out in the client can still be
+// executed after the background release that settles its id at zero. The release must leave a
+// tombstone the late reserve respects: refused, nothing held. The calls are issued directly in
+// that order against a real Valkey.
+func TestReleaseOvertakingItsReserveLeavesNothingHeld(t *testing.T) {
+	srv := valkeytest.Start(t)
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, 2*time.Second)
+	ctx := context.Background()
+	q := &ledger.Quota{Rule: "overtaken", Lease: 30 * time.Second, Budgets: []ledger.Budget{{Window: time.Minute, Capacity: 100}}}
+	const id = "0123456789abcdef0123456789abcdef"
+
+	// The release first: the reserve has not run yet, so nothing is settled.
+	st, err := v.Settle(ctx, ledger.Reservation{ID: id, Key: "k", Quota: q, Estimate: 60}, ledger.Usage{Tokens: 0, Known: true})
+	if err != nil || st.Applied {
+		t.Fatalf("release before its reserve = %+v, %v; want a no-op", st, err)
+	}
+	// Then the late reserve, on another connection.
+	out, err := v.ReserveWithID(ctx, q, "k", 60, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 || out[0] != -1 {
+		t.Errorf("late reserve after its release replied %v; want [-1] (refused: the id was released)", out)
+	}
+	ks, err := v.Inspect(ctx, q, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks.ActiveReservations != 0 || ks.ReservedTokens != 0 {
+		t.Fatalf("after a release and its late reserve: %d reservations hold %d tokens; want none (the hold would last the 30 s lease)",
+			ks.ActiveReservations, ks.ReservedTokens)
+	}
+	// The capacity is whole: a fresh reserve of all of it is admitted.
+	if d, err := v.Reserve(ctx, q, "k", 100); err != nil || !d.Admitted {
+		t.Fatalf("reserve of the whole capacity after the release: %+v, %v", d, err)
+	}
+}

@@ -103,6 +103,21 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("provider call logs after: %w", err))
 	}
 	_, pr, found := after.FindRequest(long.RequestID)
+	if found && idleErr == nil && q.Settled() != pr.Consumed() {
+		// A lease that ran out (renewals failing) leaves the key idle before the generation's
+		// settlement lands, which must still charge the usage above the estimate the expiry
+		// charged (issue 10, defect 1): wait for the settlement itself, briefly — the window is
+		// short, and the expired estimate leaves it a window after the lease deadline.
+		waited := time.Now()
+		_, _ = poll(ctx, 10*time.Millisecond, time.Second+2*p.StoreTimeout, func(ctx context.Context) (bool, error) {
+			nq, err := env.QuotaOf(ctx, gwA, rule, appA)
+			if err == nil {
+				q = nq
+			}
+			return err == nil && q.Settled() == pr.Consumed(), nil
+		})
+		r.Fact("settlement_after_idle_ms", ms(time.Since(waited)))
+	}
 	r.Fact("long_status", long.Status)
 	r.Fact("long_latency_ms", ms(long.Latency))
 	r.Fact("concurrent_statuses", probeStatuses)

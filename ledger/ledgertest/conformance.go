@@ -487,6 +487,55 @@ func Run(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		expectRetryAfter(t, d.Denial.RetryAfter, 10*time.Second, before.Add(lease), after.Add(lease), askFrom, askTo)
 	})
 
+	// Issue 10, defect 1: a lost lease must not lose the overage. The expiry charged the
+	// estimate; a settlement arriving later with more usage charges the difference, once.
+	t.Run("a settle after the lease ran out charges the usage above the estimate, once", func(t *testing.T) {
+		h := setup(t, ledger.Limits{})
+		const lease = time.Second
+		q := quota("lost-lease", lease, 30*time.Second, 100)
+		over := h.admit(q, "k", 20)  // settled after expiry with 50: 30 over
+		under := h.admit(q, "k", 10) // settled after expiry with 4: no refund
+		blind := h.admit(q, "k", 5)  // settled after expiry with unknown usage: the estimate stands
+		eventually(t, lease+2*time.Second, 20*time.Millisecond, "expiry of the reservations", func() bool {
+			return h.inspect(q, "k").ActiveReservations == 0
+		})
+		h.expectState(q, "k", 0, 0, 35)
+		if s := h.settle(over, ledger.Usage{Tokens: 50, Known: true}); s != (ledger.Settlement{Applied: true, Charged: 30, Overage: 30}) {
+			t.Fatalf("settle of 50 after the lease of 20 ran out = %+v; want the 30 over charged", s)
+		}
+		h.expectState(q, "k", 0, 0, 65)
+		if s := h.settle(over, ledger.Usage{Tokens: 50, Known: true}); s != (ledger.Settlement{}) {
+			t.Fatalf("second settle = %+v; want a no-op", s)
+		}
+		if s := h.settle(under, ledger.Usage{Tokens: 4, Known: true}); s != (ledger.Settlement{}) {
+			t.Fatalf("settle of 4 after the lease of 10 ran out = %+v; want a no-op (never a refund)", s)
+		}
+		if s := h.settle(blind, ledger.Usage{}); s != (ledger.Settlement{}) {
+			t.Fatalf("settle of unknown usage after the lease ran out = %+v; want a no-op", s)
+		}
+		h.expectState(q, "k", 0, 0, 65)
+		// What admission reads: exactly the rest of the capacity fits.
+		h.admit(q, "k", 35)
+		h.deny(q, "k", 1, ledger.ReasonWindowCapacity)
+	})
+
+	t.Run("a settle that finds the lease run out itself charges the usage above the estimate", func(t *testing.T) {
+		h := setup(t, ledger.Limits{})
+		const lease = time.Second
+		q := quota("lost-lease-late", lease, 30*time.Second, 100)
+		r := h.admit(q, "k", 20)
+		// No call in between: the settle's own expiry sweep ends the reservation.
+		sleepUntil(time.Now().Add(lease + 300*time.Millisecond))
+		if s := h.settle(r, ledger.Usage{Tokens: 70, Known: true}); s != (ledger.Settlement{Applied: true, Charged: 50, Overage: 50}) {
+			t.Fatalf("settle of 70 after the lease of 20 ran out = %+v; want the 50 over charged", s)
+		}
+		h.expectState(q, "k", 0, 0, 70)
+		if s := h.settle(r, ledger.Usage{Tokens: 70, Known: true}); s != (ledger.Settlement{}) {
+			t.Fatalf("second settle = %+v; want a no-op", s)
+		}
+		h.expectState(q, "k", 0, 0, 70)
+	})
+
 	t.Run("sliding recovery: usage leaves the window late, never early", func(t *testing.T) {
 		h := setup(t, ledger.Limits{})
 		const window = 2 * time.Second

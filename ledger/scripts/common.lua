@@ -39,6 +39,18 @@
 -- older than the longest window of its width is outside every window and not written. This
 -- mirrors ledger/accounting.go; the conformance suite holds the two to identical results.
 --
+-- Tombstones: an id whose reservation ended without a settlement (its lease ran out: the sweep
+-- charged its estimate) or that was settled while not live (a release of a reserve that may not
+-- have run yet) keeps a field '~<id>' in KEYS[1]: "<charged>:<expires_ms>", where charged is
+-- the estimate the sweep charged, or '-' once nothing more may be charged (settled, or never
+-- held). A late settle of an expired id charges only its usage above that estimate (never a
+-- refund), once; a reserve of a tombstoned id is refused, so a timed-out reserve that reaches
+-- the store after its release cannot hold its estimate. A tombstone lives ttl (the longest
+-- window plus the lease); KEYS[3 + nwidths] (zset id -> expiry) lists them so that each call
+-- that writes tombstones first deletes the expired ones: their number is bounded by the ids
+-- ended within one ttl. The head's HMGET reads an id's tombstone with its other fields, so the
+-- fast paths cost no extra command.
+--
 -- TTLs: a key that gains data gets the TTL again (extend: never shortened): KEYS[1] and KEYS[2] when a
 -- reservation is added or renewed (and KEYS[1] when a call creates it); a bucket hash whenever
 -- the general path writes it or makes the totals this quota's, and in settle's fast path only
@@ -75,7 +87,7 @@ local aexists = false
 -- 'e' moved (kept with any write to KEYS[1], or alone when KEYS[1] exists).
 local statechanged, rdirty, edirty, vdirty = false, false, false, false
 local prunes = nil -- width -> list of bucket fields to delete (only with the state persisted)
-local gone = nil -- ids the sweep removed in this call
+local gone = nil -- ids the sweep removed in this call -> the estimate it charged
 
 -- Two policies for one rule (a rolling change of its windows) share these keys. 'M' of KEYS[1]
 -- lists every bucket width any of them declared, each with the longest window declared for it
@@ -220,6 +232,42 @@ local function batched(cmd, key, list)
   return out
 end
 
+-- tombof parses a tombstone field's value: the estimate its expiry charged (a string), '-'
+-- when nothing more may be charged, or nil when absent or expired.
+local function tombof(v)
+  if not v then
+    return nil
+  end
+  local c, e = string.match(v, '^([^:]+):(%d+)$')
+  if not c or tonumber(e) <= now then
+    return nil
+  end
+  return c
+end
+
+-- entomb writes tombstones (list: id, charged, id, charged, ...) expiring in ttl, after
+-- deleting the expired ones, and keeps KEYS[1] and the tombstone list alive as long.
+local function entomb(list)
+  local old = redis.call('ZRANGEBYSCORE', X, '-inf', idx(now))
+  if #old > 0 then
+    for k = 1, #old do
+      old[k] = '~' .. old[k]
+    end
+    batched('HDEL', A, old)
+    redis.call('ZREMRANGEBYSCORE', X, '-inf', idx(now))
+  end
+  local exp = idx(now + tonumber(ttl))
+  local f, z = {}, {}
+  for k = 1, #list, 2 do
+    f[#f + 1], f[#f + 2] = '~' .. list[k], list[k + 1] .. ':' .. exp
+    z[#z + 1], z[#z + 2] = exp, list[k]
+  end
+  batched('HSET', A, f)
+  batched('ZADD', X, z)
+  extend(A, ttl)
+  extend(X, ttl)
+end
+
 -- rebuild recomputes every total of this quota from the width hashes (when 'v' names another
 -- quota's totals or fields are missing) and drops buckets older than each width's longest
 -- window.
@@ -344,10 +392,12 @@ local function sweep()
     redis.call('ZREMRANGEBYSCORE', D, '-inf', idx(now))
     gone = {}
     local freed = 0
+    local tombs = {}
     for k, id in ipairs(ids) do
-      gone[id] = true
       local est = ests[k]
       if est then
+        gone[id] = est
+        tombs[#tombs + 1], tombs[#tombs + 2] = id, est
         local dl = tonumber(exp[2 * k])
         for _, wd in ipairs(widths) do
           charge(wd, floor(dl / wd.w), est)
@@ -355,6 +405,9 @@ local function sweep()
         chargeforeign(dl, est)
         freed = freed + tonumber(est)
       end
+    end
+    if #tombs > 0 then
+      entomb(tombs)
     end
     reserved, rdirty = reserved - freed, true
     changed = true

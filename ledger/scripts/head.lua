@@ -11,6 +11,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local floor = math.floor
 local A, D = KEYS[1], KEYS[2]
 local nwd = tonumber(ARGV[3]) -- width i: ARGV[2 + 2i] width_ms, ARGV[3 + 2i] max_window_ms
+local X = KEYS[3 + nwd] -- tombstone expiries (see common.lua)
 local wbase = 4 + 2 * nwd -- ARGV[wbase] nwindows; window j: ARGV[wbase - 1 + 2j] window_ms,
 local nwin = tonumber(ARGV[wbase]) -- ARGV[wbase + 2j] its width slot
 local base = wbase + 2 * nwin
@@ -31,7 +32,7 @@ local function extend(key, ttl)
 end
 
 -- state reads '#', 'e', 'v', then h<w> per width, then t<W>, l<W> per window, then extra (a
--- reservation id) when given. A missing field reads false.
+-- reservation id) and its tombstone '~'..extra when given. A missing field reads false.
 local function state(extra)
   local f = { '#', 'e', 'v' }
   for i = 1, nwd do
@@ -45,6 +46,7 @@ local function state(extra)
   end
   if extra then
     f[o + 2 * nwin + 1] = extra
+    f[o + 2 * nwin + 2] = '~' .. extra
   end
   return redis.call('HMGET', A, unpack(f))
 end

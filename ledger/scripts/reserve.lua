@@ -4,6 +4,9 @@
 --          remaining_1, reset_ms_1, remaining_2, reset_ms_2, ...}.
 -- Idempotent by id: a retry of a call whose reply was lost finds its reservation live and
 -- reports it admitted again without holding the estimate twice.
+-- Returns {-1} for an id with a tombstone (common.lua): its reservation already ended, or it
+-- was released before this call ran (a timed-out reserve overtaken by its release). Nothing is
+-- held.
 local est = tonumber(ARGV[base + 1])
 local lease = tonumber(ARGV[base + 2])
 local id = ARGV[base + 3]
@@ -12,7 +15,7 @@ local r = state(id)
 
 -- Fast path: the totals are current and the id is new. Admit when the estimate fits every
 -- window; a denial (which needs the buckets for its retry-after) takes the general path.
-if current(r) and not r[4 + nwd + 2 * nwin] then
+if current(r) and not r[4 + nwd + 2 * nwin] and not r[5 + nwd + 2 * nwin] then
   local held = tonumber(r[1] or '0') + est
   local o = 3 + nwd
   local fits = true
@@ -52,6 +55,10 @@ end
 -- @common
 
 local held_before, swept = prepare(r, id)
+if not held_before and ((gone and gone[id]) or tombof(r[5 + nwd + 2 * nwin])) then
+  commit(swept, false, false)
+  return { -1 }
+end
 local repeated = held_before and true or false
 local res = reserved
 if repeated then

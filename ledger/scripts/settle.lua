@@ -1,6 +1,8 @@
 -- settle: ARGV[base+1] id, [base+2] known (0 or 1), [base+3] tokens (>= 0).
--- Returns {1, charged, estimate} or {0} when the reservation is not live (settled before,
--- expired and charged at its estimate, or never existed).
+-- Returns {1, charged, estimate} for a live reservation; {1, overage, estimate, 1} for one
+-- whose lease ran out (the sweep charged its estimate) settled for the first time with usage
+-- above that estimate: only the overage is charged; {0} otherwise (settled before, expired with
+-- usage at most its estimate, or never seen: then a tombstone refuses a later reserve of the id).
 local id = ARGV[base + 1]
 local r = state(id)
 
@@ -67,6 +69,26 @@ end
 local swept
 est, swept = prepare(r, id)
 if not est then
+  local tomb = (gone and gone[id]) or tombof(r[5 + nwd + 2 * nwin])
+  local over = 0
+  if tomb == nil then
+    entomb({ id, '-' })
+  elseif tomb ~= '-' then
+    -- expired, charged its estimate: charge what the usage exceeds it by, and only once
+    if ARGV[base + 2] == '1' then
+      over = math.max(0, tonumber(ARGV[base + 3]) - tonumber(tomb))
+    end
+    local exp = string.match(r[5 + nwd + 2 * nwin] or '', ':(%d+)$') or idx(now + tonumber(ttl))
+    redis.call('HSET', A, '~' .. id, '-:' .. exp)
+    if over > 0 then
+      for _, wd in ipairs(widths) do
+        charge(wd, wd.cur, over)
+      end
+      chargeforeign(now, over)
+      commit(true, false, false)
+      return { 1, over, tonumber(tomb), 1 }
+    end
+  end
   commit(swept, false, false)
   return { 0 }
 end
