@@ -327,16 +327,11 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	t.spec.progress("docker networks %s, %s, %s, %s and volume %s (harness access: %s)",
 		t.nets[dnetEdge], t.nets[dnetBackend], t.nets[dnetProvider], t.nets[dnetAdmin], t.volume, t.access)
 
-	// The replicated store group beside everything else: only valkey-failover uses it.
-	storeErr := make(chan error, 1)
-	if t.StoreGroupReason() == "" {
-		go func() { storeErr <- t.startStore(ctx) }()
-	} else {
-		storeErr <- nil
-	}
+	// The replicated store group starts in the background: only valkey-failover uses it, and
+	// its methods wait for the start (Down too, before it removes anything).
+	t.startStoreInBackground(ctx)
 	// Valkey first: the gateways need it to be ready.
 	if err := t.startValkeyContainer(ctx); err != nil {
-		<-storeErr
 		return err
 	}
 	// Providers, the client and the gateways in parallel.
@@ -368,7 +363,7 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(append(errs, <-storeErr)...); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	t.spec.progress("docker topology up in %s", elapsedSince(start))
@@ -1133,6 +1128,7 @@ func (t *dockerTopo) Down(ctx context.Context) (Teardown, error) {
 	t.downOnce = true
 	cli := t.cli
 	t.mu.Unlock()
+	t.stopStoreStart()
 	t.client.CloseIdleConnections()
 	t.observer.CloseIdleConnections()
 	var td Teardown

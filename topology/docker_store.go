@@ -55,8 +55,10 @@ const (
 	dockerStoreConf      = dockerStoreDir + "/valkey.conf"
 	dockerSentinelConf   = dockerStoreDir + "/sentinel.conf"
 	sentinelReadyLogLine = "Sentinel ID is" // a Sentinel logs no "Ready to accept connections"
-	dockerStoreDown      = time.Second      // Sentinel's down-after-milliseconds
-	dockerStoreFailover  = 3 * time.Second  // Sentinel's failover-timeout
+	// A replica's first sync done ("PRIMARY <-> REPLICA sync: ...", "MASTER" before Valkey 8).
+	replicaSyncedLogLine = "REPLICA sync: Finished with success"
+	dockerStoreDown      = time.Second     // Sentinel's down-after-milliseconds
+	dockerStoreFailover  = 3 * time.Second // Sentinel's failover-timeout
 )
 
 func init() {
@@ -67,11 +69,15 @@ func init() {
 
 // dockerStore is the group's state on the docker engine.
 type dockerStore struct {
-	mu    sync.Mutex
-	img   string // the netfilter sidecars' image
-	r     *valkeyproc.Replicated
-	addrs map[string]string    // store host → its address on the backend network
-	cuts  map[[2]string]string // (store host, peer) → the peer address in the store host's set
+	started bool
+	done    chan struct{} // closed when the start has ended; err says how
+	err     error
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	img     string // the netfilter sidecars' image
+	r       *valkeyproc.Replicated
+	addrs   map[string]string    // store host → its address on the backend network
+	cuts    map[[2]string]string // (store host, peer) → the peer address in the store host's set
 }
 
 // sidecarOf is the key (and name suffix) of a store host's netfilter sidecar.
@@ -126,7 +132,9 @@ func (t *dockerTopo) ensureNetfilterImage(ctx context.Context) (string, error) {
 
 // startStore starts the group: valkey-1 primary, valkey-2 and valkey-3 its replicas (in sync
 // before the Sentinels start, so that each Sentinel learns of them from its first INFO), then
-// three Sentinels with quorum 2 — each container with its netfilter sidecar.
+// three Sentinels with quorum 2. Each container's netfilter sidecar starts as soon as the
+// container is ready, beside the next step: the chain of the group's start stays three
+// container starts long.
 func (t *dockerTopo) startStore(ctx context.Context) error {
 	img, err := t.ensureNetfilterImage(ctx)
 	if err != nil {
@@ -137,23 +145,40 @@ func (t *dockerTopo) startStore(ctx context.Context) error {
 	t.store.addrs = map[string]string{}
 	t.store.cuts = map[[2]string]string{}
 	t.store.mu.Unlock()
-	pw := t.spec.Deployment.ValkeyPassword
-	if err := t.startStoreHost(ctx, HostStore1, dockerStoreConf, t.storeNodeConf("")); err != nil {
-		return err
-	}
-	primary := t.storeAddr(HostStore1)
-	inParallel := func(hosts []string, start func(string) error) error {
+	var sidecars sync.WaitGroup
+	sidecarErrs := make([]error, len(StoreHosts))
+	defer sidecars.Wait() // also on an early return: Down must find every container started
+	// inParallel starts hosts' containers, waits until each logged ready, and starts their
+	// sidecars in the background.
+	inParallel := func(hosts []string, confPath string, conf func(string) string, ready string) error {
 		errs := make([]error, len(hosts))
 		var wg sync.WaitGroup
 		for i, h := range hosts {
-			wg.Go(func() { errs[i] = start(h) })
+			wg.Go(func() {
+				if errs[i] = t.startStoreContainer(ctx, h, confPath, conf(h), ready); errs[i] == nil {
+					sidecars.Go(func() { sidecarErrs[slices.Index(StoreHosts, h)] = t.startSidecar(ctx, h) })
+				}
+			})
 		}
 		wg.Wait()
 		return errors.Join(errs...)
 	}
-	if err := inParallel([]string{HostStore2, HostStore3}, func(h string) error {
-		return t.startStoreHost(ctx, h, dockerStoreConf, t.storeNodeConf(primary))
-	}); err != nil {
+	pw := t.spec.Deployment.ValkeyPassword
+	if err := inParallel([]string{HostStore1}, dockerStoreConf, func(string) string { return t.storeNodeConf("") }, valkeyReadyLogLine); err != nil {
+		return err
+	}
+	primary := t.storeAddr(HostStore1)
+	// A replica logs its ready line before it has synced; it logs the end of its first sync.
+	if err := inParallel(StoreNodes[1:], dockerStoreConf, func(string) string { return t.storeNodeConf(primary) }, replicaSyncedLogLine); err != nil {
+		return err
+	}
+	sconf := t.sentinelConf(valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: StoreMasterName, Quorum: 2,
+		DownAfter: dockerStoreDown, FailoverTimeout: dockerStoreFailover}, primary, dockerPorts.Valkey, pw))
+	if err := inParallel(StoreSentinels, dockerSentinelConf, func(string) string { return sconf }, sentinelReadyLogLine); err != nil {
+		return err
+	}
+	sidecars.Wait()
+	if err := errors.Join(sidecarErrs...); err != nil {
 		return err
 	}
 	r := &valkeyproc.Replicated{MasterName: StoreMasterName, Dial: t.storeDial}
@@ -166,16 +191,6 @@ func (t *dockerTopo) startStore(ctx context.Context) error {
 		}
 	}
 	r.Replica = r.Replicas[0]
-	if err := inParallel(StoreNodes[1:], func(h string) error { return t.waitInSync(ctx, r, h) }); err != nil {
-		return err
-	}
-	sconf := valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: StoreMasterName, Quorum: 2,
-		DownAfter: dockerStoreDown, FailoverTimeout: dockerStoreFailover}, primary, dockerPorts.Valkey, pw)
-	if err := inParallel(StoreSentinels, func(h string) error {
-		return t.startStoreHost(ctx, h, dockerSentinelConf, t.sentinelConf(sconf))
-	}); err != nil {
-		return err
-	}
 	for _, h := range StoreSentinels {
 		r.Sentinels = append(r.Sentinels, valkeyproc.Remote(t.storeAddr(h), SentinelPort, ""))
 	}
@@ -202,16 +217,16 @@ func (t *dockerTopo) storeNodeConf(replicaOf string) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// sentinelConf is a Sentinel's configuration: it rewrites the file with what it learns, so the
-// file lives in its writable data directory.
+// sentinelConf is a Sentinel's configuration around its monitor lines: it rewrites the file
+// with what it learns, so the file lives in its writable data directory.
 func (t *dockerTopo) sentinelConf(monitor string) string {
 	return strings.Join([]string{"port " + strconv.Itoa(SentinelPort), "bind * -::*", "protected-mode no",
 		"dir " + dockerStoreDir, "loglevel notice"}, "\n") + "\n" + monitor
 }
 
-// startStoreHost starts one store container with conf at confPath, waits until it is ready,
-// then starts its netfilter sidecar and loads the partition ruleset.
-func (t *dockerTopo) startStoreHost(ctx context.Context, host, confPath, conf string) error {
+// startStoreContainer starts one store container with conf at confPath and waits until its
+// log holds the ready line.
+func (t *dockerTopo) startStoreContainer(ctx context.Context, host, confPath, conf, ready string) error {
 	req := t.request(host, t.valkeyImg, nil)
 	req.Cmd = []string{"valkey-server", confPath}
 	if confPath == dockerSentinelConf {
@@ -222,10 +237,6 @@ func (t *dockerTopo) startStoreHost(ctx context.Context, host, confPath, conf st
 	if err := t.run(ctx, host, req); err != nil {
 		return err
 	}
-	ready := valkeyReadyLogLine
-	if confPath == dockerSentinelConf {
-		ready = sentinelReadyLogLine
-	}
 	if err := t.waitLogLine(ctx, host, ready, 1); err != nil {
 		return err
 	}
@@ -235,12 +246,20 @@ func (t *dockerTopo) startStoreHost(ctx context.Context, host, confPath, conf st
 	}
 	t.store.mu.Lock()
 	t.store.addrs[host] = addr
-	img := t.store.img
 	t.store.mu.Unlock()
+	return nil
+}
+
+// startSidecar starts host's netfilter sidecar in host's network namespace and loads the
+// partition ruleset there.
+func (t *dockerTopo) startSidecar(ctx context.Context, host string) error {
 	rules, err := CompilePartitionNFT(t.spec.DenyMode)
 	if err != nil {
 		return err
 	}
+	t.store.mu.Lock()
+	img := t.store.img
+	t.store.mu.Unlock()
 	id := t.ctr(host).GetContainerID()
 	side := sidecarOf(host)
 	if err := t.run(ctx, side, testcontainers.GenericContainerRequest{
@@ -328,36 +347,60 @@ func (t *dockerTopo) storeDial(ctx context.Context, addr string) (net.Conn, erro
 	return t.relayDial(ctx, sidecarOf(host), net.JoinHostPort("127.0.0.1", port))
 }
 
-// waitInSync waits until a replica's link to its primary is up.
-func (t *dockerTopo) waitInSync(ctx context.Context, r *valkeyproc.Replicated, host string) error {
-	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
-	defer cancel()
-	var last StoreNodeState
-	for {
-		st, err := storeNodeState(ctx, r, host)
-		if err == nil && st.Link == "up" {
-			return nil
-		}
-		last = st
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not in sync with its primary within %s (last: %+v)", host, dockerReadyTimeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
+// startStoreInBackground starts the group (when the run uses a store) without waiting: the
+// scenario that uses it comes late in a run, and Up stays as short as without the group.
+func (t *dockerTopo) startStoreInBackground(ctx context.Context) {
+	if t.StoreGroupReason() != "" {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t.store.mu.Lock()
+	t.store.started, t.store.done, t.store.cancel = true, make(chan struct{}), cancel
+	t.store.mu.Unlock()
+	go func() {
+		err := t.startStore(ctx)
+		t.store.mu.Lock()
+		t.store.err = err
+		t.store.mu.Unlock()
+		close(t.store.done)
+	}()
+}
+
+// stopStoreStart cancels a start still running and waits for it to end, so that Down finds
+// every container it created.
+func (t *dockerTopo) stopStoreStart() {
+	t.store.mu.Lock()
+	started, done, cancel := t.store.started, t.store.done, t.store.cancel
+	t.store.mu.Unlock()
+	if started {
+		cancel()
+		<-done
 	}
 }
 
-func (t *dockerTopo) replicated() (*valkeyproc.Replicated, error) {
+// replicated waits for the group's start and returns the group, or why it is not running.
+func (t *dockerTopo) replicated(ctx context.Context) (*valkeyproc.Replicated, error) {
+	t.store.mu.Lock()
+	started, done := t.store.started, t.store.done
+	t.store.mu.Unlock()
+	if !started {
+		return nil, errors.New("the replicated store group is not running: bring the topology up first")
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the replicated store group to start: %w", ctx.Err())
+	}
 	t.store.mu.Lock()
 	defer t.store.mu.Unlock()
-	if t.store.r == nil {
-		return nil, errors.New("the replicated store group is not running: bring the topology up first")
+	if t.store.err != nil {
+		return nil, fmt.Errorf("the replicated store group did not start: %w", t.store.err)
 	}
 	return t.store.r, nil
 }
 
 func (t *dockerTopo) WaitStoreReady(ctx context.Context) error {
-	r, err := t.replicated()
+	r, err := t.replicated(ctx)
 	if err != nil {
 		return err
 	}
@@ -365,7 +408,7 @@ func (t *dockerTopo) WaitStoreReady(ctx context.Context) error {
 }
 
 func (t *dockerTopo) StorePrimary(ctx context.Context) (string, error) {
-	r, err := t.replicated()
+	r, err := t.replicated(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -373,7 +416,7 @@ func (t *dockerTopo) StorePrimary(ctx context.Context) (string, error) {
 }
 
 func (t *dockerTopo) StoreNode(ctx context.Context, host string) (StoreNodeState, error) {
-	r, err := t.replicated()
+	r, err := t.replicated(ctx)
 	if err != nil {
 		return StoreNodeState{Host: host}, err
 	}
@@ -423,6 +466,9 @@ func (t *dockerTopo) setStorePartition(ctx context.Context, host, peer string, o
 	if _, ok := dockerMembership[other]; !ok || other == node {
 		return fmt.Errorf("partition %s from %s: unknown peer %q: use one of %s", host, peer, other,
 			strings.Join(append(slices.Clone(Hosts), StoreHosts...), ", "))
+	}
+	if _, err := t.replicated(ctx); err != nil {
+		return fmt.Errorf("partition %s from %s: %w", node, other, err)
 	}
 	key := [2]string{node, other}
 	t.store.mu.Lock()
