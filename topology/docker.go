@@ -38,7 +38,8 @@ package topology
 // Levers: RestartGateway stops and starts the container; StopValkey/StartValkey stop and start
 // Valkey's container (AOF on a run-scoped volume, so state survives); Partition(gateway,
 // valkey) disconnects the gateway from the backend network and Heal reconnects it with the
-// same alias. Every container, network and volume carries org.quotaqual.run-id=<run> and
+// same alias. The replicated store group's containers are cut off from any host by nftables
+// in their own namespaces instead (docker_store.go). Every container, network and volume carries org.quotaqual.run-id=<run> and
 // org.quotaqual.managed=true; Down (and DockerCleanup, for `quotaqual down --run-id`) removes
 // them by those labels, so nothing depends on testcontainers' reaper (disabled here:
 // TESTCONTAINERS_RYUK_DISABLED=true unless set otherwise).
