@@ -491,7 +491,7 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	hadImage := exec.Command("docker", "image", "inspect", tag).Run() == nil
 	t.Cleanup(func() {
 		if !hadImage {
-			_ = exec.Command("docker", "image", "rm", tag).Run()
+			removeDockerImage(tag)
 		}
 	})
 	evDir := t.TempDir()
@@ -541,7 +541,7 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 	hadImage := exec.Command("docker", "image", "inspect", tag).Run() == nil
 	t.Cleanup(func() {
 		if !hadImage {
-			_ = exec.Command("docker", "image", "rm", tag).Run()
+			removeDockerImage(tag)
 		}
 	})
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json",
@@ -576,6 +576,16 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 	if dout, _, _ := quotaqual(t, time.Minute, "down", "--run-id", out.RunID); strings.Contains(dout, "stopped") {
 		t.Errorf("the docker run left resources behind:\n%s", dout)
 	}
+}
+
+// removeDockerImage removes a quotaqual image this test built, after the netfilter sidecar
+// images the store group built on it.
+func removeDockerImage(tag string) {
+	out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label="+topology.LabelNetfilterBase+"="+tag).Output()
+	for _, id := range strings.Fields(string(out)) {
+		_ = exec.Command("docker", "image", "rm", id).Run()
+	}
+	_ = exec.Command("docker", "image", "rm", tag).Run()
 }
 
 // checkReport checks the run's report.html end to end: a section per scenario, the fault
