@@ -38,7 +38,8 @@ package topology
 // Levers: RestartGateway stops and starts the container; StopValkey/StartValkey stop and start
 // Valkey's container (AOF on a run-scoped volume, so state survives); Partition(gateway,
 // valkey) disconnects the gateway from the backend network and Heal reconnects it with the
-// same alias. Every container, network and volume carries org.quotaqual.run-id=<run> and
+// same alias. The replicated store group's containers are cut off from any host by nftables
+// in their own namespaces instead (docker_store.go). Every container, network and volume carries org.quotaqual.run-id=<run> and
 // org.quotaqual.managed=true; Down (and DockerCleanup, for `quotaqual down --run-id`) removes
 // them by those labels, so nothing depends on testcontainers' reaper (disabled here:
 // TESTCONTAINERS_RYUK_DISABLED=true unless set otherwise).
@@ -139,6 +140,7 @@ type dockerTopo struct {
 	valkeyVer  string                  // from Valkey's start-up log
 	downOnce   bool
 	teardown   Teardown
+	store      dockerStore // the replicated store group (docker_store.go)
 
 	client   *http.Client
 	observer *http.Client
@@ -273,7 +275,7 @@ func (t *dockerTopo) Provider(name string) ProviderEndpoint {
 
 func (t *dockerTopo) Capabilities() Capabilities {
 	return Capabilities{NetworkPolicy: true, Partition: true,
-		PartitionReason: "docker partitions disconnect a gateway from the backend network: gateway↔valkey only"}
+		PartitionReason: "docker partitions disconnect a gateway from the backend network (gateway↔valkey), or drop a peer's traffic with nftables in a store group container's namespace (store host↔any host on the backend network)"}
 }
 
 func (t *dockerTopo) logDir() string { return filepath.Join(t.spec.WorkDir, "logs") }
@@ -326,6 +328,9 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	t.spec.progress("docker networks %s, %s, %s, %s and volume %s (harness access: %s)",
 		t.nets[dnetEdge], t.nets[dnetBackend], t.nets[dnetProvider], t.nets[dnetAdmin], t.volume, t.access)
 
+	// The replicated store group starts in the background: only valkey-failover uses it, and
+	// its methods wait for the start (Down too, before it removes anything).
+	t.startStoreInBackground(ctx)
 	// Valkey first: the gateways need it to be ready.
 	if err := t.startValkeyContainer(ctx); err != nil {
 		return err
@@ -492,7 +497,9 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []fixt
 	// The config holds no secret; keep a copy next to the logs as the other engines do.
 	_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", host+".yaml"), cfg, 0o600)
 	env := map[string]string{EnvRunID: t.spec.RunID}
-	for _, kv := range t.spec.Deployment.GatewayEnv(t.ValkeyAddr()) {
+	// The store's password alone too, should UseReplicatedStore put the gateway on the group
+	// (a container's environment is fixed when it is created).
+	for _, kv := range append(t.spec.Deployment.GatewayEnv(t.ValkeyAddr()), t.spec.Deployment.StoreEnv()...) {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
@@ -538,20 +545,25 @@ func (t *dockerTopo) startValkeyContainer(ctx context.Context) error {
 // waitValkey waits until Valkey's log says "Ready to accept connections" for the n-th time
 // (once per start), or its container stops.
 func (t *dockerTopo) waitValkey(ctx context.Context, n int) error {
-	c := t.ctr(HostValkey)
+	return t.waitLogLine(ctx, HostValkey, valkeyReadyLogLine, n)
+}
+
+// waitLogLine waits until host's log holds line for the n-th time, or its container stops.
+func (t *dockerTopo) waitLogLine(ctx context.Context, host, line string, n int) error {
+	c := t.ctr(host)
 	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
 	defer cancel()
 	for {
 		logs, err := t.containerLog(ctx, c.GetContainerID())
-		if err == nil && bytes.Count(logs, []byte(valkeyReadyLogLine)) >= n {
+		if err == nil && bytes.Count(logs, []byte(line)) >= n {
 			return nil
 		}
 		if st, serr := c.State(ctx); serr == nil && !st.Running {
-			return fmt.Errorf("valkey container exited (code %d): %s", st.ExitCode, lastLines(logs, 5))
+			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, lastLines(logs, 5))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("valkey not ready within %s: %s", dockerReadyTimeout, lastLines(logs, 5))
+			return fmt.Errorf("%s not ready within %s: %s", host, dockerReadyTimeout, lastLines(logs, 5))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -770,6 +782,9 @@ func partitionPair(host, peer string) (string, error) {
 }
 
 func (t *dockerTopo) Partition(ctx context.Context, host, peer string) error {
+	if isStoreHost(host) || isStoreHost(peer) {
+		return t.setStorePartition(ctx, host, peer, true)
+	}
 	gw, err := partitionPair(host, peer)
 	if err != nil {
 		return err
@@ -791,6 +806,9 @@ func (t *dockerTopo) Partition(ctx context.Context, host, peer string) error {
 }
 
 func (t *dockerTopo) Heal(ctx context.Context, host, peer string) error {
+	if isStoreHost(host) || isStoreHost(peer) {
+		return t.setStorePartition(ctx, host, peer, false)
+	}
 	gw, err := partitionPair(host, peer)
 	if err != nil {
 		return err
@@ -920,6 +938,9 @@ func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) Probe
 		return res
 	}
 	c := t.ctr(from)
+	if isStoreHost(from) { // the Valkey image has no quotaqual: probe from the netfilter sidecar
+		c = t.ctr(sidecarOf(from))
+	}
 	if c == nil {
 		res.Error = "the docker topology is not up"
 		return res
@@ -949,7 +970,7 @@ func (t *dockerTopo) observerDial(ctx context.Context, _, addr string) (net.Conn
 		return nil, err
 	}
 	h := strings.TrimSuffix(host, "-admin")
-	if _, ok := dockerMembership[h]; !ok || h == HostValkey {
+	if _, ok := dockerMembership[h]; !ok || h == HostValkey || isStoreHost(h) {
 		return nil, fmt.Errorf("observer: no component answers at %s", addr)
 	}
 	return t.relayDial(ctx, h, addr)
@@ -1056,7 +1077,7 @@ func (t *dockerTopo) CollectLogs(dir string) error {
 		return err
 	}
 	var errs []error
-	for _, h := range Hosts {
+	for _, h := range append(slices.Clone(Hosts), StoreHosts...) {
 		b, err := os.ReadFile(filepath.Join(t.logDir(), h+".log"))
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -1108,6 +1129,7 @@ func (t *dockerTopo) Down(ctx context.Context) (Teardown, error) {
 	t.downOnce = true
 	cli := t.cli
 	t.mu.Unlock()
+	t.stopStoreStart()
 	t.client.CloseIdleConnections()
 	t.observer.CloseIdleConnections()
 	var td Teardown
@@ -1205,6 +1227,10 @@ func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID 
 }
 
 func (t *dockerTopo) Facts() map[string]any {
+	var storeFacts any = "not running: " + t.StoreGroupReason()
+	if t.StoreGroupReason() == "" {
+		storeFacts = t.storeFacts()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	gws := map[string]any{}
@@ -1248,8 +1274,9 @@ func (t *dockerTopo) Facts() map[string]any {
 			"provider_data": dockerPorts.ProviderData, "provider_admin": dockerPorts.ProviderAdmin,
 			"valkey": dockerPorts.Valkey,
 		},
-		"isolation": "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
-		"deny_mode": "docker (no route between networks: dropped or unreachable)",
+		"isolation":   "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
+		"deny_mode":   "docker (no route between networks: dropped or unreachable)",
+		"store_group": storeFacts,
 	}
 }
 

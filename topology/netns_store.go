@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -141,36 +140,15 @@ func (t *netnsTopo) StorePrimary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	addr, err := r.PrimaryAddr(ctx)
-	if err != nil {
-		return "", err
-	}
-	for i, n := range r.Nodes() {
-		if n.Addr() == addr {
-			return StoreNodes[i], nil
-		}
-	}
-	return "", fmt.Errorf("the Sentinels name %s, which is no node of the group", addr)
+	return storePrimary(ctx, r)
 }
 
 func (t *netnsTopo) StoreNode(ctx context.Context, host string) (StoreNodeState, error) {
-	st := StoreNodeState{Host: host}
 	r, err := t.replicated()
 	if err != nil {
-		return st, err
+		return StoreNodeState{Host: host}, err
 	}
-	i := slices.Index(StoreNodes, host)
-	if i < 0 {
-		return st, fmt.Errorf("no store node %q: use one of %v", host, StoreNodes)
-	}
-	info, err := valkeyproc.Info(ctx, r.Nodes()[i].Addr(), t.spec.Deployment.ValkeyPassword, "replication")
-	if err != nil {
-		st.Error = err.Error()
-		return st, err
-	}
-	st.Role, st.Link = info["role"], info["master_link_status"]
-	st.Offset, _ = strconv.ParseInt(info["master_repl_offset"], 10, 64)
-	return st, nil
+	return storeNodeState(ctx, r, host)
 }
 
 func (t *netnsTopo) StoreEvents() ([]StoreEvent, error) { return readStoreEvents(t.logPath) }
@@ -200,11 +178,7 @@ func (t *netnsTopo) storeFacts() map[string]any {
 	for _, h := range StoreHosts {
 		addrs[h] = t.hostAddr(h)
 	}
-	return map[string]any{
-		"nodes": StoreNodes, "sentinels": StoreSentinels, "master_name": StoreMasterName,
-		"addresses": addrs, "quorum": 2, "down_after_ms": 1000, "failover_timeout_ms": 3000,
-		"replication": t.spec.StoreReplication,
-	}
+	return storeGroupFacts(addrs, t.spec.StoreReplication)
 }
 
 var _ StoreGroup = (*netnsTopo)(nil)

@@ -29,18 +29,15 @@ const (
 // lets the chain policy drop it (mode drop). addrs maps host names (observer included) to IPv4
 // addresses. Feed the result to `nft -f -` inside the namespace.
 func CompileNFT(p Policy, host string, addrs map[string]string, mode string) (string, error) {
-	if mode == "" {
-		mode = DenyReject
-	}
-	if mode != DenyReject && mode != DenyDrop {
-		return "", fmt.Errorf("deny mode %q is unknown: use %q or %q", mode, DenyReject, DenyDrop)
+	mode, err := denyMode(mode)
+	if err != nil {
+		return "", err
 	}
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "table inet %s {\n", nftTable)
-	fmt.Fprintf(&b, "\tset %s {\n\t\ttype ipv4_addr\n\t}\n\n", nftPartitionSet)
+	b.WriteString(nftHead)
 	b.WriteString("\tchain input {\n")
 	b.WriteString("\t\ttype filter hook input priority filter; policy drop;\n")
 	b.WriteString("\t\tiif \"lo\" accept\n")
@@ -67,6 +64,20 @@ func CompileNFT(p Policy, host string, addrs map[string]string, mode string) (st
 	return b.String(), nil
 }
 
+// nftHead opens the table and declares the partition set.
+var nftHead = fmt.Sprintf("table inet %s {\n\tset %s {\n\t\ttype ipv4_addr\n\t}\n\n", nftTable, nftPartitionSet)
+
+// denyMode defaults an empty deny mode to DenyReject and rejects unknown ones.
+func denyMode(mode string) (string, error) {
+	if mode == "" {
+		return DenyReject, nil
+	}
+	if mode != DenyReject && mode != DenyDrop {
+		return "", fmt.Errorf("deny mode %q is unknown: use %q or %q", mode, DenyReject, DenyDrop)
+	}
+	return mode, nil
+}
+
 // denyLines renders the deny rules for prefix (an indentation plus an optional match). In
 // reject mode TCP gets a reset; everything else is dropped (explicitly for the partition set,
 // by the chain policy otherwise).
@@ -88,4 +99,29 @@ func nftPartitionCmd(add bool, peerAddr string) string {
 		verb = "delete"
 	}
 	return fmt.Sprintf("%s element inet %s %s { %s }\n", verb, nftTable, nftPartitionSet, peerAddr)
+}
+
+// CompilePartitionNFT renders a ruleset that enforces partitions only, for a namespace whose
+// reachability is otherwise left to its engine (docker's network membership): the same table
+// and partition set as CompileNFT, an input chain that accepts everything except sources in
+// the set, and an output chain that drops what the namespace sends to them — so one side's
+// set cuts both directions even when the peer's namespace cannot be changed, live
+// connections included (no established-connection accept comes first).
+func CompilePartitionNFT(mode string) (string, error) {
+	mode, err := denyMode(mode)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString(nftHead)
+	b.WriteString("\tchain input {\n")
+	b.WriteString("\t\ttype filter hook input priority filter; policy accept;\n")
+	b.WriteString("\t\tiif \"lo\" accept\n")
+	b.WriteString(denyLines("\t\tip saddr @"+nftPartitionSet+" ", mode, true))
+	b.WriteString("\t}\n\n\tchain output {\n")
+	b.WriteString("\t\ttype filter hook output priority filter; policy accept;\n")
+	b.WriteString("\t\toif \"lo\" accept\n")
+	b.WriteString("\t\tip daddr @" + nftPartitionSet + " drop\n")
+	b.WriteString("\t}\n}\n")
+	return b.String(), nil
 }

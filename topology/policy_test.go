@@ -172,3 +172,35 @@ var testAddrs = map[string]string{
 	HostProviderEast:    "198.18.0.23",
 	HostValkey:          "198.18.0.31",
 }
+
+// TestCompilePartitionNFT pins the docker store group's partition-only ruleset: the netns
+// engine's table and set, input and output chains that accept by default and cut the set's
+// addresses with nothing before them but the loopback (no established accept: a partition
+// kills live connections), in both deny modes.
+func TestCompilePartitionNFT(t *testing.T) {
+	for _, mode := range []string{DenyReject, DenyDrop} {
+		got, err := CompilePartitionNFT(mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden := filepath.Join("testdata", "nft-partition-"+mode+".golden")
+		if *update {
+			if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test -run TestCompilePartitionNFT -update to create it)", err)
+		}
+		if got != string(want) {
+			t.Errorf("partition ruleset (%s) differs from %s:\n--- got\n%s\n--- want\n%s", mode, golden, got, want)
+		}
+		if strings.Contains(got, "established") || !strings.Contains(got, "ip saddr @partition") || !strings.Contains(got, "ip daddr @partition drop") {
+			t.Errorf("partition ruleset (%s) must cut both directions with no established accept:\n%s", mode, got)
+		}
+	}
+	if _, err := CompilePartitionNFT("bounce"); err == nil || !strings.Contains(err.Error(), "deny mode") {
+		t.Errorf("unknown deny mode: got %v", err)
+	}
+}

@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
 // The replicated store group: a primary, two replicas and three Sentinels (quorum 2), beside
@@ -154,4 +158,45 @@ func readStoreEvents(logPath func(string) string) ([]StoreEvent, error) {
 func withStorePolicy(p Policy, valkeyPort int) Policy {
 	p.Rules = append(append([]PolicyRule(nil), p.Rules...), storePolicy(valkeyPort)...)
 	return p
+}
+
+// storePrimary asks the group's Sentinels which node is primary and names it.
+func storePrimary(ctx context.Context, r *valkeyproc.Replicated) (string, error) {
+	addr, err := r.PrimaryAddr(ctx)
+	if err != nil {
+		return "", err
+	}
+	for i, n := range r.Nodes() {
+		if n.Addr() == addr {
+			return StoreNodes[i], nil
+		}
+	}
+	return "", fmt.Errorf("the Sentinels name %s, which is no node of the group", addr)
+}
+
+// storeNodeState reads one data node's replication role and offset (INFO replication).
+func storeNodeState(ctx context.Context, r *valkeyproc.Replicated, host string) (StoreNodeState, error) {
+	st := StoreNodeState{Host: host}
+	i := slices.Index(StoreNodes, host)
+	if i < 0 {
+		return st, fmt.Errorf("no store node %q: use one of %v", host, StoreNodes)
+	}
+	n := r.Nodes()[i]
+	info, err := valkeyproc.InfoVia(ctx, r.Dial, n.Addr(), n.Password(), "replication")
+	if err != nil {
+		st.Error = err.Error()
+		return st, err
+	}
+	st.Role, st.Link = info["role"], info["master_link_status"]
+	st.Offset, _ = strconv.ParseInt(info["master_repl_offset"], 10, 64)
+	return st, nil
+}
+
+// storeGroupFacts describes the group for the evidence manifest.
+func storeGroupFacts(addrs map[string]string, replication string) map[string]any {
+	return map[string]any{
+		"nodes": StoreNodes, "sentinels": StoreSentinels, "master_name": StoreMasterName,
+		"addresses": maps.Clone(addrs), "quorum": 2, "down_after_ms": 1000, "failover_timeout_ms": 3000,
+		"replication": replication,
+	}
 }

@@ -45,7 +45,19 @@ type Replicated struct {
 	Replica    *Server   // the node started as replica
 	Replicas   []*Server // every node started as replica (Replica first)
 	Sentinels  []*Server
+	// Dial, when set, is how the questions to the nodes and Sentinels are connected (the
+	// docker engine relays them into the containers); nil dials directly.
+	Dial Dialer
 }
+
+// Remote is a server this package did not start and cannot stop (a container's), known by its
+// address and password, for a Replicated assembled by hand.
+func Remote(host string, port int, password string) *Server {
+	return &Server{opts: Options{Host: host, Port: port, Password: password}}
+}
+
+// Password is the server's requirepass.
+func (s *Server) Password() string { return s.opts.Password }
 
 // StartReplicated starts the primary, then the replica and waits until it is in sync, then the
 // Sentinels (so each learns of the replica from its first INFO). On error, whatever started is
@@ -123,13 +135,19 @@ func StartReplicated(ctx context.Context, o ReplicatedOptions) (*Replicated, err
 }
 
 func sentinelConf(o ReplicatedOptions, primary *Server) string {
+	return SentinelConfig(o, primary.Host(), primary.Port(), primary.opts.Password)
+}
+
+// SentinelConfig is the configuration of a Sentinel that monitors the primary at host:port
+// (o's MasterName, Quorum, DownAfter and FailoverTimeout, which must be set).
+func SentinelConfig(o ReplicatedOptions, host string, port int, password string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sentinel monitor %s %s %d %d\n", o.MasterName, primary.Host(), primary.Port(), o.Quorum)
+	fmt.Fprintf(&b, "sentinel monitor %s %s %d %d\n", o.MasterName, host, port, o.Quorum)
 	fmt.Fprintf(&b, "sentinel down-after-milliseconds %s %d\n", o.MasterName, o.DownAfter.Milliseconds())
 	fmt.Fprintf(&b, "sentinel failover-timeout %s %d\n", o.MasterName, o.FailoverTimeout.Milliseconds())
 	fmt.Fprintf(&b, "sentinel parallel-syncs %s 1\n", o.MasterName)
-	if primary.opts.Password != "" {
-		fmt.Fprintf(&b, "sentinel auth-pass %s %q\n", o.MasterName, primary.opts.Password)
+	if password != "" {
+		fmt.Fprintf(&b, "sentinel auth-pass %s %q\n", o.MasterName, password)
 	}
 	return b.String()
 }
@@ -165,7 +183,7 @@ func (r *Replicated) WaitSentinelsReady(ctx context.Context, timeout time.Durati
 }
 
 func (r *Replicated) sentinelMaster(ctx context.Context, s *Server) (map[string]string, error) {
-	rep, err := Do(ctx, s.Addr(), "", "SENTINEL", "MASTER", r.MasterName)
+	rep, err := DoVia(ctx, r.Dial, s.Addr(), "", "SENTINEL", "MASTER", r.MasterName)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +204,7 @@ func (r *Replicated) PrimaryAddr(ctx context.Context) (string, error) {
 	answered := 0
 	var lastErr error
 	for _, s := range r.Sentinels {
-		rep, err := Do(ctx, s.Addr(), "", "SENTINEL", "GET-MASTER-ADDR-BY-NAME", r.MasterName)
+		rep, err := DoVia(ctx, r.Dial, s.Addr(), "", "SENTINEL", "GET-MASTER-ADDR-BY-NAME", r.MasterName)
 		if err != nil {
 			lastErr = err
 			continue

@@ -17,8 +17,22 @@ import (
 // arrays, nil for a null. A server error is returned as an error. It exists for the harness's
 // questions to servers and Sentinels (INFO, SENTINEL ...), bounded by ctx and one second.
 func Do(ctx context.Context, addr, password string, args ...string) (any, error) {
-	d := net.Dialer{Timeout: 500 * time.Millisecond}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	return DoVia(ctx, nil, addr, password, args...)
+}
+
+// Dialer opens a connection to addr; nil means a plain TCP dial from this process. An engine
+// whose store nodes the harness cannot dial directly (docker) passes one that relays.
+type Dialer func(ctx context.Context, addr string) (net.Conn, error)
+
+// DoVia is Do over a connection from dial (nil: a plain TCP dial).
+func DoVia(ctx context.Context, dial Dialer, addr, password string, args ...string) (any, error) {
+	if dial == nil {
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 500 * time.Millisecond}
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	conn, err := dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +111,12 @@ func readReply(r *bufio.Reader) (any, error) {
 
 // Info returns the fields of INFO section on addr as a map.
 func Info(ctx context.Context, addr, password, section string) (map[string]string, error) {
-	rep, err := Do(ctx, addr, password, "INFO", section)
+	return InfoVia(ctx, nil, addr, password, section)
+}
+
+// InfoVia is Info over a connection from dial (nil: a plain TCP dial).
+func InfoVia(ctx context.Context, dial Dialer, addr, password, section string) (map[string]string, error) {
+	rep, err := DoVia(ctx, dial, addr, password, "INFO", section)
 	if err != nil {
 		return nil, err
 	}

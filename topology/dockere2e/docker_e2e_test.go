@@ -72,8 +72,15 @@ func images(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Content-addressed: a fresh binary is a fresh image; do not leave it behind.
+	// Content-addressed: a fresh binary is a fresh image; do not leave it behind, nor the
+	// netfilter sidecar images built on it (removed first: cleanups run last-in first-out).
 	t.Cleanup(func() { removeImage(t, tag) })
+	t.Cleanup(func() {
+		out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label="+topology.LabelNetfilterBase+"="+tag).Output()
+		for _, id := range strings.Fields(string(out)) {
+			removeImage(t, id)
+		}
+	})
 	t.Logf("images %s and %s ready in %s", topology.DefaultValkeyImage, tag, time.Since(start).Round(time.Millisecond))
 	return tag
 }
@@ -292,6 +299,10 @@ func TestDockerTopology(t *testing.T) {
 		}
 	})
 
+	t.Run("store group: the split brain promotes a replica; heal makes the old primary a replica", func(t *testing.T) {
+		testStoreGroup(ctx, t, topo)
+	})
+
 	t.Run("logs of every component are collected", func(t *testing.T) {
 		dir := t.TempDir()
 		if err := topo.CollectLogs(dir); err != nil {
@@ -322,8 +333,8 @@ func TestDockerTopology(t *testing.T) {
 		t.Errorf("Down: %v", err)
 	}
 	t.Logf("down in %s: %s", time.Since(ds).Round(time.Millisecond), strings.Join(td.Removed, ", "))
-	if len(td.Removed) != 7+4+1 {
-		t.Errorf("Down removed %d things, want 7 containers, 4 networks, 1 volume: %v", len(td.Removed), td.Removed)
+	if want := 7 + 2*len(topology.StoreHosts) + 4 + 1; len(td.Removed) != want {
+		t.Errorf("Down removed %d things, want %d: 7 containers, the store group's 6 and their 6 netfilter sidecars, 4 networks, 1 volume: %v", len(td.Removed), want, td.Removed)
 	}
 	for _, kind := range []string{"ps -a", "network ls", "volume ls"} {
 		args := append(strings.Fields(kind), "-q", "--filter", "label="+topology.LabelRunID+"="+id)
@@ -370,6 +381,90 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 	}
 	if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
 		t.Errorf("after restart: %d", code)
+	}
+}
+
+// testStoreGroup pulls the store group's levers as valkey-failover does: the Sentinels name
+// valkey-1; a partition of valkey-1 from sentinel-1 cuts both directions while gateway-a still
+// reaches it; the split brain (valkey-1 cut off from the replicas, the Sentinels and
+// gateway-b) makes the Sentinels promote a replica — which they can only do when the
+// partition also cuts the connections they already hold; healing makes valkey-1 a replica of
+// the new primary, and the Sentinels log the promotion.
+func testStoreGroup(ctx context.Context, t *testing.T, topo topology.Topology) {
+	sg, ok := topo.(topology.StoreGroup)
+	if !ok || sg.StoreGroupReason() != "" {
+		t.Fatalf("the docker topology runs no store group: %v", ok)
+	}
+	if err := sg.WaitStoreReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := sg.StorePrimary(ctx); err != nil || p != topology.HostStore1 {
+		t.Fatalf("primary %q (%v), want %s", p, err, topology.HostStore1)
+	}
+	for _, h := range topology.StoreNodes {
+		st, err := sg.StoreNode(ctx, h)
+		want := map[bool]string{true: "master", false: "slave"}[h == topology.HostStore1]
+		if err != nil || st.Role != want {
+			t.Errorf("%s: %+v (%v), want role %s", h, st, err, want)
+		}
+	}
+	port := topo.Ports().Valkey
+	reach := func(from, to string, p int) bool { return topo.Probe(ctx, from, to, p).Reached }
+	if !reach(topology.HostSentinel1, topology.HostStore1, port) || !reach(topology.HostStore1, topology.HostSentinel1, topology.SentinelPort) {
+		t.Fatalf("sentinel-1 and valkey-1 do not reach each other before any partition")
+	}
+	if err := topo.Partition(ctx, topology.HostSentinel1, topology.HostStore1); err != nil {
+		t.Fatal(err)
+	}
+	if reach(topology.HostSentinel1, topology.HostStore1, port) || reach(topology.HostStore1, topology.HostSentinel1, topology.SentinelPort) {
+		t.Errorf("the partition of valkey-1 from sentinel-1 does not cut both directions")
+	}
+	if !reach(topology.HostGatewayA, topology.HostStore1, port) || !reach(topology.HostSentinel2, topology.HostStore1, port) {
+		t.Errorf("the partition of valkey-1 from sentinel-1 cuts others off too")
+	}
+	if err := topo.Heal(ctx, topology.HostStore1, topology.HostSentinel1); err != nil {
+		t.Fatal(err)
+	}
+	if !reach(topology.HostSentinel1, topology.HostStore1, port) {
+		t.Errorf("sentinel-1 does not reach valkey-1 after heal")
+	}
+
+	cut := append(append([]string{topology.HostStore2, topology.HostStore3}, topology.StoreSentinels...), topology.HostGatewayB)
+	split := time.Now()
+	for _, h := range cut {
+		if err := topo.Partition(ctx, topology.HostStore1, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reach(topology.HostGatewayA, topology.HostStore1, port) || reach(topology.HostGatewayB, topology.HostStore1, port) {
+		t.Errorf("split brain: gateway-a must still reach valkey-1, gateway-b must not")
+	}
+	var primary string
+	e2e.Eventually(t, "a replica promoted", 20*time.Second, 100*time.Millisecond,
+		func() int { primary, _ = sg.StorePrimary(ctx); return 0 },
+		func(int) bool { return primary == topology.HostStore2 || primary == topology.HostStore3 })
+	t.Logf("promoted %s in %s", primary, time.Since(split).Round(time.Millisecond))
+	for _, h := range cut {
+		if err := topo.Heal(ctx, topology.HostStore1, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st topology.StoreNodeState
+	e2e.Eventually(t, "valkey-1 a replica after heal", 30*time.Second, 200*time.Millisecond,
+		func() int { st, _ = sg.StoreNode(ctx, topology.HostStore1); return 0 },
+		func(int) bool { return st.Role == "slave" })
+	ev, err := sg.StoreEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ev {
+		names = append(names, e.Event)
+	}
+	for _, want := range []string{"+sdown", "+odown", "+switch-master"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the Sentinels logged no %s: %v", want, names)
+		}
 	}
 }
 
