@@ -852,19 +852,28 @@ func (t *dockerTopo) probeTarget(ctx context.Context, from, to string, port int)
 		}
 	}
 	// No shared network: the target's address on its home network.
-	c := t.ctr(to)
+	addr, err := t.addrOn(ctx, to, dockerMembership[to][0])
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(addr, p), nil
+}
+
+// addrOn is host's current address on the run's network of role (a restarted container may
+// get another one).
+func (t *dockerTopo) addrOn(ctx context.Context, host, role string) (string, error) {
+	c := t.ctr(host)
 	if c == nil {
-		return "", fmt.Errorf("no container for %s", to)
+		return "", fmt.Errorf("no container for %s", host)
 	}
 	ins, err := c.Inspect(ctx)
 	if err != nil {
 		return "", err
 	}
-	home := t.nets[dockerMembership[to][0]]
-	if ep := ins.NetworkSettings.Networks[home]; ep != nil && ep.IPAddress.IsValid() {
-		return net.JoinHostPort(ep.IPAddress.String(), p), nil
+	if ep := ins.NetworkSettings.Networks[t.nets[role]]; ep != nil && ep.IPAddress.IsValid() {
+		return ep.IPAddress.String(), nil
 	}
-	return "", fmt.Errorf("%s has no address on %s", to, home)
+	return "", fmt.Errorf("%s has no address on %s", host, t.nets[role])
 }
 
 // publishedPorts are the in-container ports of each role the harness (observer) can reach.

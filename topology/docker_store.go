@@ -306,18 +306,7 @@ func (t *dockerTopo) nft(ctx context.Context, host string, args ...string) error
 // backendAddr is host's current address on the backend network (a restarted gateway may get
 // another one).
 func (t *dockerTopo) backendAddr(ctx context.Context, host string) (string, error) {
-	c := t.ctr(host)
-	if c == nil {
-		return "", fmt.Errorf("no container for %s", host)
-	}
-	ins, err := c.Inspect(ctx)
-	if err != nil {
-		return "", err
-	}
-	if ep := ins.NetworkSettings.Networks[t.nets[dnetBackend]]; ep != nil && ep.IPAddress.IsValid() {
-		return ep.IPAddress.String(), nil
-	}
-	return "", fmt.Errorf("%s has no address on %s", host, t.nets[dnetBackend])
+	return t.addrOn(ctx, host, dnetBackend)
 }
 
 func (t *dockerTopo) storeAddr(host string) string {

@@ -475,15 +475,13 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 	}
 }
 
-func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
-	if !topology.DockerAvailable() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	// The quotaqual image is built from this test's binary (quotaqual:bin-<digest>); remove it
-	// afterwards unless it existed before. The Valkey image is built from the host's
-	// valkey-server when missing and kept: it is the same for every run.
-	// Remove exactly the image this test's binary produced (content-addressed), never another
-	// test package's, which may be running at the same moment.
+// removeOwnImageAfterwards removes, when t ends, the quotaqual image built from this test's
+// binary (quotaqual:bin-<digest>) unless it existed before: exactly that content-addressed
+// image, never another test package's, which may be running at the same moment. The Valkey
+// image is built from the host's valkey-server when missing and kept: it is the same for
+// every run.
+func removeOwnImageAfterwards(t *testing.T) {
+	t.Helper()
 	tag, err := topology.QuotaqualImageTag(binary)
 	if err != nil {
 		t.Fatal(err)
@@ -494,6 +492,13 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 			removeDockerImage(tag)
 		}
 	})
+}
+
+func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
+	if !topology.DockerAvailable() {
+		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
+	}
+	removeOwnImageAfterwards(t)
 	evDir := t.TempDir()
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json", "--evidence-dir", evDir)
 	var out runJSON
@@ -534,16 +539,7 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 	if !topology.DockerAvailable() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
-	tag, err := topology.QuotaqualImageTag(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hadImage := exec.Command("docker", "image", "inspect", tag).Run() == nil
-	t.Cleanup(func() {
-		if !hadImage {
-			removeDockerImage(tag)
-		}
-	})
+	removeOwnImageAfterwards(t)
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json",
 		"--evidence-dir", t.TempDir(), "--scenario", "valkey-failover", "--store-replication", "async")
 	var out runJSON
