@@ -3,11 +3,13 @@ package topology
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
@@ -27,9 +29,18 @@ type KindManifestOptions struct {
 	// Placeholders renders every secret as k8s.Placeholder instead of the deployment's
 	// generated values (for review).
 	Placeholders bool
-	// Policy is the network policy to render; nil means DefaultPolicy(kindPorts).
+	// Policy is the network policy to render; nil means DefaultPolicy(kindPorts), with the
+	// store group's rules when StoreGroup is set.
 	Policy *Policy
+	// StoreGroup renders the replicated store group (valkey-1..3, sentinel-1..3, store.go) too.
+	StoreGroup bool
 }
+
+// Sentinel timings of the kind store group: the same as on netns and docker.
+const (
+	kindStoreDown     = time.Second     // down-after-milliseconds
+	kindStoreFailover = 3 * time.Second // failover-timeout
+)
 
 // KindInput builds the renderer's input for deployment d: gateway configs whose addresses are
 // the Service DNS names, the providers' arguments, the policy's rules and the secrets.
@@ -38,6 +49,9 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 		return k8s.Input{}, err
 	}
 	pol := DefaultPolicy(kindPorts)
+	if o.StoreGroup {
+		pol = WithStorePolicy(pol, kindPorts.Valkey)
+	}
 	if o.Policy != nil {
 		pol = *o.Policy
 	}
@@ -69,6 +83,11 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 		in.ValkeyStorage = k8s.StorageEmptyDir
 	}
 	in = in.Defaulted()
+	if o.StoreGroup {
+		in.Store = &k8s.StoreGroup{Nodes: StoreNodes, Sentinels: StoreSentinels, MasterName: StoreMasterName, SentinelPort: SentinelPort,
+			Monitor: valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: StoreMasterName, Quorum: 2,
+				DownAfter: kindStoreDown, FailoverTimeout: kindStoreFailover}, in.ServiceHost(HostStore1), kindPorts.Valkey, "")}
+	}
 	valkeyAddr := in.ServiceAddr(HostValkey, kindPorts.Valkey)
 	in.GatewayEnv = d.GatewayEnv(valkeyAddr)
 	var provs []fixtures.ProviderAddr

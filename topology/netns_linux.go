@@ -102,7 +102,7 @@ func newNetns(spec Spec) (Topology, error) {
 	t := &netnsTopo{
 		base:       newBase(spec, EngineNetns),
 		prefix:     "qq-" + shortRunID(spec.RunID) + "-",
-		policy:     withStorePolicy(DefaultPolicy(netnsPorts), netnsPorts.Valkey),
+		policy:     WithStorePolicy(DefaultPolicy(netnsPorts), netnsPorts.Valkey),
 		home:       home,
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},

@@ -154,8 +154,8 @@ func readStoreEvents(logPath func(string) string) ([]StoreEvent, error) {
 	return all, nil
 }
 
-// withStorePolicy adds the group's rules to a policy.
-func withStorePolicy(p Policy, valkeyPort int) Policy {
+// WithStorePolicy adds the group's rules to a policy: the policy every engine runs the group under.
+func WithStorePolicy(p Policy, valkeyPort int) Policy {
 	p.Rules = append(append([]PolicyRule(nil), p.Rules...), storePolicy(valkeyPort)...)
 	return p
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
 var binary string
@@ -742,5 +743,25 @@ func TestUpLiveViewOnATerminal(t *testing.T) {
 	}
 	if left := topology.FindRunProcesses(runID); len(left) > 0 {
 		t.Errorf("processes of run %s still running after up ended: %v", runID, left)
+	}
+}
+
+// render shows the store group only when asked for, with its secrets as placeholders.
+func TestRenderKindShowsTheStoreGroupOnlyWithTheFlag(t *testing.T) {
+	without, stderr, code := quotaqual(t, time.Minute, "render", "--topology", "kind", "--run-id", "r1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	with, stderr, code := quotaqual(t, time.Minute, "render", "--topology", "kind", "--run-id", "r1", "--store-group")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, h := range topology.StoreHosts {
+		if strings.Contains(without, "name: "+h+"\n") || !strings.Contains(with, "name: "+h+"\n") {
+			t.Errorf("%s: rendered without the flag or missing with it", h)
+		}
+	}
+	if !strings.Contains(with, `sentinel auth-pass quotaqual "`+k8s.Placeholder+`"`) {
+		t.Error("the Sentinels' auth-pass is not rendered as a placeholder")
 	}
 }

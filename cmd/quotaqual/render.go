@@ -17,7 +17,7 @@ func init() { subcommands = append(subcommands, newRenderCmd) }
 // Secrets, so the output can be pasted into a review or a ticket as it is.
 func newRenderCmd() *cobra.Command {
 	var engine, runID, profile, qqImage, valkeyImage, storageClass string
-	var emptyDir bool
+	var emptyDir, storeGroup bool
 	cmd := &cobra.Command{
 		Use:   "render --topology kind [--run-id ID] [--profile P]",
 		Short: "Print the Kubernetes manifests of the kind topology for review (secrets as placeholders)",
@@ -50,7 +50,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 			}
 			y, err := topology.RenderKindYAML(d, topology.KindManifestOptions{
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
-				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true,
+				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
 			})
 			if err != nil {
 				return withCode(ExitUsage, err)
@@ -67,5 +67,6 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f.StringVar(&valkeyImage, "valkey-image", topology.DefaultValkeyImage, "Valkey image")
 	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")
 	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
+	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")
 	return cmd
 }

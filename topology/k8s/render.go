@@ -18,6 +18,12 @@
 //	Deployment       valkey, the providers, the gateways, and the client and observer probe
 //	                 pods (the quotaqual image idling, for `quotaqual probe` by exec)
 //
+// With Input.Store (the replicated store group), also: a Secret store-auth (the data nodes'
+// requirepass/masterauth and the Sentinels' auth-pass, as config files to include), a ConfigMap
+// store-config (each data node's config, replicaof for all but the first, and the Sentinels'
+// monitor lines; no secret), and a Service and Deployment per data node and Sentinel. The
+// NetworkPolicies of the store hosts come from the same Rules as every other host.
+//
 // The package knows hosts only by name and role; package topology maps its engine-neutral
 // Policy to Rules and supplies the rendered gateway configs and provider arguments.
 package k8s
@@ -67,6 +73,8 @@ const (
 	RoleValkey   = "valkey"
 	RoleClient   = "client"
 	RoleObserver = "observer"
+	RoleStore    = "store-node" // a data node of the replicated store group
+	RoleSentinel = "sentinel"   // a Sentinel of the replicated store group
 )
 
 // Fixed names inside the namespace.
@@ -80,6 +88,12 @@ const (
 	ValkeyAuthKey        = "auth.conf"
 	ValkeyAuthDir        = "/etc/valkey"
 	ValkeyDataDir        = "/data"
+	SecretStore          = "store-auth"
+	ConfigMapStore       = "store-config"
+	StoreAuthKey         = "auth.conf"          // in SecretStore: requirepass and masterauth
+	SentinelAuthKey      = "sentinel-auth.conf" // in SecretStore: sentinel auth-pass
+	SentinelConfKey      = "sentinel.conf"      // in ConfigMapStore; <node>.conf per data node
+	StoreConfigDir       = "/etc/valkey-store"
 	QuotaqualInContainer = "/quotaqual"
 	// Placeholder stands for every secret value when Input.Placeholders is set.
 	Placeholder = "REPLACE-generated-per-run"
@@ -116,6 +130,18 @@ type Rule struct {
 	From []string
 }
 
+// StoreGroup is the replicated store group (package topology's store.go): data nodes, the
+// first the primary at the start and the others its replicas, and Sentinels monitoring it.
+// Its data nodes listen on Ports.Valkey.
+type StoreGroup struct {
+	Nodes, Sentinels []string
+	MasterName       string
+	SentinelPort     int
+	// Monitor are the Sentinels' monitor lines (sentinel monitor, down-after-milliseconds,
+	// failover-timeout, ...) without the password: Render adds auth-pass from the Secret.
+	Monitor string
+}
+
 // Input is everything Render needs.
 type Input struct {
 	RunID         string
@@ -140,6 +166,9 @@ type Input struct {
 	GatewayEnv     []string // NAME=value, fixtures.Deployment.GatewayEnv(ValkeyAddr())
 	// Placeholders replaces every secret value by Placeholder (for review: `quotaqual render`).
 	Placeholders bool
+
+	// Store is the replicated store group, or nil when the deployment does not run it.
+	Store *StoreGroup
 
 	ValkeyStorage      string // StoragePVC (default) or StorageEmptyDir
 	ValkeyStorageClass string // "" = the cluster's default class
@@ -210,6 +239,10 @@ func (in Input) Role(host string) string {
 		return RoleGateway
 	case slices.ContainsFunc(in.Providers, func(p Provider) bool { return p.Host == host }):
 		return RoleProvider
+	case in.Store != nil && slices.Contains(in.Store.Nodes, host):
+		return RoleStore
+	case in.Store != nil && slices.Contains(in.Store.Sentinels, host):
+		return RoleSentinel
 	}
 	return ""
 }
@@ -300,6 +333,17 @@ func (in Input) validate() error {
 			errs = append(errs, fmt.Errorf("policy rule name %q does not make a valid object name", r.Name))
 		}
 	}
+	if st := in.Store; st != nil {
+		if len(st.Nodes) == 0 || len(st.Sentinels) == 0 {
+			errs = append(errs, errors.New("the store group needs at least one data node and one Sentinel"))
+		}
+		if st.SentinelPort < 1 || st.SentinelPort > 65535 {
+			errs = append(errs, fmt.Errorf("sentinel port %d is out of range: set StoreGroup.SentinelPort", st.SentinelPort))
+		}
+		if st.MasterName == "" || strings.ContainsAny(st.MasterName, " \t\n\"") || st.Monitor == "" {
+			errs = append(errs, errors.New("the store group needs a master name (one word) and the Sentinels' monitor lines"))
+		}
+	}
 	switch in.ValkeyStorage {
 	case StoragePVC, StorageEmptyDir:
 	default:
@@ -320,7 +364,35 @@ func (in Input) hosts() []string {
 	for _, g := range in.Gateways {
 		out = append(out, g.Host)
 	}
-	return append(out, in.ClientHost, in.Observer)
+	out = append(out, in.ClientHost, in.Observer)
+	if in.Store != nil {
+		out = append(append(out, in.Store.Nodes...), in.Store.Sentinels...)
+	}
+	return out
+}
+
+// storeNodeConf is a data node's config: every node may replicate another after a failover,
+// hence masterauth (in the included Secret file) everywhere; all but the first start as
+// replicas of the first.
+func (in Input) storeNodeConf(i int) string {
+	lines := []string{
+		"port " + strconv.Itoa(in.Ports.Valkey), "bind * -::*", "protected-mode no", "dir " + ValkeyDataDir,
+		`save ""`, "appendonly yes", "loglevel notice",
+		// A full sync otherwise waits 5 s for more replicas to share one transfer.
+		"repl-diskless-sync-delay 0",
+		"include " + ValkeyAuthDir + "/" + StoreAuthKey,
+	}
+	if i > 0 {
+		lines = append(lines, "replicaof "+in.ServiceHost(in.Store.Nodes[0])+" "+strconv.Itoa(in.Ports.Valkey))
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// sentinelConf is the Sentinels' config without the password: the monitor names the primary by
+// its Service name, so hostnames must resolve.
+func (in Input) sentinelConf() string {
+	return strings.Join([]string{"port " + strconv.Itoa(in.Store.SentinelPort), "bind * -::*", "protected-mode no",
+		"dir " + ValkeyDataDir, "loglevel notice", "sentinel resolve-hostnames yes"}, "\n") + "\n" + in.Store.Monitor
 }
 
 // Render returns the manifests in apply order (see the package comment).
@@ -376,6 +448,26 @@ func Render(in Input) ([]runtime.Object, error) {
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 			ObjectMeta: in.meta(g.Host+"-config", in.PodLabels(g.Host)),
 			Data:       map[string]string{GatewayConfigKey: string(g.Config)},
+		})
+	}
+	if st := in.Store; st != nil {
+		objs = append(objs, &corev1.Secret{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: in.meta(SecretStore, nil),
+			Type:       corev1.SecretTypeOpaque,
+			StringData: map[string]string{
+				StoreAuthKey:    "requirepass " + strconv.Quote(pw) + "\nmasterauth " + strconv.Quote(pw) + "\n",
+				SentinelAuthKey: "sentinel auth-pass " + st.MasterName + " " + strconv.Quote(pw) + "\n",
+			},
+		})
+		data := map[string]string{SentinelConfKey: in.sentinelConf()}
+		for i, n := range st.Nodes {
+			data[n+".conf"] = in.storeNodeConf(i)
+		}
+		objs = append(objs, &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: in.meta(ConfigMapStore, nil),
+			Data:       data,
 		})
 	}
 	if in.ValkeyStorage == StoragePVC {
@@ -452,8 +544,10 @@ func (in Input) containerPorts(host string) []corev1.ContainerPort {
 		return corev1.ContainerPort{Name: name, ContainerPort: int32(n), Protocol: corev1.ProtocolTCP}
 	}
 	switch in.Role(host) {
-	case RoleValkey:
+	case RoleValkey, RoleStore:
 		return []corev1.ContainerPort{p("valkey", in.Ports.Valkey)}
+	case RoleSentinel:
+		return []corev1.ContainerPort{p("sentinel", in.Store.SentinelPort)}
 	case RoleGateway:
 		return []corev1.ContainerPort{p("data", in.Ports.GatewayData), p("admin", in.Ports.GatewayAdmin)}
 	case RoleProvider:
@@ -558,6 +652,46 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 			}}},
 		}
 		// One writer of the append-only file at a time: the old pod is gone before a new one starts.
+		strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+		grace = 10
+	case RoleStore, RoleSentinel:
+		uid = in.ValkeyUID
+		c.Image = in.ValkeyImage
+		c.SecurityContext = restricted(uid)
+		authKey, confKey := StoreAuthKey, host+".conf"
+		// The config comes from the ConfigMap and includes the password file from the Secret.
+		c.Args = []string{"valkey-server", StoreConfigDir + "/" + confKey}
+		port := "valkey"
+		if role == RoleSentinel {
+			authKey, confKey, port = SentinelAuthKey, SentinelConfKey, "sentinel"
+			// A Sentinel rewrites its config file with what it learns, so it runs from a writable
+			// copy: the ConfigMap's monitor lines plus the Secret's auth-pass, joined at start.
+			c.Command = []string{"sh", "-c", "cat " + StoreConfigDir + "/" + SentinelConfKey + " " + ValkeyAuthDir + "/" + SentinelAuthKey +
+				" > " + ValkeyDataDir + "/" + SentinelConfKey + " && exec valkey-server " + ValkeyDataDir + "/" + SentinelConfKey + " --sentinel"}
+			c.Args = nil
+		}
+		c.ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(port)}},
+			PeriodSeconds: 1, TimeoutSeconds: 1, FailureThreshold: 3,
+		}
+		c.VolumeMounts = []corev1.VolumeMount{
+			{Name: "data", MountPath: ValkeyDataDir},
+			{Name: "auth", MountPath: ValkeyAuthDir, ReadOnly: true},
+			{Name: "config", MountPath: StoreConfigDir, ReadOnly: true},
+		}
+		// The group's state lives in its replicas, not in a volume: a node that comes back
+		// empty resyncs from the primary.
+		vols = []corev1.Volume{
+			{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: SecretStore, DefaultMode: ptr(int32(0o440)),
+				Items: []corev1.KeyToPath{{Key: authKey, Path: authKey}},
+			}}},
+			{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapStore},
+				Items:                []corev1.KeyToPath{{Key: confKey, Path: confKey}},
+			}}},
+		}
 		strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
 		grace = 10
 	case RoleGateway:

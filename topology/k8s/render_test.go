@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,6 +68,7 @@ func TestManifestsMatchGoldenFiles(t *testing.T) {
 		{"manifests.yaml", topology.KindManifestOptions{Placeholders: true}},
 		{"manifests-emptydir-never.yaml", topology.KindManifestOptions{Placeholders: true, EmptyDir: true,
 			PullPolicy: corev1.PullNever, QuotaqualImage: "quotaqual:bin-0123456789ab", ValkeyImage: "valkey/valkey:8"}},
+		{"manifests-store-group.yaml", topology.KindManifestOptions{Placeholders: true, StoreGroup: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -136,8 +138,8 @@ func typed(kind string) runtime.Object {
 // Kubernetes API type, and decodes to exactly the object that was rendered.
 func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 	d := deployment(t)
-	for _, placeholders := range []bool{true, false} {
-		objs := render(t, d, topology.KindManifestOptions{Placeholders: placeholders})
+	for _, o := range withAndWithoutStore(topology.KindManifestOptions{Placeholders: true}, topology.KindManifestOptions{}) {
+		objs := render(t, d, o)
 		y, err := k8s.YAML(objs)
 		if err != nil {
 			t.Fatal(err)
@@ -185,9 +187,14 @@ func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 		}
 		want := map[string]int{"Namespace": 1, "Secret": 2, "ConfigMap": 2, "PersistentVolumeClaim": 1,
 			"NetworkPolicy": 1 + len(topology.DefaultPolicy(ports).Rules), "Service": 6, "Deployment": 8}
+		if o.StoreGroup {
+			// One Secret and one ConfigMap of the group; a policy, Service and Deployment per host.
+			n := len(topology.StoreHosts)
+			want["Secret"], want["ConfigMap"], want["NetworkPolicy"], want["Service"], want["Deployment"] = 3, 3, want["NetworkPolicy"]+n, 6+n, 8+n
+		}
 		for k, n := range want {
 			if kinds[k] != n {
-				t.Errorf("%d %s objects, want %d", kinds[k], k, n)
+				t.Errorf("store group %v: %d %s objects, want %d", o.StoreGroup, kinds[k], k, n)
 			}
 		}
 	}
@@ -195,7 +202,7 @@ func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 
 // Names, labels and namespaces are what the API server accepts.
 func TestNamesAndLabelsAreValid(t *testing.T) {
-	for _, o := range render(t, deployment(t), topology.KindManifestOptions{}) {
+	for _, o := range renderBoth(t, deployment(t), topology.KindManifestOptions{}) {
 		m := o.(interface {
 			GetName() string
 			GetNamespace() string
@@ -224,7 +231,7 @@ func TestNamesAndLabelsAreValid(t *testing.T) {
 // Every pod is "restricted": non-root, no privilege escalation, ALL capabilities dropped,
 // RuntimeDefault seccomp, read-only root filesystem, no service account token, local images.
 func TestEveryPodIsRestricted(t *testing.T) {
-	for _, o := range render(t, deployment(t), topology.KindManifestOptions{}) {
+	for _, o := range renderBoth(t, deployment(t), topology.KindManifestOptions{}) {
 		dep, ok := o.(*appsv1.Deployment)
 		if !ok {
 			continue
@@ -242,6 +249,9 @@ func TestEveryPodIsRestricted(t *testing.T) {
 			if v.HostPath != nil {
 				t.Errorf("%s: hostPath volume %s", dep.Name, v.Name)
 			}
+		}
+		if len(ps.InitContainers) > 0 || len(ps.EphemeralContainers) > 0 {
+			t.Errorf("%s has init or ephemeral containers, which this test does not check", dep.Name)
 		}
 		for _, c := range ps.Containers {
 			sc := c.SecurityContext
@@ -316,7 +326,7 @@ func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 func TestSecretsAppearOnlyInSecrets(t *testing.T) {
 	d := deployment(t)
 	for _, placeholders := range []bool{false, true} {
-		for _, o := range render(t, d, topology.KindManifestOptions{Placeholders: placeholders}) {
+		for _, o := range renderBoth(t, d, topology.KindManifestOptions{Placeholders: placeholders}) {
 			b, _ := json.Marshal(o)
 			_, isSecret := o.(*corev1.Secret)
 			for _, s := range d.Secrets() {
@@ -328,20 +338,47 @@ func TestSecretsAppearOnlyInSecrets(t *testing.T) {
 	}
 }
 
+// withAndWithoutStore returns each option set as given and with the store group.
+func withAndWithoutStore(opts ...topology.KindManifestOptions) []topology.KindManifestOptions {
+	var out []topology.KindManifestOptions
+	for _, o := range opts {
+		o.StoreGroup = false
+		out = append(out, o)
+		o.StoreGroup = true
+		out = append(out, o)
+	}
+	return out
+}
+
+// renderBoth renders o without and with the store group, one list after the other.
+func renderBoth(t *testing.T, d *fixtures.Deployment, o topology.KindManifestOptions) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	for _, oo := range withAndWithoutStore(o) {
+		objs = append(objs, render(t, d, oo)...)
+	}
+	return objs
+}
+
 // reachability evaluates the rendered NetworkPolicies for every (from, to, port) and
 // compares with what the policy allows.
+// With the store group rendered, its hosts are sources and targets too.
 func checkReachability(t *testing.T, objs []runtime.Object, pol topology.Policy) {
 	t.Helper()
 	cluster, pods := k8s.ClusterOf(objs)
-	from := append(slices.Clone(topology.Hosts), topology.HostObserver)
-	portList := []int{ports.GatewayData, ports.GatewayAdmin, ports.ProviderData, ports.ProviderAdmin, ports.Valkey, 22, 8081}
+	targets := slices.Clone(topology.Hosts)
+	if _, ok := pods[topology.HostStore1]; ok {
+		targets = append(targets, topology.StoreHosts...)
+	}
+	from := append(slices.Clone(targets), topology.HostObserver)
+	portList := []int{ports.GatewayData, ports.GatewayAdmin, ports.ProviderData, ports.ProviderAdmin, ports.Valkey, topology.SentinelPort, 22, 8081}
 	checked := 0
 	for _, f := range from {
 		fp, ok := pods[f]
 		if !ok {
 			t.Fatalf("no pod renders host %s", f)
 		}
-		for _, to := range topology.Hosts {
+		for _, to := range targets {
 			tp, ok := pods[to]
 			if !ok {
 				t.Fatalf("no pod renders host %s", to)
@@ -465,5 +502,139 @@ func TestEvaluatorSemantics(t *testing.T) {
 	}
 	if _, err := (k8s.Cluster{Policies: []networkingv1.NetworkPolicy{mustYAML(`{metadata: {name: p, namespace: ns1}, spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]}}`)}}).Evaluate(a, b, 80); err == nil {
 		t.Error("ipBlock peers must be an error, not a guess")
+	}
+}
+
+// The store group's NetworkPolicies give exactly the reachability of the policy every engine
+// runs the group under (DefaultPolicy plus the group's rules), on every triple of every host.
+func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
+	pol := topology.WithStorePolicy(topology.DefaultPolicy(ports), ports.Valkey)
+	objs := render(t, deployment(t), topology.KindManifestOptions{StoreGroup: true})
+	checkReachability(t, objs, pol)
+	cluster, pods := k8s.ClusterOf(objs)
+	for _, h := range topology.StoreHosts {
+		if _, ok := pods[h]; !ok {
+			t.Fatalf("no pod renders %s", h)
+		}
+	}
+	// Spot checks the policy must have, in case both sides were wrong the same way.
+	for _, c := range []struct {
+		from, to string
+		port     int
+		want     bool
+	}{
+		{topology.HostStore2, topology.HostStore1, ports.Valkey, true},    // replication
+		{topology.HostSentinel1, topology.HostStore3, ports.Valkey, true}, // Sentinel asks a node
+		{topology.HostSentinel1, topology.HostSentinel2, topology.SentinelPort, true},
+		{topology.HostGatewayA, topology.HostSentinel3, topology.SentinelPort, true},
+		{topology.HostClient, topology.HostStore1, ports.Valkey, false},
+		{topology.HostProviderWest, topology.HostSentinel1, topology.SentinelPort, false},
+		{topology.HostStore1, topology.HostSentinel1, topology.SentinelPort, false},
+		{topology.HostStore1, topology.HostValkey, ports.Valkey, false},
+	} {
+		got, err := cluster.Evaluate(pods[c.from], pods[c.to], c.port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s → %s:%d allowed=%v, want %v", c.from, c.to, c.port, got, c.want)
+		}
+	}
+	// A partition of a store node from a Sentinel is rendered and cuts only that pair.
+	cut := topology.KindPartitionedPolicy(pol, [][2]string{{topology.HostStore1, topology.HostSentinel1}})
+	if cut.Allows(topology.HostSentinel1, topology.HostStore1, ports.Valkey) || !cut.Allows(topology.HostSentinel2, topology.HostStore1, ports.Valkey) {
+		t.Fatal("partitioned policy must deny sentinel-1 → valkey-1 and keep sentinel-2 → valkey-1")
+	}
+	checkReachability(t, render(t, deployment(t), topology.KindManifestOptions{StoreGroup: true, Policy: &cut}), cut)
+}
+
+// The group's configs: valkey-1 primary, valkey-2/3 its replicas by Service name, the Sentinels
+// monitoring valkey-1 with quorum 2, down-after 1000 ms and failover-timeout 3000 ms; every
+// password only in the store-auth Secret, included from there; each pod mounts what it uses.
+func TestKindStoreGroupConfigs(t *testing.T) {
+	d := deployment(t)
+	objs := render(t, d, topology.KindManifestOptions{StoreGroup: true})
+	var cm *corev1.ConfigMap
+	var sec *corev1.Secret
+	deps := map[string]*appsv1.Deployment{}
+	for _, o := range objs {
+		switch x := o.(type) {
+		case *corev1.ConfigMap:
+			if x.Name == k8s.ConfigMapStore {
+				cm = x
+			}
+		case *corev1.Secret:
+			if x.Name == k8s.SecretStore {
+				sec = x
+			}
+		case *appsv1.Deployment:
+			deps[x.Name] = x
+		}
+	}
+	if cm == nil || sec == nil {
+		t.Fatal("no store-config ConfigMap or store-auth Secret")
+	}
+	primary := "valkey-1.quotaqual-" + goldenRunID + ".svc.cluster.local"
+	sent := cm.Data[k8s.SentinelConfKey]
+	for _, want := range []string{"port 26379\n", "sentinel resolve-hostnames yes\n",
+		"sentinel monitor quotaqual " + primary + " 6379 2\n",
+		"sentinel down-after-milliseconds quotaqual 1000\n", "sentinel failover-timeout quotaqual 3000\n"} {
+		if !strings.Contains(sent, want) {
+			t.Errorf("sentinel.conf lacks %q:\n%s", want, sent)
+		}
+	}
+	for i, n := range topology.StoreNodes {
+		conf := cm.Data[n+".conf"]
+		if !strings.Contains(conf, "include "+k8s.ValkeyAuthDir+"/"+k8s.StoreAuthKey+"\n") || !strings.Contains(conf, "port 6379\n") {
+			t.Errorf("%s.conf does not listen on 6379 or include the auth file:\n%s", n, conf)
+		}
+		if isReplica := strings.Contains(conf, "replicaof "+primary+" 6379\n"); isReplica != (i > 0) {
+			t.Errorf("%s.conf: replicaof of valkey-1 is %v, want %v:\n%s", n, isReplica, i > 0, conf)
+		}
+	}
+	if strings.Contains(strings.Join(slices.Collect(func(yield func(string) bool) {
+		for _, v := range cm.Data {
+			yield(v)
+		}
+	}), ""), "requirepass") || strings.Contains(sent, "auth-pass") {
+		t.Error("a password directive is in the ConfigMap")
+	}
+	pw := strconv.Quote(d.ValkeyPassword)
+	if sec.StringData[k8s.StoreAuthKey] != "requirepass "+pw+"\nmasterauth "+pw+"\n" ||
+		sec.StringData[k8s.SentinelAuthKey] != "sentinel auth-pass quotaqual "+pw+"\n" {
+		t.Errorf("store-auth does not carry the run's password as requirepass, masterauth and auth-pass")
+	}
+	for _, h := range topology.StoreHosts {
+		dep := deps[h]
+		if dep == nil {
+			t.Fatalf("no Deployment %s", h)
+		}
+		c := dep.Spec.Template.Spec.Containers[0]
+		cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
+		wantConf, wantAuth, wantPort := h+".conf", k8s.StoreAuthKey, 6379
+		if slices.Contains(topology.StoreSentinels, h) {
+			wantConf, wantAuth, wantPort = k8s.SentinelConfKey, k8s.SentinelAuthKey, topology.SentinelPort
+			if !strings.Contains(cmd, "--sentinel") {
+				t.Errorf("%s does not run as a Sentinel: %s", h, cmd)
+			}
+		}
+		if !strings.Contains(cmd, k8s.StoreConfigDir+"/"+wantConf) {
+			t.Errorf("%s does not run its config %s: %s", h, wantConf, cmd)
+		}
+		if len(c.Ports) != 1 || int(c.Ports[0].ContainerPort) != wantPort {
+			t.Errorf("%s listens on %v, want %d", h, c.Ports, wantPort)
+		}
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			switch {
+			case v.Secret != nil:
+				if v.Secret.SecretName != k8s.SecretStore || len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != wantAuth {
+					t.Errorf("%s mounts %+v, want only %s of %s", h, v.Secret, wantAuth, k8s.SecretStore)
+				}
+			case v.ConfigMap != nil:
+				if len(v.ConfigMap.Items) != 1 || v.ConfigMap.Items[0].Key != wantConf {
+					t.Errorf("%s mounts %+v of the ConfigMap, want only %s", h, v.ConfigMap.Items, wantConf)
+				}
+			}
+		}
 	}
 }
