@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/ledger"
 )
 
@@ -118,12 +119,12 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 }
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
-	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0 && !testHook(hookNoRequestBounds)}
+	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0 && !mutant.Is(mutant.NoRequestBounds)}
 	w.Header().Set(RequestIDHeader, rec.id)
 	// The request must arrive, and every write leave, in bounded time: a connection whose
 	// client stalls holds no goroutine, lease or settlement forever.
 	rc := http.NewResponseController(w)
-	if !testHook(hookNoRequestBounds) {
+	if !mutant.Is(mutant.NoRequestBounds) {
 		_ = rc.SetReadDeadline(rec.start.Add(s.cfg.Server.readTimeout))
 	}
 	_ = rc.SetWriteDeadline(rec.start.Add(s.cfg.Server.readTimeout + s.cfg.Server.writeTimeout))
@@ -238,7 +239,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	// 4. Estimate and reserve.
 	facts := ledger.RequestFacts{Model: model, MaxTokens: cr.MaxTokens, MaxCompletionTokens: cr.MaxCompletionTokens,
 		Choices: cr.N, BodyBytes: int64(len(body))}
-	if testHook(hookLegacyEstimate) {
+	if mutant.Is(mutant.LegacyEstimate) {
 		facts.Choices = nil
 		if facts.MaxTokens != nil && *facts.MaxTokens > 0 {
 			facts.MaxCompletionTokens = nil
@@ -300,7 +301,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}()
 	m := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
 	usage := m.charge(est, rule.InputEstimate(int64(len(body))))
-	if testHook(hookChargeEstimate) && !m.notSent && !(m.reported() && m.status/100 == 2 && !m.fromTail) {
+	if mutant.Is(mutant.EstimateOnDisconnect) && !m.notSent && !(m.reported() && m.status/100 == 2 && !m.fromTail) {
 		usage = ledger.Usage{}
 	}
 	rec.known, rec.floor = m.reported(), !m.reported() && usage.Known
