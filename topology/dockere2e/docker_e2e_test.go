@@ -450,7 +450,10 @@ func testStoreGroup(ctx context.Context, t *testing.T, topo topology.Topology) {
 		}
 	}
 	var st topology.StoreNodeState
-	e2e.Eventually(t, "valkey-1 a replica after heal", 30*time.Second, 200*time.Millisecond,
+	// Sentinel converts a returning old primary only after it has answered for 8 s and on a 10 s
+	// INFO period, and a Sentinel whose timer fired over 2 s late (a loaded CI machine) sits 30 s
+	// in TILT first: the bound leaves room for both.
+	e2e.Eventually(t, "valkey-1 a replica after heal", 75*time.Second, 200*time.Millisecond,
 		func() int { st, _ = sg.StoreNode(ctx, topology.HostStore1); return 0 },
 		func(int) bool { return st.Role == "slave" })
 	ev, err := sg.StoreEvents()
