@@ -481,6 +481,12 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 			want[a.Name] = true
 		}
 	}
+	// Tokens held twice at once show only when a re-admission came while the split's holds
+	// still ran (6 s); a loaded machine can promote later than that.
+	if !factTrue(results[0].Facts, "readmitted_while_split_holds_ran") {
+		t.Logf("no re-admission while the split's holds ran: the peak cannot show the double spend this run")
+		delete(want, "no token admitted twice: tokens held at once ≤ capacity")
+	}
 	for name, failed := range want {
 		if !failed {
 			t.Errorf("valkey-failover with async replication did not fail %q: %s", name, describe(results[0]))
@@ -491,6 +497,16 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 			t.Errorf("the lost reservations are not named: %v", f.Value)
 		}
 	}
+}
+
+// factTrue reports whether facts hold name with the value true.
+func factTrue(facts []evidence.Fact, name string) bool {
+	for _, f := range facts {
+		if f.Name == name {
+			return f.Value == true
+		}
+	}
+	return false
 }
 
 // TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer proves auth-rejection catches issue

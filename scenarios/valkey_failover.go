@@ -333,6 +333,22 @@ func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held
 	}
 	peak, _ := peakReserved(ivs, estimate)
 	over := max(0, peak-capacity)
+	// Whether a request admitted after the promotion was held while one admitted during the
+	// split still ran: only then can a lost hold show as tokens held twice at once. When the
+	// promotion outlasts the split holds (a slow machine), a lost hold is still spent twice
+	// within the window, but the evidence of it is the lost-reservation check, not the peak.
+	overlapped := false
+	for _, a := range hist {
+		if !a.Admitted() || !strings.HasPrefix(a.label, "split-") {
+			continue
+		}
+		for _, b := range hist {
+			if b.Admitted() && strings.HasPrefix(b.label, "during-split-") && b.Start.Before(a.End) {
+				overlapped = true
+			}
+		}
+	}
+	r.Fact("readmitted_while_split_holds_ran", overlapped)
 	r.Fact("statuses", statusCount)
 	r.Fact("peak_held_tokens", peak)
 	r.Fact("over_admission_tokens", over)

@@ -257,6 +257,15 @@ func workDirsOf(runID string) []string {
 // left and removes it, and says what it removed (issue 10, defect 13).
 func TestKill9LeavesAWorkDirectoryThatDownRemoves(t *testing.T) {
 	runID := fmt.Sprintf("kill9-%d", time.Now().UnixNano()%1e6)
+	// A temporary directory of its own: every run's start removes the dead runs' work
+	// directories it finds there, and a run of another package's tests starting between the
+	// kill and `down` (a CI run saw it) would take this one away before down could show it.
+	tmp, err := os.MkdirTemp("", "qqk9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd, _, stderr := startRunUntil(ctx, t, runID, t.TempDir(), "waiting for usage to leave", "window-expiry")
@@ -556,11 +565,18 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 			failed[a.Name] = true
 		}
 	}
-	for _, name := range []string{
-		"no token admitted twice: tokens held at once ≤ capacity",
+	mustFail := []string{
 		"no acknowledged reservation lost in the promotion",
 		"the history is linearizable against the ledger model (porcupine)",
-	} {
+	}
+	// Tokens held twice at once show only when a re-admission came while the split's holds
+	// still ran (6 s); a loaded machine can promote later than that (a CI run did).
+	for _, f := range out.Results[0].Facts {
+		if f.Name == "readmitted_while_split_holds_ran" && f.Value == true {
+			mustFail = append(mustFail, "no token admitted twice: tokens held at once ≤ capacity")
+		}
+	}
+	for _, name := range mustFail {
 		if !failed[name] {
 			t.Errorf("valkey-failover with async replication on docker did not fail %q: %+v", name, out.Results[0].Assertions)
 		}
