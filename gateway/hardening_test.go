@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 // openFDs counts this process's open file descriptors.
@@ -61,7 +61,7 @@ func rawExchange(addr, raw string, limit time.Duration) (got string, closed bool
 // bound); a client that stops reading a stream is cut off after write_timeout and its
 // reservation settles; afterwards goroutines and file descriptors return to their baseline.
 func TestStalledClientsAreBoundedAndLeaveNothingBehind(t *testing.T) {
-	prov := fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	s, url := inProcessGatewayWith(t, srv.URL, `

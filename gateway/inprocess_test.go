@@ -14,8 +14,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 // slowFailingSettle wraps a real ledger so that every Settle takes a while and then fails:
@@ -36,7 +36,7 @@ func (l *slowFailingSettle) Settle(ctx context.Context, r ledger.Reservation, u 
 
 func inProcessGateway(t *testing.T, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
 	t.Helper()
-	prov := httptest.NewServer(fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4}).DataHandler())
+	prov := httptest.NewServer(providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4}).DataHandler())
 	t.Cleanup(prov.Close)
 	return inProcessGatewayTo(t, prov.URL, policy, led)
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 func TestChargeIsAtLeastWhatWasSeen(t *testing.T) {
@@ -98,9 +98,9 @@ const meterPolicy = `
 
 // meteredGateway is an in-process gateway on a memory ledger in front of a provider stub
 // whose call log the test reads.
-func meteredGateway(t *testing.T, policy string) (url, admin string, prov *fixtures.Provider) {
+func meteredGateway(t *testing.T, policy string) (url, admin string, prov *providerstub.Provider) {
 	t.Helper()
-	prov = fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov = providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	s, url := inProcessGatewayTo(t, srv.URL, policy, nil)
@@ -120,9 +120,9 @@ func settledAfterIdle(t *testing.T, admin, rule string) int64 {
 	return qs.Windows[0].Settled
 }
 
-func lastCall(t *testing.T, prov *fixtures.Provider) fixtures.CallRecord {
+func lastCall(t *testing.T, prov *providerstub.Provider) providerstub.CallRecord {
 	t.Helper()
-	var rec fixtures.CallRecord
+	var rec providerstub.CallRecord
 	eventually(t, 5*time.Second, func() string {
 		c := prov.Calls()
 		if c.InFlight > 0 || len(c.Requests) == 0 {

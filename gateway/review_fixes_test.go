@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 func TestParseChatRequestReadsKeysExactlyAsProvidersDo(t *testing.T) {
@@ -52,7 +52,7 @@ func TestParseChatRequestReadsKeysExactlyAsProvidersDo(t *testing.T) {
 // A client must not be able to show the gateway one model or max_tokens and the provider
 // another: the smuggling body is refused before the ledger and any provider.
 func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
-	prov := fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	policy := `
@@ -77,7 +77,7 @@ func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
 // The model named only by the x-model header is the one the provider is asked for; a body
 // and a header that disagree are refused.
 func TestTheModelThatDecidesTheRuleIsTheModelForwarded(t *testing.T) {
-	prov := fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	policy := `

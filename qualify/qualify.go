@@ -17,8 +17,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/internal/version"
 	"github.com/quotaqual/quotaqual/scenarios"
@@ -88,7 +88,7 @@ func (o *Options) Validate() error {
 	if o.Profile == "" {
 		o.Profile = "quick"
 	}
-	if _, err := fixtures.ProfileByName(o.Profile); err != nil {
+	if _, err := deployment.ProfileByName(o.Profile); err != nil {
 		return &UsageError{fmt.Errorf("--profile: %w", err)}
 	}
 	if _, err := scenarios.Select(o.Scenarios); err != nil {
@@ -100,7 +100,7 @@ func (o *Options) Validate() error {
 		return &UsageError{fmt.Errorf("--bundle %q is not a bundle format; use tar.gz (the directory is always written)", o.Bundle)}
 	}
 	switch o.StoreReplication {
-	case "", fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+	case "", deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 	default:
 		return &UsageError{fmt.Errorf("--store-replication %q is not a mode; use acknowledged (writes confirmed by a replica) or async (Valkey's default, which a failover can make spend a budget twice)", o.StoreReplication)}
 	}
@@ -135,7 +135,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		o.RunID = topology.NewRunID()
 	}
 	out := Outcome{RunID: o.RunID}
-	profile, _ := fixtures.ProfileByName(o.Profile)
+	profile, _ := deployment.ProfileByName(o.Profile)
 	list, _ := scenarios.Select(o.Scenarios)
 	names := make([]string, len(list))
 	for i, s := range list {
@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options) Outcome {
 	defer wd.Remove()
 	workDir := wd.Path
 
-	deployment, err := fixtures.NewDeployment(o.RunID, profile, names)
+	deployment, err := deployment.NewDeployment(o.RunID, profile, names)
 	if err != nil {
 		return fail(codeTopology, fmt.Errorf("generate the run's credentials: %w", err))
 	}

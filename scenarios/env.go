@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -25,8 +25,8 @@ const RuleName = "per-application-budget"
 // deployment (credentials, by scenario and subject label), the profile, and the recorders.
 type Env struct {
 	Topo       topology.Topology
-	Deployment *fixtures.Deployment
-	Profile    fixtures.Profile
+	Deployment *deployment.Deployment
+	Profile    deployment.Profile
 	// Record receives every HTTP exchange a scenario makes (labels only, never credentials).
 	Record func(evidence.RequestRecord)
 	// Progress receives short human-readable progress lines; may be nil.
@@ -78,17 +78,17 @@ func (env *Env) record(rec evidence.RequestRecord) {
 
 // requestTimeout bounds one chat request: the provider's longest hold plus generous slack for
 // the store and the machine.
-func requestTimeout(p fixtures.Profile) time.Duration {
+func requestTimeout(p deployment.Profile) time.Duration {
 	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + p.HoldFor
 }
 
 // adminTimeout bounds one admin request (quota inspection, provider call log, probes).
-func adminTimeout(p fixtures.Profile) time.Duration {
+func adminTimeout(p deployment.Profile) time.Duration {
 	return 2*time.Second + 4*p.StoreTimeout
 }
 
 // scenarioDeadline bounds a whole scenario.
-func scenarioDeadline(p fixtures.Profile) time.Duration {
+func scenarioDeadline(p deployment.Profile) time.Duration {
 	return 60*time.Second + 2*p.RecoveryMax + 4*p.Window + 4*requestTimeout(p)
 }
 
@@ -327,15 +327,15 @@ func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string)
 }
 
 // credential returns the scenario's principal for a subject label.
-func (env *Env) credential(label string) (fixtures.Credential, bool) {
+func (env *Env) credential(label string) (deployment.Credential, bool) {
 	if env.Deployment == nil {
-		return fixtures.Credential{}, false
+		return deployment.Credential{}, false
 	}
 	return env.Deployment.Credential(env.scenario, label)
 }
 
 // subjects are the three subject labels of every scenario.
-func subjects() []string { return append([]string(nil), fixtures.Subjects...) }
+func subjects() []string { return append([]string(nil), deployment.Subjects...) }
 
 // ms renders a duration as milliseconds with one decimal, for facts.
 func ms(d time.Duration) float64 {

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -32,8 +33,8 @@ func alternate(i int) string {
 }
 
 // chatUsage is the usage the provider stub reports for the default request with maxTokens.
-func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
-	return fixtures.PredictUsage([]fixtures.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
+func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
+	return providerstub.PredictUsage([]providerstub.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
 }
 
 // waitIdle polls subject's quota until no reservation is active (every admitted request has
@@ -183,7 +184,7 @@ func sitesOf(os []Outcome) []string {
 
 // isSite reports whether s is one of the provider sites.
 func isSite(s string) bool {
-	for _, x := range fixtures.Sites {
+	for _, x := range deployment.Sites {
 		if x == s {
 			return true
 		}

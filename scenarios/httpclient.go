@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 // CredKind is the kind of credential a request carries.
@@ -51,7 +51,7 @@ type ChatCall struct {
 	Timeout   time.Duration // default requestTimeout(profile)
 
 	// Fields are added to the body (e.g. "n", "max_completion_tokens"); Metadata to its
-	// metadata (the stub's per-request generation: fixtures.TokensMetadata, …).
+	// metadata (the stub's per-request generation: providerstub.TokensMetadata, …).
 	Fields   map[string]any
 	Metadata map[string]string
 	// StopAfterChunks, for a stream: the client closes the connection once it has read this
@@ -174,7 +174,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
 	o.Headers = resp.Header
-	o.Site = resp.Header.Get(fixtures.SiteHeader)
+	o.Site = resp.Header.Get(providerstub.SiteHeader)
 	o.RequestID = resp.Header.Get("X-Request-Id")
 	if c.StopAfterChunks > 0 {
 		n, err := readContentChunks(resp.Body, c.StopAfterChunks)
@@ -211,7 +211,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 // chatBody is the JSON body of c.
 func chatBody(c ChatCall) []byte {
 	body := map[string]any{
-		"model":    fixtures.DefaultModel,
+		"model":    providerstub.DefaultModel,
 		"messages": []map[string]string{{"role": "user", "content": "hello"}},
 	}
 	if c.MaxTokens > 0 {
@@ -223,10 +223,10 @@ func chatBody(c ChatCall) []byte {
 	}
 	md := map[string]string{}
 	if c.Hold > 0 {
-		md[fixtures.HoldMetadata] = c.Hold.String()
+		md[providerstub.HoldMetadata] = c.Hold.String()
 	}
 	if c.ProviderRefuses {
-		md[fixtures.HoldMetadata] = "refuse-this-request"
+		md[providerstub.HoldMetadata] = "refuse-this-request"
 	}
 	for k, v := range c.Metadata {
 		md[k] = v

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/ledger/ledgertest"
 	"github.com/quotaqual/quotaqual/topology"
 )
@@ -138,7 +138,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	}
 	var offsetsBefore []topology.StoreNodeState
 	if _, err := poll(ctx, 20*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
-		q, err := env.QuotaOf(ctx, gwA, fixtures.ValkeyFailoverRule, appA)
+		q, err := env.QuotaOf(ctx, gwA, deployment.ValkeyFailoverRule, appA)
 		offsetsBefore = storeOffsets(ctx, sg)
 		return err == nil && q.ReservedTokens == 2*p.Estimate && inSync(offsetsBefore), nil
 	}); err != nil {
@@ -194,7 +194,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	var qerr error
 	var inspectAt time.Time
 	inspect := func() {
-		held, qerr = env.QuotaOf(ctx, gwB, fixtures.ValkeyFailoverRule, appA)
+		held, qerr = env.QuotaOf(ctx, gwB, deployment.ValkeyFailoverRule, appA)
 		inspectAt = time.Now()
 	}
 	deadline := time.Now().Add(p.RecoveryMax)

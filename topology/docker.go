@@ -70,7 +70,7 @@ import (
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // EngineDocker is the docker engine's name.
@@ -134,10 +134,10 @@ type dockerTopo struct {
 	ctrs       map[string]*testcontainers.DockerContainer
 	gateways   map[string]GatewayEndpoint
 	providers  map[string]ProviderEndpoint
-	partitions map[string]bool         // gateway → disconnected from backend
-	provAddrs  []fixtures.ProviderAddr // the providers as the gateways reach them
-	pubHost    string                  // host of published ports
-	valkeyVer  string                  // from Valkey's start-up log
+	partitions map[string]bool           // gateway → disconnected from backend
+	provAddrs  []deployment.ProviderAddr // the providers as the gateways reach them
+	pubHost    string                    // host of published ports
+	valkeyVer  string                    // from Valkey's start-up log
 	downOnce   bool
 	teardown   Teardown
 	store      dockerStore // the replicated store group (docker_store.go)
@@ -336,9 +336,9 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 		return err
 	}
 	// Providers, the client and the gateways in parallel.
-	var provAddrs []fixtures.ProviderAddr
+	var provAddrs []deployment.ProviderAddr
 	for _, h := range Providers {
-		provAddrs = append(provAddrs, fixtures.ProviderAddr{Site: siteOf(h),
+		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: siteOf(h),
 			URL: "http://" + net.JoinHostPort(h, strconv.Itoa(dockerPorts.ProviderData))})
 	}
 	hosts := append(append([]string{HostClient}, Providers...), Gateways...)
@@ -477,8 +477,8 @@ func (t *dockerTopo) run(ctx context.Context, host string, req testcontainers.Ge
 }
 
 // gatewayAddrs are where gateway host listens and what it reaches.
-func (t *dockerTopo) gatewayAddrs(host string, provs []fixtures.ProviderAddr) fixtures.Addresses {
-	return fixtures.Addresses{
+func (t *dockerTopo) gatewayAddrs(host string, provs []deployment.ProviderAddr) deployment.Addresses {
+	return deployment.Addresses{
 		DataListen:  ":" + strconv.Itoa(dockerPorts.GatewayData),
 		AdminListen: net.JoinHostPort(host+"-admin", strconv.Itoa(dockerPorts.GatewayAdmin)),
 		ValkeyAddr:  t.ValkeyAddr(),
@@ -486,7 +486,7 @@ func (t *dockerTopo) gatewayAddrs(host string, provs []fixtures.ProviderAddr) fi
 	}
 }
 
-func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []fixtures.ProviderAddr) error {
+func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []deployment.ProviderAddr) error {
 	t.mu.Lock()
 	t.provAddrs = provs
 	t.mu.Unlock()
@@ -719,7 +719,7 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 
 // RestartGatewayWithPolicy restarts a gateway container on the rule policy of p (nil: the
 // run's own profile): the new config is copied into the stopped container before it starts.
-func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *fixtures.Profile) error {
+func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
 	prof := t.spec.Deployment.Profile
 	if p != nil {
 		prof = *p

@@ -38,7 +38,7 @@ import (
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -84,7 +84,7 @@ type dockerStore struct {
 func sidecarOf(host string) string { return host + netfilterSuffix }
 
 func (t *dockerTopo) StoreGroupReason() string {
-	if t.spec.Deployment.Backend == fixtures.BackendMemory {
+	if t.spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
 	}
 	return ""
@@ -430,7 +430,7 @@ func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on 
 	a := t.gatewayAddrs(gateway, t.provAddrs)
 	t.mu.Unlock()
 	if on {
-		a.Store = &fixtures.StoreAddrs{MasterName: StoreMasterName, Replication: t.spec.StoreReplication,
+		a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Replication: t.spec.StoreReplication,
 			Sentinels: storeSentinelAddrs(func(h string) string { return h })}
 	}
 	cfg, err := t.spec.Deployment.GatewayConfig(gateway, a)

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
@@ -44,7 +44,7 @@ const (
 
 // KindInput builds the renderer's input for deployment d: gateway configs whose addresses are
 // the Service DNS names, the providers' arguments, the policy's rules and the secrets.
-func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error) {
+func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, error) {
 	if err := ValidateRunID(o.RunID); err != nil {
 		return k8s.Input{}, err
 	}
@@ -90,14 +90,14 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 	}
 	valkeyAddr := in.ServiceAddr(HostValkey, kindPorts.Valkey)
 	in.GatewayEnv = d.GatewayEnv(valkeyAddr)
-	var provs []fixtures.ProviderAddr
+	var provs []deployment.ProviderAddr
 	for _, h := range Providers {
-		provs = append(provs, fixtures.ProviderAddr{Site: siteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
+		provs = append(provs, deployment.ProviderAddr{Site: siteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
 		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: siteOf(h),
 			Args: d.ProviderArgs(siteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
 	for _, g := range Gateways {
-		cfg, err := d.GatewayConfig(g, fixtures.Addresses{
+		cfg, err := d.GatewayConfig(g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
 			ValkeyAddr:  valkeyAddr,
@@ -115,7 +115,7 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 }
 
 // RenderKind renders the kind topology's manifests for deployment d.
-func RenderKind(d *fixtures.Deployment, o KindManifestOptions) ([]runtime.Object, error) {
+func RenderKind(d *deployment.Deployment, o KindManifestOptions) ([]runtime.Object, error) {
 	in, err := KindInput(d, o)
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func RenderKind(d *fixtures.Deployment, o KindManifestOptions) ([]runtime.Object
 }
 
 // RenderKindYAML renders the manifests as one multi-document YAML stream.
-func RenderKindYAML(d *fixtures.Deployment, o KindManifestOptions) ([]byte, error) {
+func RenderKindYAML(d *deployment.Deployment, o KindManifestOptions) ([]byte, error) {
 	objs, err := RenderKind(d, o)
 	if err != nil {
 		return nil, err

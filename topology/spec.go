@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // Engines New accepts besides "auto".
@@ -28,7 +28,7 @@ type Spec struct {
 	RunID      string
 	WorkDir    string // the run's private directory: configs, logs, valkey data
 	Binary     string // the quotaqual binary to run for gateways and providers (os.Executable())
-	Deployment *fixtures.Deployment
+	Deployment *deployment.Deployment
 	DenyMode   string    // DenyReject (default) or DenyDrop
 	Stdout     io.Writer // optional progress lines
 	// AdjustPolicy, when set, changes the network policy before the netns engine enforces
@@ -37,8 +37,8 @@ type Spec struct {
 	AdjustPolicy func(Policy) Policy
 
 	// StoreReplication is how the gateways write to the replicated store group when a
-	// failover scenario puts them on it: fixtures.ReplicationAcknowledged (default) or
-	// fixtures.ReplicationAsync (to see the double spend it allows).
+	// failover scenario puts them on it: deployment.ReplicationAcknowledged (default) or
+	// deployment.ReplicationAsync (to see the double spend it allows).
 	StoreReplication string
 
 	// Docker engine only: images to run instead of the ones it builds when missing (see
@@ -61,14 +61,14 @@ func (s *Spec) validate() error {
 		return errors.New("topology: Spec.Binary is required: pass the quotaqual binary (os.Executable())")
 	}
 	if s.Deployment == nil {
-		return errors.New("topology: Spec.Deployment is required: build one with fixtures.NewDeployment")
+		return errors.New("topology: Spec.Deployment is required: build one with deployment.NewDeployment")
 	}
 	switch s.StoreReplication {
 	case "":
-		s.StoreReplication = fixtures.ReplicationAcknowledged
-	case fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+		s.StoreReplication = deployment.ReplicationAcknowledged
+	case deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 	default:
-		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync)
+		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
 	}
 	switch s.DenyMode {
 	case "":

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 )
@@ -36,7 +36,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 			if err := topology.ValidateRunID(runID); err != nil {
 				return withCode(ExitUsage, fmt.Errorf("--run-id: %w", err))
 			}
-			p, err := fixtures.ProfileByName(profile)
+			p, err := deployment.ProfileByName(profile)
 			if err != nil {
 				return withCode(ExitUsage, fmt.Errorf("--profile: %w", err))
 			}
@@ -44,7 +44,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 			for _, s := range scenarios.All() {
 				names = append(names, s.Name)
 			}
-			d, err := fixtures.NewDeployment(runID, p, names)
+			d, err := deployment.NewDeployment(runID, p, names)
 			if err != nil {
 				return withCode(ExitUsage, err)
 			}
@@ -62,7 +62,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f := cmd.Flags()
 	f.StringVar(&engine, "topology", topology.EngineKind, "topology to render (only kind has manifests)")
 	f.StringVar(&runID, "run-id", "", "run id naming the namespace quotaqual-<id> (default: a fresh one)")
-	f.StringVar(&profile, "profile", fixtures.DefaultProfile, "profile of the gateway configs")
+	f.StringVar(&profile, "profile", deployment.DefaultProfile, "profile of the gateway configs")
 	f.StringVar(&qqImage, "image", "quotaqual:dev", "quotaqual image of gateways, providers and probe pods")
 	f.StringVar(&valkeyImage, "valkey-image", topology.DefaultValkeyImage, "Valkey image")
 	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")

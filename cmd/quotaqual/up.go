@@ -19,7 +19,8 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/walkthrough"
@@ -68,7 +69,7 @@ connection: data ports from inside the client namespace (so the network policy a
 a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			prof, err := fixtures.ProfileByName(profile)
+			prof, err := deployment.ProfileByName(profile)
 			if err != nil {
 				return withCode(ExitUsage, err)
 			}
@@ -107,7 +108,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 		cmd.Flags().BoolVar(&demo, "demo", false, "run the narrated walkthrough, then tear down")
 	}
 	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
-	cmd.Flags().StringVar(&profile, "profile", fixtures.DefaultProfile, "quick or reference")
+	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
@@ -144,7 +145,7 @@ func upReexec(runID string) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, denyMode string, demo bool) error {
+func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode string, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -159,7 +160,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 	}
 	defer wd.Remove()
 	work := wd.Path
-	d, err := fixtures.NewDeployment(runID, prof, nil)
+	d, err := deployment.NewDeployment(runID, prof, nil)
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -221,7 +222,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		tty = isatty.IsTerminal(f.Fd())
 	}
 	var subjects []walkthrough.Subject
-	for _, label := range fixtures.Subjects {
+	for _, label := range deployment.Subjects {
 		if c, ok := d.Credential("", label); ok {
 			subjects = append(subjects, walkthrough.Subject{Label: label, Username: c.Username, Password: c.Password, EnvVar: c.EnvVar})
 		}
@@ -251,7 +252,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		}
 		g := topology.Gateways[i%len(topology.Gateways)]
 		fmt.Fprintf(&header, "  curl -sS -i -u \"%s:%s\" -H 'Content-Type: application/json' \\\n    -d '%s' %s/v1/chat/completions\n",
-			sub.Username, pw, walkthrough.ChatBody(fixtures.DefaultModel), data[g])
+			sub.Username, pw, walkthrough.ChatBody(providerstub.DefaultModel), data[g])
 	}
 	if !tty {
 		fmt.Fprintf(&header, "\n  credentials: %s (mode 0600, removed at teardown); load them first: . %s\n", envFile, envFile)
@@ -273,7 +274,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		if tty {
 			pace = 2 * time.Second
 		}
-		dm := &walkthrough.Demo{Out: out, Target: target, Levers: topo, Model: fixtures.DefaultModel, Pace: pace}
+		dm := &walkthrough.Demo{Out: out, Target: target, Levers: topo, Model: providerstub.DefaultModel, Pace: pace}
 		err := dm.Run(ctx)
 		stop() // tear down now: the demo is over
 		fwdWG.Wait()

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
@@ -95,14 +95,14 @@ func removeImage(t *testing.T, ref string) {
 	}
 }
 
-func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deployment, string) {
+func newTopo(t *testing.T, qqImage string) (topology.Topology, *deployment.Deployment, string) {
 	t.Helper()
 	id := topology.NewRunID()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := fixtures.NewDeployment(id, p, nil)
+	d, err := deployment.NewDeployment(id, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deploym
 
 // chat sends one walkthrough request of subject through a gateway with Client(); a transport
 // error fails the test.
-func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
+func chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment, subject string) (int, string) {
 	t.Helper()
 	return e2e.Chat(t, topo, gateway, d, subject, 10*time.Second, t.Errorf)
 }
@@ -193,8 +193,8 @@ func TestDockerTopology(t *testing.T) {
 
 	t.Run("a chat request through each gateway is admitted with a provider site", func(t *testing.T) {
 		for _, gw := range topology.Gateways {
-			code, site := chat(t, topo, gw, d, fixtures.Subjects[0])
-			if code != http.StatusOK || !slices.Contains(fixtures.Sites, site) {
+			code, site := chat(t, topo, gw, d, deployment.Subjects[0])
+			if code != http.StatusOK || !slices.Contains(deployment.Sites, site) {
 				t.Errorf("via %s: status %d, site %q", gw, code, site)
 			}
 		}
@@ -234,9 +234,9 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "gateway-a while partitioned", 10*time.Second,
-			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[1]); return c },
+			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[1]); return c },
 			func(c int) bool { return c == http.StatusServiceUnavailable })
-		if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
+		if code, _ := chat(t, topo, topology.HostGatewayB, d, deployment.Subjects[1]); !decided(code) {
 			t.Errorf("gateway-b during the partition: %d", code)
 		}
 		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); r.Reached {
@@ -252,7 +252,7 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "gateway-a after heal", 15*time.Second,
-			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[2]); return c }, decided)
+			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[2]); return c }, decided)
 		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); !r.Reached {
 			t.Errorf("gateway-a does not reach valkey after heal: %s", r.Error)
 		}
@@ -265,7 +265,7 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("restart took %s; data %s → %s", time.Since(rs).Round(time.Millisecond), before.DataURL, topo.Gateway(topology.HostGatewayA).DataURL)
-		if code, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[0]); !decided(code) {
+		if code, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[0]); !decided(code) {
 			t.Errorf("after restart: %d", code)
 		}
 	})
@@ -274,7 +274,7 @@ func TestDockerTopology(t *testing.T) {
 		if err := topo.CrashGateway(ctx, topology.HostGatewayA); err != nil {
 			t.Fatal(err)
 		}
-		if code, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[0]); !decided(code) {
+		if code, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[0]); !decided(code) {
 			t.Errorf("after crash: %d", code)
 		}
 	})
@@ -285,7 +285,7 @@ func TestDockerTopology(t *testing.T) {
 		}
 		for _, gw := range topology.Gateways {
 			eventually(t, gw+" with valkey stopped", 5*time.Second,
-				func() int { c, _ := chat(t, topo, gw, d, fixtures.Subjects[1]); return c },
+				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[1]); return c },
 				func(c int) bool { return c == http.StatusServiceUnavailable })
 		}
 		ss := time.Now()
@@ -295,7 +295,7 @@ func TestDockerTopology(t *testing.T) {
 		t.Logf("valkey back in %s", time.Since(ss).Round(time.Millisecond))
 		for _, gw := range topology.Gateways {
 			eventually(t, gw+" after valkey restart", 15*time.Second,
-				func() int { c, _ := chat(t, topo, gw, d, fixtures.Subjects[2]); return c }, decided)
+				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[2]); return c }, decided)
 		}
 	})
 
@@ -363,7 +363,7 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 	}
 	t.Logf("up in %s (access %v)", time.Since(start).Round(time.Millisecond), topo.Facts()["harness_access"])
 	for _, gw := range topology.Gateways {
-		code, site := chat(t, topo, gw, d, fixtures.Subjects[0])
+		code, site := chat(t, topo, gw, d, deployment.Subjects[0])
 		if code != http.StatusOK || site == "" {
 			t.Errorf("via %s from the client container: %d %q", gw, code, site)
 		}
@@ -379,7 +379,7 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 	if err := topo.RestartGateway(ctx, topology.HostGatewayB); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
+	if code, _ := chat(t, topo, topology.HostGatewayB, d, deployment.Subjects[1]); !decided(code) {
 		t.Errorf("after restart: %d", code)
 	}
 }
