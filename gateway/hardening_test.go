@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // openFDs counts this process's open file descriptors.
@@ -116,8 +117,8 @@ server:
 					t.Errorf("after %s closed=%v: %.80q", took, closed, got)
 					return
 				}
-				if status[1] == "429" && !strings.Contains(got, codeSubjectInFlight) {
-					t.Errorf("429 without the %s code: %q", codeSubjectInFlight, got)
+				if status[1] == "429" && !strings.Contains(got, wire.CodeSubjectInFlight) {
+					t.Errorf("429 without the %s code: %q", wire.CodeSubjectInFlight, got)
 				}
 				codes[status[1]]++
 			}()
@@ -147,7 +148,7 @@ server:
 		}
 		// Read nothing more; the socket buffers fill, the gateway's write times out.
 		start := time.Now()
-		var qs QuotaState
+		var qs wire.QuotaState
 		eventually(t, 10*time.Second, func() string {
 			getJSON(t, admin+"/admin/quota?rule=mt&subject=alice", &qs)
 			if qs.ActiveReservations != 0 {

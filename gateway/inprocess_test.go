@@ -16,6 +16,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/ledger"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // slowFailingSettle wraps a real ledger so that every Settle takes a while and then fails:
@@ -180,7 +181,7 @@ func TestProbesConsumeNoQuota(t *testing.T) {
 	if r := chat(strings.Replace(url, "/v1/chat/completions", "/healthz", 1), chatOpts{}); r.status != 404 {
 		t.Errorf("data /healthz: %d", r.status)
 	}
-	qs := QuotaState{}
+	qs := wire.QuotaState{}
 	getJSON(t, admin+"/admin/quota?rule=mt&subject=alice", &qs)
 	if qs.ActiveReservations != 0 || qs.Windows[0].Settled != 0 {
 		t.Fatalf("probes consumed quota: %+v", qs)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/ledger"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func TestChargeIsAtLeastWhatWasSeen(t *testing.T) {
@@ -109,7 +110,7 @@ func meteredGateway(t *testing.T, policy string) (url, admin string, prov *provi
 
 func settledAfterIdle(t *testing.T, admin, rule string) int64 {
 	t.Helper()
-	var qs QuotaState
+	var qs wire.QuotaState
 	eventually(t, 5*time.Second, func() string {
 		getJSON(t, admin+"/admin/quota?rule="+rule+"&subject=alice", &qs)
 		if qs.ActiveReservations != 0 {
@@ -224,7 +225,7 @@ func TestTheEstimateReadsTheBoundTheProviderHonoursTimesN(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := chat(url, chatOpts{auth: auth, body: `{"model":"m",` + tc.fields + `,"messages":[{"role":"user","content":"hello"}],"metadata":{"quotaqual_tokens":"100"}}`})
-			if r.status != 400 || decodeErr(t, r.body).Error.Code != codeEstimateTooLarge {
+			if r.status != 400 || decodeErr(t, r.body).Error.Code != wire.CodeEstimateTooLarge {
 				t.Fatalf("status %d (%.300s): a request served with 30 completion tokens was not estimated at 30", r.status, r.body)
 			}
 		})

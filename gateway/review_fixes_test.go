@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/ledger"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func TestParseChatRequestReadsKeysExactlyAsProvidersDo(t *testing.T) {
@@ -134,7 +135,7 @@ func TestUnreachableProviderIsSettledAtZero(t *testing.T) {
 		}
 	}
 	admin := "http://" + s.AdminAddr()
-	var qs QuotaState
+	var qs wire.QuotaState
 	eventually(t, 3*time.Second, func() string {
 		getJSON(t, admin+"/admin/quota?rule=r&subject=alice", &qs)
 		if qs.ActiveReservations != 0 || qs.Windows[0].Settled != 0 {
@@ -188,7 +189,7 @@ func TestLeaseIsRenewedUntilTheSettlementCompletes(t *testing.T) {
 		}
 		return ""
 	})
-	var qs QuotaState
+	var qs wire.QuotaState
 	getJSON(t, "http://"+s.AdminAddr()+"/admin/quota?rule=r&subject=alice", &qs)
 	if qs.Windows[0].Settled <= 2 {
 		t.Errorf("settled %d: the actual usage (above the estimate of 2) was lost", qs.Windows[0].Settled)

@@ -23,6 +23,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/version"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Options are what `quotaqual run` takes.
@@ -63,14 +64,6 @@ type Outcome struct {
 	Code      int   // process exit code: 0 passed, 1 failed, 2 usage, 3 topology
 	Err       error // why the run did not pass, when it did not
 }
-
-// Exit codes, matching cmd/quotaqual.
-const (
-	codeOK       = 0
-	codeFailed   = 1
-	codeUsage    = 2
-	codeTopology = 3
-)
 
 // UsageError marks bad options (exit code 2).
 type UsageError struct{ Err error }
@@ -125,7 +118,7 @@ func (o *Options) Validate() error {
 // unless Keep is set.
 func Run(ctx context.Context, o Options) Outcome {
 	if err := o.Validate(); err != nil {
-		return Outcome{Code: codeUsage, Err: err}
+		return Outcome{Code: wire.ExitUsage, Err: err}
 	}
 	rep := o.Reporter
 	if rep == nil {
@@ -152,7 +145,7 @@ func Run(ctx context.Context, o Options) Outcome {
 	if binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fail(codeTopology, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err))
+			return fail(wire.ExitTopology, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err))
 		}
 		binary = exe
 	}
@@ -166,23 +159,23 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	wd, err := topology.NewWorkDir("quotaqual-", o.RunID)
 	if err != nil {
-		return fail(codeTopology, err)
+		return fail(wire.ExitTopology, err)
 	}
 	defer wd.Remove()
 	workDir := wd.Path
 
 	deployment, err := deployment.NewDeployment(o.RunID, profile, names)
 	if err != nil {
-		return fail(codeTopology, fmt.Errorf("generate the run's credentials: %w", err))
+		return fail(wire.ExitTopology, fmt.Errorf("generate the run's credentials: %w", err))
 	}
 	writer, err := evidence.NewWriter(o.EvidenceDir, o.RunID, deployment.Secrets())
 	if err != nil {
-		return fail(codeUsage, fmt.Errorf("--evidence-dir: %w", err))
+		return fail(wire.ExitUsage, fmt.Errorf("--evidence-dir: %w", err))
 	}
 	out.BundleDir = writer.Dir()
 
 	manifest := evidence.Manifest{
-		SchemaVersion:    "1",
+		SchemaVersion:    wire.BundleSchemaVersion,
 		RunID:            o.RunID,
 		QuotaqualVersion: version.String(),
 		ValkeyVersion:    valkeyproc.Version(""),
@@ -229,7 +222,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		results := skippedAll(list, "topology could not be brought up: "+err.Error())
 		out.Results = results
 		finish(writer, &manifest, results, o.Bundle, &out)
-		return fail(codeTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
+		return fail(wire.ExitTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
 	}
 	rep.Done("ok", fmt.Sprintf("engine %s, run %s", topo.Engine(), o.RunID))
 	manifest.TopologyFacts = topo.Facts()
@@ -277,21 +270,21 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 
 	manifest.Outcome = "passed"
-	code := codeOK
+	code := wire.ExitOK
 	for _, r := range results {
 		if r.Status == evidence.Failed {
-			manifest.Outcome, code = "failed", codeFailed
+			manifest.Outcome, code = "failed", wire.ExitFailed
 		}
 	}
 	if ctx.Err() != nil {
-		manifest.Outcome, code = "interrupted", codeFailed
+		manifest.Outcome, code = "interrupted", wire.ExitFailed
 		out.Err = errors.New("interrupted: the partial bundle was written")
 	}
 	if err := finish(writer, &manifest, results, o.Bundle, &out); err != nil {
-		manifest.Outcome, code = "failed", codeFailed
+		manifest.Outcome, code = "failed", wire.ExitFailed
 		out.Err = err
 	}
-	if code == codeFailed && out.Err == nil {
+	if code == wire.ExitFailed && out.Err == nil {
 		out.Err = fmt.Errorf("one or more scenarios failed; see %s", filepath.Join(out.BundleDir, "summary.md"))
 	}
 	if o.Keep && ctx.Err() == nil {

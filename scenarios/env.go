@@ -16,6 +16,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // RuleName is the qualification's one quota rule.
@@ -282,38 +283,15 @@ func (s ProviderSnapshot) FindRequest(id string) (string, ProviderRequest, bool)
 	return "", ProviderRequest{}, false
 }
 
-// QuotaWindow is one window of a key as /admin/quota reports it.
-type QuotaWindow struct {
-	Window   json.RawMessage `json:"window"`
-	Capacity int64           `json:"capacity"`
-	Settled  int64           `json:"settled"`
-}
-
-// QuotaState is one quota key's state as a gateway's /admin/quota reports it (read from the
-// store, so both gateways report the same).
-type QuotaState struct {
-	ActiveReservations int64         `json:"active_reservations"`
-	ReservedTokens     int64         `json:"reserved_tokens"`
-	Windows            []QuotaWindow `json:"windows"`
-}
-
-// Settled is the settled usage in the rule's (first, and in the qualification only) window.
-func (q QuotaState) Settled() int64 {
-	if len(q.Windows) == 0 {
-		return 0
-	}
-	return q.Windows[0].Settled
-}
-
 // Quota reads the state of subject's key under the qualification's rule from gateway's admin
 // endpoint.
-func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (QuotaState, error) {
+func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (wire.QuotaState, error) {
 	return env.QuotaOf(ctx, gateway, RuleName, subjectLabel)
 }
 
 // QuotaOf reads the state of subject's key under rule from gateway's admin endpoint.
-func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (QuotaState, error) {
-	var q QuotaState
+func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (wire.QuotaState, error) {
+	var q wire.QuotaState
 	cred, ok := env.credential(subjectLabel)
 	if !ok {
 		return q, fmt.Errorf("no credential for %s in scenario %s: the deployment was built without this scenario", subjectLabel, env.scenario)

@@ -13,6 +13,7 @@ import (
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 const (
@@ -40,13 +41,13 @@ func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
 // waitIdle polls subject's quota until no reservation is active (every admitted request has
 // settled) and returns that state. The gateway settles off the response path, so a read right
 // after a response may still see its reservation.
-func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaState, error) {
+func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.QuotaState, error) {
 	return env.waitIdleOf(ctx, gateway, RuleName, subject)
 }
 
 // waitIdleOf is waitIdle for subject's key under rule.
-func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (QuotaState, error) {
-	var q QuotaState
+func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
+	var q wire.QuotaState
 	var unanswered error // the last read the store did not answer: retried until the deadline
 	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {

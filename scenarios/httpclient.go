@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // CredKind is the kind of credential a request carries.
@@ -81,7 +82,7 @@ type Outcome struct {
 func (o Outcome) Admitted() bool { return o.Status == http.StatusOK }
 
 // quotaHeaderNames are the response headers kept in the request log.
-var quotaHeaderNames = []string{"Retry-After", "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+var quotaHeaderNames = []string{wire.RetryAfterHeader, wire.LimitTokensHeader, wire.RemainingTokensHeader, wire.ResetTokensHeader}
 
 // Chat sends one chat completion from the client host and records every attempt. A real HTTP
 // response (any status) is never retried; a transport failure (no response) is retried once,
@@ -174,7 +175,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
 	o.Headers = resp.Header
-	o.Site = resp.Header.Get(providerstub.SiteHeader)
+	o.Site = resp.Header.Get(wire.SiteHeader)
 	o.RequestID = resp.Header.Get("X-Request-Id")
 	if c.StopAfterChunks > 0 {
 		n, err := readContentChunks(resp.Body, c.StopAfterChunks)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // rollingUpgrade changes the rule's policy while both gateways serve: gateway-a is restarted
@@ -94,7 +95,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	if err := waitUntil(ctx, time.Now().Add(rollingHold/2)); err != nil { // the burst's admissions are decided by now
 		return r.Error(err)
 	}
-	held := map[string]QuotaState{}
+	held := map[string]wire.QuotaState{}
 	for _, gw := range []string{gwA, gwB} {
 		q, err := env.Quota(ctx, gw, appA)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/ledger/ledgertest"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // valkeyFailover is the split brain of a replicated store: the primary is cut off from its
@@ -190,7 +191,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	decidedAgain := map[string]time.Time{}
 	// What the promoted primary holds, read through gateway-b as soon as it follows the
 	// promotion, while the admissions before and during the split are still in flight.
-	var held QuotaState
+	var held wire.QuotaState
 	var qerr error
 	var inspectAt time.Time
 	inspect := func() {
@@ -302,7 +303,7 @@ func inSync(nodes []topology.StoreNodeState) bool {
 // view: over-admission (tokens held at once beyond the capacity), lost reservations (admitted,
 // still in flight, and absent from the promoted primary), each gateway's 503 window, and a
 // porcupine check of the history against the ledger model.
-func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held QuotaState, qerr error, inspectAt time.Time) {
+func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held wire.QuotaState, qerr error, inspectAt time.Time) {
 	var ivs []interval
 	var inFlightAtInspect int64
 	first503, last503 := map[string]time.Time{}, map[string]time.Time{}

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // outageRequestsPerGateway is how many requests each gateway gets while the store is down.
 const outageRequestsPerGateway = 3
-
-// storeUnavailable is the error type of a 503 for a store failure.
-const storeUnavailable = "quota_store_unavailable"
 
 func valkeyOutage() Scenario {
 	return Scenario{
@@ -66,7 +65,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 			worst = max(worst, o.Latency)
 			what := fmt.Sprintf("%s request %d", gw, i+1)
 			r.Check(what+" → 503", http.StatusServiceUnavailable, o.Status, o.Status == http.StatusServiceUnavailable)
-			r.Check(what+" error type", storeUnavailable, o.ErrorType, o.ErrorType == storeUnavailable)
+			r.Check(what+" error type", wire.TypeStore, o.ErrorType, o.ErrorType == wire.TypeStore)
 			r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
 			r.Check(what+" names no provider site", "", o.Site, o.Site == "")
 		}

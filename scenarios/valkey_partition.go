@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // partitionRequests is how many requests the cut-off gateway gets while partitioned.
@@ -77,7 +78,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		worst = max(worst, o.Latency)
 		what := fmt.Sprintf("cut-off gateway-a request %d", i+1)
 		r.Check(what+" → 503", http.StatusServiceUnavailable, o.Status, o.Status == http.StatusServiceUnavailable)
-		r.Check(what+" error type", storeUnavailable, o.ErrorType, o.ErrorType == storeUnavailable)
+		r.Check(what+" error type", wire.TypeStore, o.ErrorType, o.ErrorType == wire.TypeStore)
 		r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
 	}
 	r.Fact("time_to_decision_ms", decisions)

@@ -16,6 +16,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // testBinary is the quotaqual binary built once for all tests.
@@ -100,7 +101,7 @@ func chat(t *testing.T, topo Topology, gateway string, d *deployment.Deployment)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(providerstub.SiteHeader)
+	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
 }
 
 // getStatus fetches url with the observer client.

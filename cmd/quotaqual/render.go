@@ -8,6 +8,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newRenderCmd) }
@@ -28,17 +29,17 @@ placeholders; a run generates fresh ones and never prints them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if engine != topology.EngineKind {
-				return withCode(ExitUsage, fmt.Errorf("--topology %q cannot be rendered: only kind has manifests (use --topology kind)", engine))
+				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q cannot be rendered: only kind has manifests (use --topology kind)", engine))
 			}
 			if runID == "" {
 				runID = topology.NewRunID()
 			}
 			if err := topology.ValidateRunID(runID); err != nil {
-				return withCode(ExitUsage, fmt.Errorf("--run-id: %w", err))
+				return withCode(wire.ExitUsage, fmt.Errorf("--run-id: %w", err))
 			}
 			p, err := deployment.ProfileByName(profile)
 			if err != nil {
-				return withCode(ExitUsage, fmt.Errorf("--profile: %w", err))
+				return withCode(wire.ExitUsage, fmt.Errorf("--profile: %w", err))
 			}
 			var names []string
 			for _, s := range scenarios.All() {
@@ -46,14 +47,14 @@ placeholders; a run generates fresh ones and never prints them.`,
 			}
 			d, err := deployment.NewDeployment(runID, p, names)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			y, err := topology.RenderKindYAML(d, topology.KindManifestOptions{
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
 				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
 			})
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			_, err = cmd.OutOrStdout().Write(y)
 			return err

@@ -24,6 +24,7 @@ import (
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/walkthrough"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newUpCmd, newDemoCmd) }
@@ -71,7 +72,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			prof, err := deployment.ProfileByName(profile)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			if runID == "" {
 				runID = topology.InsideRunID()
@@ -80,10 +81,10 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				runID = topology.NewRunID()
 			}
 			if err := topology.ValidateRunID(runID); err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			if denyMode != topology.DenyReject && denyMode != topology.DenyDrop {
-				return withCode(ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
+				return withCode(wire.ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
 			}
 			errw := cmd.ErrOrStderr()
 			switch {
@@ -94,7 +95,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				engine, reason = topology.DetectAuto()
 				fmt.Fprintf(errw, "topology %s: %s\n", engine, reason)
 			case engine != topology.EngineNetns && engine != topology.EngineDocker && engine != topology.EngineProcess:
-				return withCode(ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
+				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
 			if engine == topology.EngineNetns && !topology.Inside() {
 				return upReexec(runID)
@@ -126,18 +127,18 @@ func upReexec(runID string) error {
 	for range upForwards {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return withCode(ExitTopology, fmt.Errorf("opening a loopback port forward: %w", err))
+			return withCode(wire.ExitTopology, fmt.Errorf("opening a loopback port forward: %w", err))
 		}
 		f, err := l.(*net.TCPListener).File()
 		l.Close() // the duplicate in f stays open
 		if err != nil {
-			return withCode(ExitTopology, err)
+			return withCode(wire.ExitTopology, err)
 		}
 		files = append(files, f)
 	}
 	_, code, err := topology.ReexecIntoNamespace(runID, files)
 	if err != nil {
-		return withCode(ExitTopology, err)
+		return withCode(wire.ExitTopology, err)
 	}
 	if code != 0 {
 		return withCode(code, nil)
@@ -152,27 +153,27 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 
 	self, err := os.Executable()
 	if err != nil {
-		return withCode(ExitTopology, fmt.Errorf("finding the quotaqual binary: %w", err))
+		return withCode(wire.ExitTopology, fmt.Errorf("finding the quotaqual binary: %w", err))
 	}
 	wd, err := topology.NewWorkDir("quotaqual-up-", runID)
 	if err != nil {
-		return withCode(ExitTopology, err)
+		return withCode(wire.ExitTopology, err)
 	}
 	defer wd.Remove()
 	work := wd.Path
 	d, err := deployment.NewDeployment(runID, prof, nil)
 	if err != nil {
-		return withCode(ExitUsage, err)
+		return withCode(wire.ExitUsage, err)
 	}
 	topo, err := topology.New(engine, topology.Spec{
 		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Stdout: errw,
 	})
 	if err != nil {
-		return withCode(ExitTopology, err)
+		return withCode(wire.ExitTopology, err)
 	}
 	start := time.Now()
 	if err := topo.Up(ctx); err != nil {
-		return withCode(ExitTopology, fmt.Errorf("bringing the %s topology up: %w", engine, err))
+		return withCode(wire.ExitTopology, fmt.Errorf("bringing the %s topology up: %w", engine, err))
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -195,10 +196,10 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 	if engine == topology.EngineNetns {
 		ls, err := topology.InheritedListeners()
 		if err != nil {
-			return withCode(ExitTopology, err)
+			return withCode(wire.ExitTopology, err)
 		}
 		if len(ls) != len(upForwards) {
-			return withCode(ExitTopology, fmt.Errorf("expected %d port-forward listeners from the outer process, got %d", len(upForwards), len(ls)))
+			return withCode(wire.ExitTopology, fmt.Errorf("expected %d port-forward listeners from the outer process, got %d", len(upForwards), len(ls)))
 		}
 		clientDial := topo.Client().Transport.(*http.Transport).DialContext
 		observerDial := topo.Observer().Transport.(*http.Transport).DialContext
@@ -232,7 +233,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		// Never write a password into a pipe or a log: the curl lines read it from the
 		// environment, and this file (readable by its owner only) sets it.
 		if envFile, err = writeCredentialsFile(runID, subjects); err != nil {
-			return withCode(ExitTopology, err)
+			return withCode(wire.ExitTopology, err)
 		}
 		defer os.Remove(envFile)
 	}
@@ -279,7 +280,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		stop() // tear down now: the demo is over
 		fwdWG.Wait()
 		if err != nil {
-			return withCode(ExitFailed, err)
+			return withCode(wire.ExitFailed, err)
 		}
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Chat sends one walkthrough request of subject through a gateway with topo.Client() and
@@ -41,7 +42,7 @@ func Chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.De
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(providerstub.SiteHeader)
+	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
 }
 
 // Eventually calls f every interval until want(f()) or within has passed, then fails the test
