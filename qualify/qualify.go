@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/internal/version"
 	"github.com/quotaqual/quotaqual/scenarios"
@@ -395,23 +395,14 @@ func collectLogs(topo topology.Topology, w *evidence.Writer, workDir string) {
 func get(c *http.Client, url string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	a, err := httpget.Get(ctx, c, url, 16<<20)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
+	if a.StatusCode != http.StatusOK {
+		return a.Body, fmt.Errorf("GET %s: %s", url, a.Status)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return b, nil
+	return a.Body, nil
 }
 
 type silent struct{}

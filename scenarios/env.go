@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/wire"
 )
@@ -147,32 +147,26 @@ var errInspectionUnanswered = errors.New("the gateway's store did not answer the
 func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	a, err := httpget.Get(ctx, env.Topo.Observer(), u, 64<<20)
 	if err != nil {
-		return 0, err
-	}
-	resp, err := env.Topo.Observer().Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return resp.StatusCode, fmt.Errorf("reading %s: %w", u, err)
+		if a.StatusCode == 0 {
+			return 0, err
+		}
+		return a.StatusCode, fmt.Errorf("reading %s: %w", u, err)
 	}
 	if v == nil {
-		return resp.StatusCode, nil
+		return a.StatusCode, nil
 	}
-	if resp.StatusCode == http.StatusServiceUnavailable {
-		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s: %w", u, resp.StatusCode, firstLine(string(body)), errInspectionUnanswered)
+	if a.StatusCode == http.StatusServiceUnavailable {
+		return a.StatusCode, fmt.Errorf("GET %s: status %d: %s: %w", u, a.StatusCode, firstLine(string(a.Body)), errInspectionUnanswered)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s", u, resp.StatusCode, firstLine(string(body)))
+	if a.StatusCode != http.StatusOK {
+		return a.StatusCode, fmt.Errorf("GET %s: status %d: %s", u, a.StatusCode, firstLine(string(a.Body)))
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return resp.StatusCode, fmt.Errorf("GET %s: decoding the JSON answer: %w", u, err)
+	if err := json.Unmarshal(a.Body, v); err != nil {
+		return a.StatusCode, fmt.Errorf("GET %s: decoding the JSON answer: %w", u, err)
 	}
-	return resp.StatusCode, nil
+	return a.StatusCode, nil
 }
 
 // ProviderRequest is one entry of a provider's request log.

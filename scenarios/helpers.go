@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/wire"
@@ -152,26 +152,14 @@ func (env *Env) adminProbe(ctx context.Context, gateway, path, label string) (in
 	defer cancel()
 	start := time.Now()
 	rec.Time = start.UTC()
-	status, body, err := func() (int, []byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return 0, nil, err
-		}
-		resp, err := env.Topo.Observer().Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		return resp.StatusCode, b, err
-	}()
+	a, err := httpget.Get(ctx, env.Topo.Observer(), u, 16<<20)
 	rec.Latency = time.Since(start)
-	rec.Status = status
+	rec.Status = a.StatusCode
 	if err != nil {
 		rec.Error = err.Error()
 	}
 	env.record(rec)
-	return status, body, rec.Latency, err
+	return a.StatusCode, a.Body, rec.Latency, err
 }
 
 // sitesOf lists the site header of each outcome.
