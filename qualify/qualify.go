@@ -73,9 +73,7 @@ func (e *UsageError) Unwrap() error { return e.Err }
 
 // Validate checks options before anything is started, naming the flag and the fix.
 func (o *Options) Validate() error {
-	switch o.Topology {
-	case "", topology.EngineAuto, topology.EngineNetns, topology.EngineDocker, topology.EngineProcess, topology.EngineKind:
-	default:
+	if o.Topology != "" && o.Topology != topology.EngineAuto && !topology.IsEngine(o.Topology) {
 		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns, docker, process or kind", o.Topology)}
 	}
 	if o.Profile == "" {
@@ -97,9 +95,7 @@ func (o *Options) Validate() error {
 	default:
 		return &UsageError{fmt.Errorf("--store-replication %q is not a mode; use acknowledged (writes confirmed by a replica) or async (Valkey's default, which a failover can make spend a budget twice)", o.StoreReplication)}
 	}
-	switch o.DenyMode {
-	case "", "reject", "drop":
-	default:
+	if o.DenyMode != "" && !topology.ValidDenyMode(o.DenyMode) {
 		return &UsageError{fmt.Errorf("--deny-mode %q is not a mode; use reject (fast) or drop (as most CNIs do)", o.DenyMode)}
 	}
 	if o.RunID != "" {

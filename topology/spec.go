@@ -70,46 +70,17 @@ func (s *Spec) validate() error {
 	default:
 		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
 	}
-	switch s.DenyMode {
-	case "":
-		s.DenyMode = DenyReject
-	case DenyReject, DenyDrop:
-	default:
-		return fmt.Errorf("deny mode %q is unknown: use %q or %q", s.DenyMode, DenyReject, DenyDrop)
+	mode, err := denyMode(s.DenyMode)
+	if err != nil {
+		return err
 	}
+	s.DenyMode = mode
 	return nil
 }
 
 func (s *Spec) progress(format string, args ...any) {
 	if s.Stdout != nil {
 		fmt.Fprintf(s.Stdout, format+"\n", args...)
-	}
-}
-
-// New returns a topology of the named engine: "auto" (netns when Detect says it can, process
-// otherwise), "netns" or "process". The netns engine must run inside the run's own namespaces:
-// call ReexecIntoNamespace at the start of the command first (see reexec_linux.go).
-func New(engine string, spec Spec) (Topology, error) {
-	if err := spec.validate(); err != nil {
-		return nil, err
-	}
-	if engine == "" || engine == EngineAuto {
-		engine, _ = Detect()
-		if engine == EngineProcess && DockerAvailable() {
-			engine = EngineDocker
-		}
-	}
-	switch engine {
-	case EngineDocker:
-		return newDocker(spec)
-	case EngineProcess:
-		return newProcess(spec), nil
-	case EngineNetns:
-		return newNetns(spec)
-	case EngineKind:
-		return newKind(spec)
-	default:
-		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
 	}
 }
 

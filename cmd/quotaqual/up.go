@@ -83,7 +83,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			if err := topology.ValidateRunID(runID); err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			if denyMode != topology.DenyReject && denyMode != topology.DenyDrop {
+			if !topology.ValidDenyMode(denyMode) {
 				return withCode(wire.ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
 			}
 			errw := cmd.ErrOrStderr()
@@ -94,7 +94,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				var reason string
 				engine, reason = topology.DetectAuto()
 				fmt.Fprintf(errw, "topology %s: %s\n", engine, reason)
-			case engine != topology.EngineNetns && engine != topology.EngineDocker && engine != topology.EngineProcess:
+			case !topology.IsEngine(engine) || engine == topology.EngineKind: // up serves no kind topology
 				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
 			if engine == topology.EngineNetns && !topology.Inside() {
