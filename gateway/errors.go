@@ -5,6 +5,8 @@ import (
 	"net/http"
 )
 
+// apiError is OpenAI's error shape {"error":{"message","type","param","code"}}; the types and
+// codes the gateway answers with are package wire's.
 type apiError struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
