@@ -71,6 +71,7 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology/images"
 )
 
 // EngineDocker is the docker engine's name.
@@ -243,9 +244,9 @@ func newDocker(spec Spec) (*dockerTopo, error) {
 func dockerName(runID, what string) string { return "qq-" + runID + "-" + what }
 
 func (t *dockerTopo) labels(host string) map[string]string {
-	l := map[string]string{LabelManaged: "true", LabelRunID: t.spec.RunID}
+	l := map[string]string{images.LabelManaged: "true", images.LabelRunID: t.spec.RunID}
 	if host != "" {
-		l[labelHost] = host
+		l[images.LabelHost] = host
 	}
 	return l
 }
@@ -375,14 +376,14 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 func (t *dockerTopo) images(ctx context.Context) error {
 	t.valkeyImg = t.spec.ValkeyImage
 	if t.valkeyImg == "" {
-		t.valkeyImg = DefaultValkeyImage
-		if err := EnsureValkeyImage(ctx); err != nil {
+		t.valkeyImg = images.DefaultValkeyImage
+		if err := images.EnsureValkeyImage(ctx); err != nil {
 			return err
 		}
 	}
 	t.qqImg = t.spec.QuotaqualImage
 	if t.qqImg == "" {
-		img, err := EnsureQuotaqualImage(ctx, t.spec.Binary)
+		img, err := images.EnsureQuotaqualImage(ctx, t.spec.Binary)
 		if err != nil {
 			return err
 		}
@@ -960,7 +961,7 @@ func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) Probe
 		return res
 	}
 	start := time.Now()
-	_, out, err := c.Exec(ctx, []string{quotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()}, tcexec.Multiplexed())
+	_, out, err := c.Exec(ctx, []string{images.QuotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()}, tcexec.Multiplexed())
 	res.Elapsed = time.Since(start)
 	if err != nil {
 		res.Error = "exec in " + from + ": " + err.Error()
@@ -995,7 +996,7 @@ func (t *dockerTopo) relayDial(ctx context.Context, host, addr string) (net.Conn
 	ctx, cancel := context.WithTimeout(ctx, dockerRelayDeadline)
 	defer cancel()
 	ex, err := t.cli.ExecCreate(ctx, c.GetContainerID(), client.ExecCreateOptions{
-		Cmd:         []string{quotaqualInContainer, "relay", "--to", addr},
+		Cmd:         []string{images.QuotaqualInContainer, "relay", "--to", addr},
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -1184,7 +1185,7 @@ func DockerCleanup(ctx context.Context, runID string) (Teardown, error) {
 func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID string) Teardown {
 	var td Teardown
 	var mu sync.Mutex
-	f := make(client.Filters).Add("label", LabelRunID+"="+runID).Add("label", LabelManaged+"=true")
+	f := make(client.Filters).Add("label", images.LabelRunID+"="+runID).Add("label", images.LabelManaged+"=true")
 	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		td.Errors = append(td.Errors, "listing containers: "+err.Error())

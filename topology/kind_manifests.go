@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
@@ -22,7 +23,7 @@ type KindManifestOptions struct {
 	RunID          string
 	Namespace      string // default quotaqual-<run id>
 	QuotaqualImage string // default quotaqual:dev
-	ValkeyImage    string // default DefaultValkeyImage
+	ValkeyImage    string // default images.DefaultValkeyImage
 	PullPolicy     corev1.PullPolicy
 	StorageClass   string // Valkey's PVC; "" = the cluster's default class
 	EmptyDir       bool   // Valkey data on an emptyDir (no PVC): state does not survive StopValkey
@@ -74,10 +75,10 @@ func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, erro
 		ValkeyStorageClass: o.StorageClass,
 	}
 	if in.QuotaqualImage == "" {
-		in.QuotaqualImage = quotaqualImageRepo + ":dev"
+		in.QuotaqualImage = images.QuotaqualImageRepo + ":dev"
 	}
 	if in.ValkeyImage == "" {
-		in.ValkeyImage = DefaultValkeyImage
+		in.ValkeyImage = images.DefaultValkeyImage
 	}
 	if o.EmptyDir {
 		in.ValkeyStorage = k8s.StorageEmptyDir

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
@@ -134,7 +135,7 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	ctx := context.Background()
 	k, _ := newKind(kindSpec(t))
 	cs := fake.NewClientset()
-	k.cs, k.qqImg, k.valkeyImg = cs, "quotaqual:test", DefaultValkeyImage
+	k.cs, k.qqImg, k.valkeyImg = cs, "quotaqual:test", images.DefaultValkeyImage
 	k.clusterNm = "context fake"
 	if err := k.render(); err != nil {
 		t.Fatal(err)

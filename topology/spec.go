@@ -42,7 +42,7 @@ type Spec struct {
 	StoreReplication string
 
 	// Docker engine only: images to run instead of the ones it builds when missing (see
-	// docker_image.go), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
+	// package topology/images), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
 	ValkeyImage    string
 	QuotaqualImage string
 

@@ -27,6 +27,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 	"github.com/quotaqual/quotaqual/wire"
 )
@@ -484,7 +485,7 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 // every run.
 func removeOwnImageAfterwards(t *testing.T) {
 	t.Helper()
-	tag, err := topology.QuotaqualImageTag(binary)
+	tag, err := images.QuotaqualImageTag(binary)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -65,7 +66,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f.StringVar(&runID, "run-id", "", "run id naming the namespace quotaqual-<id> (default: a fresh one)")
 	f.StringVar(&profile, "profile", deployment.DefaultProfile, "profile of the gateway configs")
 	f.StringVar(&qqImage, "image", "quotaqual:dev", "quotaqual image of gateways, providers and probe pods")
-	f.StringVar(&valkeyImage, "valkey-image", topology.DefaultValkeyImage, "Valkey image")
+	f.StringVar(&valkeyImage, "valkey-image", images.DefaultValkeyImage, "Valkey image")
 	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")
 	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
 	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")

@@ -22,6 +22,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
@@ -55,9 +56,9 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-// images builds both images when missing and removes, at the end of the test, the ones this
+// ensureImages builds both images when missing and removes, at the end of the test, the ones this
 // test built.
-func images(t *testing.T) string {
+func ensureImages(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -65,10 +66,10 @@ func images(t *testing.T) string {
 	// The Valkey image is kept: it is the same for every run, and another test package may be
 	// about to start a container from it (removing it there would fail that test — no
 	// registry to pull it back from).
-	if err := topology.EnsureValkeyImage(ctx); err != nil {
+	if err := images.EnsureValkeyImage(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := topology.EnsureQuotaqualImage(ctx, binary)
+	tag, err := images.EnsureQuotaqualImage(ctx, binary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func images(t *testing.T) string {
 			removeImage(t, id)
 		}
 	})
-	t.Logf("images %s and %s ready in %s", topology.DefaultValkeyImage, tag, time.Since(start).Round(time.Millisecond))
+	t.Logf("images %s and %s ready in %s", images.DefaultValkeyImage, tag, time.Since(start).Round(time.Millisecond))
 	return tag
 }
 
@@ -177,7 +178,7 @@ func policyProbes(p topology.Ports) []probe {
 
 func TestDockerTopology(t *testing.T) {
 	requireDocker(t)
-	img := images(t)
+	img := ensureImages(t)
 	topo, d, id := newTopo(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -337,7 +338,7 @@ func TestDockerTopology(t *testing.T) {
 		t.Errorf("Down removed %d things, want %d: 7 containers, the store group's 6 and their 6 netfilter sidecars, 4 networks, 1 volume: %v", len(td.Removed), want, td.Removed)
 	}
 	for _, kind := range []string{"ps -a", "network ls", "volume ls"} {
-		args := append(strings.Fields(kind), "-q", "--filter", "label="+topology.LabelRunID+"="+id)
+		args := append(strings.Fields(kind), "-q", "--filter", "label="+images.LabelRunID+"="+id)
 		out, err := exec.Command("docker", args...).Output()
 		if err != nil || strings.TrimSpace(string(out)) != "" {
 			t.Errorf("docker %s after Down: %q %v", kind, out, err)
@@ -352,7 +353,7 @@ func TestDockerTopology(t *testing.T) {
 // containers through docker exec relays (as when it cannot reach published ports).
 func TestDockerTopologyExecAccess(t *testing.T) {
 	requireDocker(t)
-	img := images(t)
+	img := ensureImages(t)
 	t.Setenv(topology.EnvDockerAccess, "exec")
 	topo, d, _ := newTopo(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -26,6 +26,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
@@ -295,14 +296,14 @@ func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
 	if e2e.ImageExists(missing) {
 		t.Skip("an image named " + missing + " exists locally, so a missing node image cannot be shown")
 	}
-	hadValkey := e2e.ImageExists(topology.DefaultValkeyImage)
+	hadValkey := e2e.ImageExists(images.DefaultValkeyImage)
 	topo, _, _ := newTopo(t, topology.KindOptions{NodeImage: missing})
 	t.Cleanup(func() {
 		if f, ok := topo.Facts()["quotaqual_image"].(string); ok && f != "" {
 			_ = exec.Command("docker", "image", "rm", f).Run()
 		}
 		if !hadValkey {
-			_ = exec.Command("docker", "image", "rm", topology.DefaultValkeyImage).Run()
+			_ = exec.Command("docker", "image", "rm", images.DefaultValkeyImage).Run()
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
