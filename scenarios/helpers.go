@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/httpget"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 const (
@@ -32,20 +34,20 @@ func alternate(i int) string {
 }
 
 // chatUsage is the usage the provider stub reports for the default request with maxTokens.
-func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
-	return fixtures.PredictUsage([]fixtures.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
+func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
+	return providerstub.PredictUsage([]providerstub.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
 }
 
 // waitIdle polls subject's quota until no reservation is active (every admitted request has
 // settled) and returns that state. The gateway settles off the response path, so a read right
 // after a response may still see its reservation.
-func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaState, error) {
+func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.QuotaState, error) {
 	return env.waitIdleOf(ctx, gateway, RuleName, subject)
 }
 
 // waitIdleOf is waitIdle for subject's key under rule.
-func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (QuotaState, error) {
-	var q QuotaState
+func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
+	var q wire.QuotaState
 	var unanswered error // the last read the store did not answer: retried until the deadline
 	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
@@ -150,26 +152,14 @@ func (env *Env) adminProbe(ctx context.Context, gateway, path, label string) (in
 	defer cancel()
 	start := time.Now()
 	rec.Time = start.UTC()
-	status, body, err := func() (int, []byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return 0, nil, err
-		}
-		resp, err := env.Topo.Observer().Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		return resp.StatusCode, b, err
-	}()
+	a, err := httpget.Get(ctx, env.Topo.Observer(), u, 16<<20)
 	rec.Latency = time.Since(start)
-	rec.Status = status
+	rec.Status = a.StatusCode
 	if err != nil {
 		rec.Error = err.Error()
 	}
 	env.record(rec)
-	return status, body, rec.Latency, err
+	return a.StatusCode, a.Body, rec.Latency, err
 }
 
 // sitesOf lists the site header of each outcome.
@@ -183,7 +173,7 @@ func sitesOf(os []Outcome) []string {
 
 // isSite reports whether s is one of the provider sites.
 func isSite(s string) bool {
-	for _, x := range fixtures.Sites {
+	for _, x := range deployment.Sites {
 		if x == s {
 			return true
 		}

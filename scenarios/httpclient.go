@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // CredKind is the kind of credential a request carries.
@@ -51,7 +52,7 @@ type ChatCall struct {
 	Timeout   time.Duration // default requestTimeout(profile)
 
 	// Fields are added to the body (e.g. "n", "max_completion_tokens"); Metadata to its
-	// metadata (the stub's per-request generation: fixtures.TokensMetadata, …).
+	// metadata (the stub's per-request generation: providerstub.TokensMetadata, …).
 	Fields   map[string]any
 	Metadata map[string]string
 	// StopAfterChunks, for a stream: the client closes the connection once it has read this
@@ -81,7 +82,7 @@ type Outcome struct {
 func (o Outcome) Admitted() bool { return o.Status == http.StatusOK }
 
 // quotaHeaderNames are the response headers kept in the request log.
-var quotaHeaderNames = []string{"Retry-After", "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+var quotaHeaderNames = []string{wire.RetryAfterHeader, wire.LimitTokensHeader, wire.RemainingTokensHeader, wire.ResetTokensHeader}
 
 // Chat sends one chat completion from the client host and records every attempt. A real HTTP
 // response (any status) is never retried; a transport failure (no response) is retried once,
@@ -174,7 +175,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
 	o.Headers = resp.Header
-	o.Site = resp.Header.Get(fixtures.SiteHeader)
+	o.Site = resp.Header.Get(wire.SiteHeader)
 	o.RequestID = resp.Header.Get("X-Request-Id")
 	if c.StopAfterChunks > 0 {
 		n, err := readContentChunks(resp.Body, c.StopAfterChunks)
@@ -211,7 +212,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 // chatBody is the JSON body of c.
 func chatBody(c ChatCall) []byte {
 	body := map[string]any{
-		"model":    fixtures.DefaultModel,
+		"model":    providerstub.DefaultModel,
 		"messages": []map[string]string{{"role": "user", "content": "hello"}},
 	}
 	if c.MaxTokens > 0 {
@@ -223,10 +224,10 @@ func chatBody(c ChatCall) []byte {
 	}
 	md := map[string]string{}
 	if c.Hold > 0 {
-		md[fixtures.HoldMetadata] = c.Hold.String()
+		md[providerstub.HoldMetadata] = c.Hold.String()
 	}
 	if c.ProviderRefuses {
-		md[fixtures.HoldMetadata] = "refuse-this-request"
+		md[providerstub.HoldMetadata] = "refuse-this-request"
 	}
 	for k, v := range c.Metadata {
 		md[k] = v

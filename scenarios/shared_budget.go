@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // exhaustCap bounds the requests one exhaustion may send.
@@ -106,10 +106,10 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	// more admitted traffic, from the other subjects, proves coverage.
 	covered := SitesCovered(delta)
 	r.Fact("sites_covered_by_exhaustion", covered)
-	if len(covered) < len(fixtures.Sites) {
+	if len(covered) < len(deployment.Sites) {
 		extraBefore := after
 		var extra []Outcome
-		for i := 0; i < 2*len(fixtures.Sites) && len(SitesCovered(delta)) < len(fixtures.Sites); i++ {
+		for i := 0; i < 2*len(deployment.Sites) && len(SitesCovered(delta)) < len(deployment.Sites); i++ {
 			s := []string{appB, appC}[i%2]
 			extra = append(extra, env.Chat(ctx, ChatCall{Gateway: alternate(i / 2), Label: fmt.Sprintf("coverage-%d", i+1), Subject: s}))
 			snap, err := env.settledProviders(ctx)
@@ -126,7 +126,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 		r.Fact("coverage_extra_statuses", statuses(extra))
 		covered = SitesCovered(delta)
 	}
-	r.Check("admitted traffic covered all three provider sites (counted at the providers)", fixtures.Sites, covered, len(covered) == len(fixtures.Sites))
+	r.Check("admitted traffic covered all three provider sites (counted at the providers)", deployment.Sites, covered, len(covered) == len(deployment.Sites))
 
 	// The other two subjects are still admitted on both gateways.
 	for _, s := range []string{appB, appC} {
@@ -157,7 +157,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 
 // checkDenialHeaders checks a 429's quota headers: Retry-After and the reset within a window
 // plus a bucket, the limit equal to the capacity, the remaining tokens within [0, capacity].
-func checkDenialHeaders(r *Result, what string, o Outcome, p fixtures.Profile) {
+func checkDenialHeaders(r *Result, what string, o Outcome, p deployment.Profile) {
 	ok, missing := hasQuotaHeaders(o.Headers)
 	r.Check(what+": Retry-After and x-ratelimit-* headers present", "all four", missing, ok && o.Status == http.StatusTooManyRequests)
 	if !ok {

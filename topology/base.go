@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -36,7 +36,7 @@ type base struct {
 	// thread inside the valkey namespace); nil runs f directly.
 	inValkeyNet func(f func() error) error
 
-	gwAddrs map[string]fixtures.Addresses // each gateway's rendered addresses (for a new policy)
+	gwAddrs map[string]deployment.Addresses // each gateway's rendered addresses (for a new policy)
 }
 
 func newBase(spec Spec, engine string) base {
@@ -94,10 +94,10 @@ func (b *base) CollectLogs(dir string) error { return copyLogs(b.logDir(), dir) 
 
 // gatewayConfig renders and writes gateway name's config; it holds no secret (they are ${ENV}
 // references resolved from the environment GatewayEnv builds).
-func (b *base) gatewayConfig(name string, a fixtures.Addresses) (string, error) {
+func (b *base) gatewayConfig(name string, a deployment.Addresses) (string, error) {
 	b.mu.Lock()
 	if b.gwAddrs == nil {
-		b.gwAddrs = map[string]fixtures.Addresses{}
+		b.gwAddrs = map[string]deployment.Addresses{}
 	}
 	b.gwAddrs[name] = a
 	b.mu.Unlock()
@@ -107,7 +107,7 @@ func (b *base) gatewayConfig(name string, a fixtures.Addresses) (string, error) 
 // RestartGatewayWithPolicy restarts a gateway on the rule's policy of p (window, capacity,
 // estimate, lease), as one step of a rolling change; nil p restarts it on the run's own
 // profile again. The gateway's config file is <name>-policy.yaml while it runs p.
-func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *fixtures.Profile) error {
+func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
 	b.mu.Lock()
 	a, ok := b.gwAddrs[name]
 	c := b.comps[name]
@@ -133,7 +133,7 @@ func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *fix
 }
 
 // gatewayConfigAs renders gateway name's config into file <file>.yaml.
-func (b *base) gatewayConfigAs(name, file string, a fixtures.Addresses) (string, error) {
+func (b *base) gatewayConfigAs(name, file string, a deployment.Addresses) (string, error) {
 	y, err := b.spec.Deployment.GatewayConfig(name, a)
 	if err != nil {
 		return "", err
@@ -304,8 +304,8 @@ func isGateway(h string) bool { return h == HostGatewayA || h == HostGatewayB }
 // siteOf returns the provider site of a provider host (west, central, east).
 func siteOf(host string) string {
 	for i, p := range Providers {
-		if p == host && i < len(fixtures.Sites) {
-			return fixtures.Sites[i]
+		if p == host && i < len(deployment.Sites) {
+			return deployment.Sites[i]
 		}
 	}
 	return ""

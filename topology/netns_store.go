@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -92,11 +92,11 @@ func storeSentinelAddrs(addr func(string) string) []string {
 }
 
 // storeGatewayConfig renders the gateway's config on the group beside its usual one.
-func (t *netnsTopo) storeGatewayConfig(gateway string, a fixtures.Addresses, single string) error {
+func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses, single string) error {
 	if t.StoreGroupReason() != "" {
 		return nil
 	}
-	a.Store = &fixtures.StoreAddrs{MasterName: StoreMasterName, Sentinels: storeSentinelAddrs(t.hostAddr),
+	a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Sentinels: storeSentinelAddrs(t.hostAddr),
 		Replication: t.spec.StoreReplication}
 	path, err := t.gatewayConfigAs(gateway, gateway+"-store", a)
 	if err != nil {
@@ -112,7 +112,7 @@ func (t *netnsTopo) storeGatewayConfig(gateway string, a fixtures.Addresses, sin
 }
 
 func (t *netnsTopo) StoreGroupReason() string {
-	if t.spec.Deployment.Backend == fixtures.BackendMemory {
+	if t.spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
 	}
 	return ""

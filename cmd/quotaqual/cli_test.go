@@ -27,7 +27,9 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 var binary string
@@ -151,8 +153,8 @@ func TestRunRejectsBadUsageWithExitCode2(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			_, stderr, code := quotaqual(t, 30*time.Second, c.args...)
-			if code != ExitUsage {
-				t.Errorf("exit %d, want %d; stderr: %s", code, ExitUsage, stderr)
+			if code != wire.ExitUsage {
+				t.Errorf("exit %d, want %d; stderr: %s", code, wire.ExitUsage, stderr)
 			}
 			if !strings.Contains(stderr, c.want) {
 				t.Errorf("stderr %q does not name %q", stderr, c.want)
@@ -179,8 +181,8 @@ func TestRunExitsWith3WhenTheTopologyCannotComeUp(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != ExitTopology {
-		t.Fatalf("run without valkey-server: %v, want exit %d\nstderr: %s", err, ExitTopology, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != wire.ExitTopology {
+		t.Fatalf("run without valkey-server: %v, want exit %d\nstderr: %s", err, wire.ExitTopology, stderr.String())
 	}
 	if !strings.Contains(stderr.String()+stdout.String(), "valkey-server") {
 		t.Errorf("the error does not say valkey-server is missing:\n%s\n%s", stderr.String(), stdout.String())
@@ -310,8 +312,8 @@ func interruptRun(t *testing.T, sig syscall.Signal) {
 	}
 	err := cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != ExitFailed {
-		t.Fatalf("interrupted run: %v, want exit %d\nstderr: %s", err, ExitFailed, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != wire.ExitFailed {
+		t.Fatalf("interrupted run: %v, want exit %d\nstderr: %s", err, wire.ExitFailed, stderr.String())
 	}
 	var out runJSON
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
@@ -492,7 +494,7 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 // every run.
 func removeOwnImageAfterwards(t *testing.T) {
 	t.Helper()
-	tag, err := topology.QuotaqualImageTag(binary)
+	tag, err := images.QuotaqualImageTag(binary)
 	if err != nil {
 		t.Fatal(err)
 	}
