@@ -481,11 +481,14 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 			want[a.Name] = true
 		}
 	}
-	// Tokens held twice at once show only when a re-admission came while the split's holds
-	// still ran (6 s); a loaded machine can promote later than that.
+	// Tokens held twice at once, and holds missing from the promoted primary while in flight,
+	// show only when the re-admission came while the split's holds still ran (6 s); a loaded
+	// machine can promote later than that, and then the history's porcupine check is the
+	// evidence of the double spend.
 	if !factTrue(results[0].Facts, "readmitted_while_split_holds_ran") {
-		t.Logf("no re-admission while the split's holds ran: the peak cannot show the double spend this run")
+		t.Logf("no re-admission while the split's holds ran: only porcupine can show the double spend this run")
 		delete(want, "no token admitted twice: tokens held at once ≤ capacity")
+		delete(want, "no acknowledged reservation lost in the promotion")
 	}
 	for name, failed := range want {
 		if !failed {
@@ -493,7 +496,7 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 		}
 	}
 	for _, f := range results[0].Facts {
-		if f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
+		if factTrue(results[0].Facts, "readmitted_while_split_holds_ran") && f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
 			t.Errorf("the lost reservations are not named: %v", f.Value)
 		}
 	}
