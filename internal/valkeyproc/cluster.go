@@ -143,11 +143,21 @@ func (c *Cluster) form(ctx context.Context, o ClusterOptions) error {
 			return fmt.Errorf("valkeyproc: cluster node %d: CLUSTER REPLICATE primary %d: %w", i, primary, err)
 		}
 	}
-	for i := o.Primaries; i < len(c.Nodes); i++ {
+	// A replica counts for WAIT only once its primary lists it online, which may follow the
+	// replica's own "link up" by a moment: wait for the primaries' side.
+	for i := 0; i < o.Primaries && o.ReplicasPerPrimary > 0; i++ {
 		s := c.Nodes[i]
-		if err := waitFor(ctx, o.ReadyTimeout, fmt.Sprintf("cluster replica %d's initial sync", i), func(ctx context.Context) (bool, error) {
+		if err := waitFor(ctx, o.ReadyTimeout, fmt.Sprintf("cluster primary %d's replicas online", i), func(ctx context.Context) (bool, error) {
 			info, err := InfoVia(ctx, c.Dial, s.Addr(), c.password, "replication")
-			return err == nil && info["master_link_status"] == "up", err
+			if err != nil {
+				return false, err
+			}
+			for r := range o.ReplicasPerPrimary {
+				if !strings.Contains(info["slave"+strconv.Itoa(r)], "state=online") {
+					return false, fmt.Errorf("replica %d: %q", r, info["slave"+strconv.Itoa(r)])
+				}
+			}
+			return true, nil
 		}); err != nil {
 			return err
 		}
