@@ -78,6 +78,7 @@ func BenchmarkValkeyClusterReserve(b *testing.B) {
 	slices.Sort(three)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(micros(quantile(one, .50)), "single-p50-µs")
+	b.ReportMetric(micros(quantile(one, .99)), "single-p99-µs")
 	b.ReportMetric(micros(quantile(three, .50)), "cluster-p50-µs")
 	b.ReportMetric(micros(quantile(three, .99)), "cluster-p99-µs")
 	b.ReportMetric(float64(quantile(three, .50))/float64(quantile(one, .50)), "cluster/single-p50")

@@ -88,9 +88,9 @@ type KeyLocation struct {
 	NodeID string   `json:"node_id"` // its cluster node id; "" when not a cluster
 }
 
-// Locate reports the keys of rule q's quota key key, their slot and the node that owns it: the
-// primary CLUSTER SLOTS names on a cluster, or the one node otherwise. It asks the store, but
-// touches no quota state.
+// Locate reports the keys of rule q's quota key key (a gateway's is CompiledRule.Key(subject,
+// model)), their slot and the node that owns it: the primary CLUSTER SLOTS names on a cluster,
+// or the one node otherwise. It asks the store, but touches no quota state.
 func (v *Valkey) Locate(ctx context.Context, q *Quota, key string) (KeyLocation, error) {
 	if q == nil || len(q.Budgets) == 0 {
 		return KeyLocation{}, errors.New("ledger: Locate needs a quota with budgets")

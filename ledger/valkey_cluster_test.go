@@ -279,3 +279,31 @@ rules:
 		t.Fatalf("no subject of twelve on the node not given as a seed (%s): %v", c.NodeAddr(2), seen)
 	}
 }
+
+// One cluster node whose maxmemory-policy evicts refuses the whole cluster at connect, whatever
+// node a keyless CONFIG GET would have reached; allow_eviction accepts it.
+func TestClusterWithOneEvictingNodeIsRefused(t *testing.T) {
+	t.Parallel()
+	c := threePrimaries(t)
+	if _, err := valkeyproc.Do(t.Context(), c.NodeAddr(2), clusterPassword, "CONFIG", "SET", "maxmemory-policy", "volatile-lru"); err != nil {
+		t.Fatal(err)
+	}
+	q := &ledger.Quota{Rule: "evict", Lease: 30 * time.Second, Budgets: []ledger.Budget{{Window: 10 * time.Second, Capacity: 100}}}
+	for _, allow := range []bool{false, true} {
+		v, err := ledger.NewValkey(ledger.ValkeyOptions{Cluster: &ledger.ClusterOptions{Addresses: c.Addrs()[:1], Password: clusterPassword},
+			Namespace: "ev", Timeout: time.Second, AllowEviction: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 { // subjects on several shards: each call connects and checks anew until one succeeds
+			d, err := v.Reserve(t.Context(), q, fmt.Sprintf("k%d", i), 10)
+			switch {
+			case !allow && (err == nil || !strings.Contains(err.Error(), "volatile-lru")):
+				t.Fatalf("reserve k%d on a cluster with an evicting node: %+v, %v; want a refusal naming the policy", i, d, err)
+			case allow && (err != nil || !d.Admitted):
+				t.Fatalf("reserve k%d with allow_eviction: %+v, %v", i, d, err)
+			}
+		}
+		_ = v.Close()
+	}
+}
