@@ -307,3 +307,55 @@ func TestClusterWithOneEvictingNodeIsRefused(t *testing.T) {
 		_ = v.Close()
 	}
 }
+
+// A shard's primary dies: its subject's calls fail closed (never an admission) until the
+// cluster promotes the replica, then the ledger follows the new slot owner without a restart;
+// the old primary, restarted from its directory, rejoins as a replica.
+func TestClusterLedgerFollowsAPromotion(t *testing.T) {
+	t.Parallel()
+	c := valkeytest.StartCluster(t, 3, 1)
+	v, _ := newClusterLedger(t, c, ledger.Limits{})
+	q := &ledger.Quota{Rule: "promotion", Lease: time.Minute, Budgets: []ledger.Budget{{Window: time.Minute, Capacity: 1000}}}
+	ctx := t.Context()
+	subject := ""
+	for i := 0; subject == ""; i++ {
+		s := fmt.Sprintf("application-%d", i)
+		loc, err := v.Locate(ctx, q, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc.NodeID == c.NodeID(0) {
+			subject = s
+		}
+	}
+	if d, err := v.Reserve(ctx, q, subject, 1); err != nil || !d.Admitted {
+		t.Fatalf("reserve before the failure: %+v, %v", d, err)
+	}
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	until(t, 60*time.Second, "an admission after the promotion", func() (bool, error) {
+		d, err := v.Reserve(ctx, q, subject, 1)
+		if err != nil {
+			failed++
+			return false, err
+		}
+		return d.Admitted, nil
+	})
+	loc, err := v.Locate(ctx, q, subject)
+	if err != nil || loc.NodeID != c.NodeID(3) {
+		t.Fatalf("after the promotion %s is on %+v (%v); want primary 0's replica %s", subject, loc, err, c.NodeID(3))
+	}
+	t.Logf("%d calls failed closed before the promotion", failed)
+	if err := c.Nodes[0].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitOK(ctx, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 60*time.Second, "the old primary rejoining as a replica", func() (bool, error) {
+		role, _, err := valkeyproc.Role(ctx, c.Nodes[0])
+		return role == "slave", err
+	})
+}

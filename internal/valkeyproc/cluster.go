@@ -94,7 +94,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		if c.announce[i] != "" {
 			no.ExtraArgs = append(no.ExtraArgs, "--cluster-announce-ip", c.announce[i])
 		}
-		s, err := Start(ctx, no)
+		s, err := startClusterNode(ctx, no)
 		if err != nil {
 			return fail(fmt.Errorf("cluster node %d: %w", i, err))
 		}
@@ -107,6 +107,56 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		return fail(err)
 	}
 	return c, nil
+}
+
+// clusterBusOffset: a node's cluster bus listens on its port + 10000, so the port must be at
+// most 55535 (valkey-server exits otherwise) and both ports free.
+const clusterBusOffset = 10000
+
+// startClusterNode starts one node. For Port 0 it picks the port itself, because a random
+// ephemeral port is above 55535 about one time in five; a port lost to a race is picked anew.
+func startClusterNode(ctx context.Context, o Options) (*Server, error) {
+	if o.Port != 0 {
+		return Start(ctx, o)
+	}
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	var lastErr error
+	for range 5 {
+		p, err := clusterPort(host)
+		if err != nil {
+			return nil, err
+		}
+		o.Port = p
+		s, err := Start(ctx, o)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// clusterPort picks a free port on host whose cluster bus port is free and in range.
+func clusterPort(host string) (int, error) {
+	for range 100 {
+		p, err := freePort(host)
+		if err != nil {
+			return 0, err
+		}
+		if p > 65535-clusterBusOffset {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p+clusterBusOffset)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
+	}
+	return 0, fmt.Errorf("valkeyproc: no free port pair (port, port+%d) on %s", clusterBusOffset, host)
 }
 
 // form gives the nodes distinct config epochs (as valkey-cli does, so no collision needs
