@@ -59,54 +59,95 @@ type Cluster struct {
 // the replicas replicate their primaries and waits until every node reports cluster_state:ok
 // and knows every other node. On error, whatever started is killed.
 func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	o, err := o.withDefaults(len(o.Nodes))
+	if err != nil {
+		return nil, err
+	}
+	var nodes []*Server
+	for i, no := range o.Nodes {
+		no.Password, no.MasterAuth = o.Password, o.Password
+		no.ExtraArgs = append(append([]string{}, no.ExtraArgs...), o.NodeArgs(i)...)
+		s, err := startClusterNode(ctx, no)
+		if err != nil {
+			for _, s := range nodes {
+				_ = s.Kill()
+			}
+			return nil, fmt.Errorf("cluster node %d: %w", i, err)
+		}
+		nodes = append(nodes, s)
+	}
+	c, err := FormCluster(ctx, nodes, o)
+	if err != nil {
+		for _, s := range nodes {
+			_ = s.Kill()
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// FormCluster makes a cluster of nodes that run already, each started with o.NodeArgs (an
+// engine that starts them itself, e.g. in containers, passes Remote servers and a Dial), in
+// o.Nodes order, and waits for cluster_state:ok. o.Nodes is not used.
+func FormCluster(ctx context.Context, nodes []*Server, o ClusterOptions) (*Cluster, error) {
+	o, err := o.withDefaults(len(nodes))
+	if err != nil {
+		return nil, err
+	}
+	n := len(nodes)
+	c := &Cluster{Nodes: nodes, Primaries: o.Primaries, Dial: o.Dial, announce: make([]string, n), ids: make([]string, n), password: o.Password}
+	copy(c.announce, o.AnnounceHosts)
+	if err := c.form(ctx, o); err != nil {
+		return nil, err
+	}
+	if err := c.WaitOK(ctx, o.ReadyTimeout); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// withDefaults fills in the defaults and checks that n nodes make the cluster o describes.
+func (o ClusterOptions) withDefaults(n int) (ClusterOptions, error) {
 	if o.Primaries == 0 {
 		o.Primaries = 3
 	}
 	if o.NodeTimeout == 0 {
-		o.NodeTimeout = 2 * time.Second
+		o.NodeTimeout = defaultNodeTimeout
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 60 * time.Second
 	}
-	n := o.Primaries * (1 + o.ReplicasPerPrimary)
+	want := o.Primaries * (1 + o.ReplicasPerPrimary)
 	switch {
 	case o.Primaries < 1 || o.Primaries > ClusterSlots || o.ReplicasPerPrimary < 0:
-		return nil, fmt.Errorf("valkeyproc: a cluster needs 1 or more primaries and 0 or more replicas per primary (got %d and %d)", o.Primaries, o.ReplicasPerPrimary)
-	case len(o.Nodes) != n:
-		return nil, fmt.Errorf("valkeyproc: a cluster of %d primaries with %d replicas each needs %d node options (Nodes), got %d", o.Primaries, o.ReplicasPerPrimary, n, len(o.Nodes))
+		return o, fmt.Errorf("valkeyproc: a cluster needs 1 or more primaries and 0 or more replicas per primary (got %d and %d)", o.Primaries, o.ReplicasPerPrimary)
+	case n != want:
+		return o, fmt.Errorf("valkeyproc: a cluster of %d primaries with %d replicas each needs %d nodes (Nodes), got %d", o.Primaries, o.ReplicasPerPrimary, want, n)
 	case len(o.AnnounceHosts) != 0 && len(o.AnnounceHosts) != n:
-		return nil, fmt.Errorf("valkeyproc: AnnounceHosts lists %d addresses for %d nodes", len(o.AnnounceHosts), n)
+		return o, fmt.Errorf("valkeyproc: AnnounceHosts lists %d addresses for %d nodes", len(o.AnnounceHosts), n)
 	}
-	c := &Cluster{Primaries: o.Primaries, Dial: o.Dial, announce: make([]string, n), ids: make([]string, n), password: o.Password}
-	copy(c.announce, o.AnnounceHosts)
-	fail := func(err error) (*Cluster, error) {
-		c.Kill()
-		return nil, err
+	return o, nil
+}
+
+const defaultNodeTimeout = 2 * time.Second
+
+// NodeArgs are the valkey-server arguments that make node i a cluster node (besides the
+// password, which Options keeps off the command line).
+func (o ClusterOptions) NodeArgs(i int) []string {
+	timeout := o.NodeTimeout
+	if timeout == 0 {
+		timeout = defaultNodeTimeout
 	}
-	for i, no := range o.Nodes {
-		no.Password, no.MasterAuth = o.Password, o.Password
-		no.ExtraArgs = append(append([]string{}, no.ExtraArgs...),
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf", // in the node's Dir, so a restart keeps its identity
-			"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
-			"--repl-diskless-sync-delay", "0", // see StartReplicated
-		)
-		if c.announce[i] != "" {
-			no.ExtraArgs = append(no.ExtraArgs, "--cluster-announce-ip", c.announce[i])
-		}
-		s, err := startClusterNode(ctx, no)
-		if err != nil {
-			return fail(fmt.Errorf("cluster node %d: %w", i, err))
-		}
-		c.Nodes = append(c.Nodes, s)
+	args := []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", // in the node's Dir, so a restart keeps its identity
+		"--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10),
+		"--repl-diskless-sync-delay", "0", // see StartReplicated
 	}
-	if err := c.form(ctx, o); err != nil {
-		return fail(err)
+	if i < len(o.AnnounceHosts) && o.AnnounceHosts[i] != "" {
+		args = append(args, "--cluster-announce-ip", o.AnnounceHosts[i])
 	}
-	if err := c.WaitOK(ctx, o.ReadyTimeout); err != nil {
-		return fail(err)
-	}
-	return c, nil
+	return args
 }
 
 // clusterBusOffset: a node's cluster bus listens on its port + 10000, so the port must be at

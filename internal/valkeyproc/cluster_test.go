@@ -3,8 +3,10 @@ package valkeyproc_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,7 +132,7 @@ func waitUntil(t *testing.T, within time.Duration, what string, f func() error) 
 
 func TestStartClusterRefusesAMismatchedNodeList(t *testing.T) {
 	_, err := valkeyproc.StartCluster(t.Context(), valkeyproc.ClusterOptions{Primaries: 3, Nodes: []valkeyproc.Options{{Dir: t.TempDir()}}})
-	if err == nil || !strings.Contains(err.Error(), "needs 3 node options") {
+	if err == nil || !strings.Contains(err.Error(), "needs 3 nodes") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -160,4 +162,35 @@ func BenchmarkStartCluster(b *testing.B) {
 			c.Kill()
 		}
 	})
+}
+
+// FormCluster makes a cluster of nodes started elsewhere (as an engine starts containers):
+// known only by address, every question through the engine's dialer.
+func TestFormClusterOfRemoteNodesThroughADialer(t *testing.T) {
+	t.Parallel()
+	const pw = "form-canary-pw"
+	o := valkeyproc.ClusterOptions{Primaries: 3, Password: pw}
+	var remote []*valkeyproc.Server
+	for i := range 3 {
+		s := valkeytest.Start(t, valkeytest.WithPassword(pw), func(no *valkeyproc.Options) {
+			no.ExtraArgs = append(no.ExtraArgs, o.NodeArgs(i)...)
+		})
+		remote = append(remote, valkeyproc.Remote(s.Host(), s.Port(), pw))
+	}
+	var dials atomic.Int64
+	o.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	c, err := valkeyproc.FormCluster(t.Context(), remote, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dials.Load() == 0 {
+		t.Fatal("FormCluster did not use the dialer")
+	}
+	if _, err := valkeyproc.Do(t.Context(), c.NodeAddr(2), pw, "SET", "{a}x", "1"); err != nil {
+		t.Fatalf("SET on the owner of slot 15495: %v", err)
+	}
 }
