@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,7 +116,7 @@ func (v *Valkey) Locate(ctx context.Context, q *Quota, key string) (KeyLocation,
 		}
 		return loc, nil
 	}
-	slots, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+	slots, err := clusterSlots(ctx, c)
 	if err != nil {
 		return loc, v.fail("locate", fmt.Errorf("CLUSTER SLOTS: %w", err))
 	}
@@ -139,4 +141,23 @@ func (v *Valkey) Locate(ctx context.Context, q *Quota, key string) (KeyLocation,
 		return loc, nil
 	}
 	return loc, v.fail("locate", fmt.Errorf("CLUSTER SLOTS names no node for slot %d", loc.Slot))
+}
+
+// clusterSlots asks the nodes the client knows, in address order, for CLUSTER SLOTS until one
+// answers: a keyless command would go to a node at random, possibly one that is down.
+func clusterSlots(ctx context.Context, c valkey.Client) ([]valkey.ValkeyMessage, error) {
+	nodes := c.Nodes()
+	var lastErr error
+	for _, addr := range slices.Sorted(maps.Keys(nodes)) {
+		n := nodes[addr]
+		slots, err := n.Do(ctx, n.B().ClusterSlots().Build()).ToArray()
+		if err == nil {
+			return slots, nil
+		}
+		lastErr = err
+	}
+	if lastErr == nil {
+		lastErr = errors.New("the client knows no node")
+	}
+	return nil, lastErr
 }

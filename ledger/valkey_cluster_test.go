@@ -343,10 +343,14 @@ func TestClusterLedgerFollowsAPromotion(t *testing.T) {
 		}
 		return d.Admitted, nil
 	})
-	loc, err := v.Locate(ctx, q, subject)
-	if err != nil || loc.NodeID != c.NodeID(3) {
-		t.Fatalf("after the promotion %s is on %+v (%v); want primary 0's replica %s", subject, loc, err, c.NodeID(3))
-	}
+	// Each node learns of the promotion by gossip: the one Locate asks may lag a moment.
+	until(t, 30*time.Second, "Locate naming the promoted replica", func() (bool, error) {
+		loc, err := v.Locate(ctx, q, subject)
+		if err == nil && loc.NodeID != c.NodeID(3) {
+			err = fmt.Errorf("on %s (%s); want primary 0's replica %s", loc.Node, loc.NodeID, c.NodeID(3))
+		}
+		return err == nil, err
+	})
 	t.Logf("%d calls failed closed before the promotion", failed)
 	if err := c.Nodes[0].Restart(ctx); err != nil {
 		t.Fatal(err)
