@@ -27,8 +27,9 @@
 // Bounds: max_key_length and estimates are checked before any store call. max_keys and
 // max_active_reservations bound the quota keys and in-flight reservations one ledger instance
 // (one gateway) tracks; in the store, every key of one quota key lives in one hash slot and
-// expires after its longest window plus its lease, and live reservations per key are bounded by
-// capacity (each holds at least one token).
+// expires its longest window plus its lease after its last write (the fast paths renew a TTL
+// with a slack of an eighth of that, at most a minute, to touch it less often), and live
+// reservations per key are bounded by capacity (each holds at least one token).
 package ledger
 
 import (

@@ -99,7 +99,10 @@ local foreign = {}
 local newM = nil
 do
   local known, order = {}, {}
-  local M = redis.call('HGET', A, 'M')
+  local M = r[rm] -- read by state in the head when the fast path needed it
+  if names[rm] ~= 'M' then
+    M = redis.call('HGET', A, 'M')
+  end
   if M then
     for w, k in string.gmatch(M, '(%d+):(%d+)') do
       known[tonumber(w)] = tonumber(k)
@@ -187,8 +190,8 @@ local function load(r, extra)
     end
   end
   local x = nil
-  if extra and r[o + 2 * #windows + 1] then
-    x = r[o + 2 * #windows + 1]
+  if extra and r[rm - 2] then
+    x = r[rm - 2]
   end
   return valid, x
 end
@@ -501,6 +504,10 @@ local function commit(write, touch, touchd, extra)
   if rdirty then
     f[#f + 1] = '#'
     f[#f + 1] = idx(reserved)
+    if reserved <= 0 then
+      f[#f + 1] = 'xd' -- KEYS[2] is gone with its last reservation (see 'xd' in the head)
+      f[#f + 1] = '0'
+    end
   end
   if edirty then
     f[#f + 1] = 'e'

@@ -6,18 +6,38 @@
 -- from the same read. The fast paths are the general path's own arithmetic with everything
 -- known to be a no-op left out: no lease ran out, no watermark moves, no bucket is newer than
 -- now.
+-- The globals the fast paths use, read once (each use of a global is a table lookup).
+local tonumber, ARGV, KEYS, format = tonumber, ARGV, KEYS, string.format
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local floor = math.floor
 local A, D = KEYS[1], KEYS[2]
-local nwd = tonumber(ARGV[3]) -- width i: ARGV[2 + 2i] width_ms, ARGV[3 + 2i] max_window_ms
+local nwd = #KEYS - 3 -- width i: ARGV[2 + 2i] width_ms, ARGV[3 + 2i] max_window_ms
 local X = KEYS[3 + nwd] -- tombstone expiries (see common.lua)
 local wbase = 4 + 2 * nwd -- ARGV[wbase] nwindows; window j: ARGV[wbase - 1 + 2j] window_ms,
 local nwin = tonumber(ARGV[wbase]) -- ARGV[wbase + 2j] its width slot
 local base = wbase + 2 * nwin
 
+-- Each number the fast paths use is converted from its ARGV text once, here: a conversion is
+-- a strtod of some thousand instructions, and with the commands and the string interning the
+-- bulk of a fast path's time. Width i: wcur[i] now's bucket. Window j: jlo[j] its low end at
+-- now (the oldest bucket it counts), jreset[j] when all of it would have left the window if
+-- now's bucket were its newest (ms from now).
+local wcur, jlo, jreset = {}, {}, {}
+for i = 1, nwd do
+  wcur[i] = floor(now / tonumber(ARGV[2 + 2 * i]))
+end
+for j = 1, nwin do
+  local win, s = tonumber(ARGV[wbase - 1 + 2 * j]), 1
+  if nwd > 1 then
+    s = tonumber(ARGV[wbase + 2 * j])
+  end
+  local w = tonumber(ARGV[2 + 2 * s])
+  jlo[j], jreset[j] = floor((now - win) / w), (wcur[s] + 1) * w + win - now
+end
+
 local function idx(n)
-  return string.format('%d', n)
+  return format('%d', n)
 end
 
 -- extend gives key a TTL of ttl ms unless it already has a longer one. Two policies for one
@@ -32,9 +52,13 @@ local function extend(key, ttl)
 end
 
 -- state reads '#', 'e', 'v', then h<w> per width, then t<W>, l<W> per window, then extra (a
--- reservation id) and its tombstone '~'..extra when given. A missing field reads false.
-local function state(extra)
+-- reservation id) and its tombstone '~'..extra when given, then the fields m1, m2 a script's
+-- fast path also needs, at r[rm], r[rm + 1]. A missing field reads false. names[k] is the
+-- field r[k] holds.
+local rm, names
+local function state(extra, m1, m2)
   local f = { '#', 'e', 'v' }
+  names = f
   for i = 1, nwd do
     f[3 + i] = 'h' .. ARGV[2 + 2 * i]
   end
@@ -44,36 +68,37 @@ local function state(extra)
     f[o + 2 * j - 1] = 't' .. ws
     f[o + 2 * j] = 'l' .. ws
   end
+  rm = o + 2 * nwin + 1
   if extra then
-    f[o + 2 * nwin + 1] = extra
-    f[o + 2 * nwin + 2] = '~' .. extra
+    f[rm] = extra
+    f[rm + 1] = '~' .. extra
+    rm = rm + 2
   end
+  f[rm], f[rm + 1] = m1, m2
   return redis.call('HMGET', A, unpack(f))
 end
 
 -- current reports whether state r holds this quota's totals, exact at now: 'v' is this
 -- quota's signature, no lease can have run out ('e' > now), no bucket is newer than now, and
--- every window's watermark is its low end at now. Then window j counts exactly t<W_j>.
+-- every window's watermark is its low end at now. Then window j counts exactly t<W_j>. It
+-- returns 'e' (a number) when they are, nil otherwise.
 local function current(r)
-  if r[3] ~= ARGV[2] or not r[2] or tonumber(r[2]) <= now then
-    return false
+  local e = r[3] == ARGV[2] and r[2] and tonumber(r[2])
+  if not e or e <= now then
+    return nil
   end
   for i = 1, nwd do
     local h = r[3 + i]
-    if not h or tonumber(h) > floor(now / tonumber(ARGV[2 + 2 * i])) then
-      return false
+    if not h or tonumber(h) > wcur[i] then
+      return nil
     end
   end
   local o = 3 + nwd
   for j = 1, nwin do
     local l = r[o + 2 * j]
-    if not r[o + 2 * j - 1] or not l then
-      return false
-    end
-    local w = tonumber(ARGV[2 + 2 * tonumber(ARGV[wbase + 2 * j])])
-    if tonumber(l) ~= floor((now - tonumber(ARGV[wbase - 1 + 2 * j])) / w) then
-      return false
+    if not r[o + 2 * j - 1] or not l or tonumber(l) ~= jlo[j] then
+      return nil
     end
   end
-  return true
+  return e
 end

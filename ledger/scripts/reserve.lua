@@ -11,43 +11,64 @@ local est = tonumber(ARGV[base + 1])
 local lease = tonumber(ARGV[base + 2])
 local id = ARGV[base + 3]
 local nb = tonumber(ARGV[base + 4])
-local r = state(id)
+local r = state(id, 'xa', 'xd')
 
 -- Fast path: the totals are current and the id is new. Admit when the estimate fits every
 -- window; a denial (which needs the buckets for its retry-after) takes the general path.
-if current(r) and not r[4 + nwd + 2 * nwin] and not r[5 + nwd + 2 * nwin] then
-  local held = tonumber(r[1] or '0') + est
+-- The fast path renews a TTL only when it could run out within ttl: KEYS[1]'s 'xa' and 'xd'
+-- are lower bounds of the expiry of KEYS[1] and KEYS[2] (store clock, ms). A renewal sets the
+-- TTL to ttl plus a slack (an eighth of ttl, at most a minute) and records the new bound, so a
+-- key in steady use gets one PEXPIRE per slack instead of one per call, and lives at least ttl
+-- after every write (at most ttl plus the slack). 'xa' lives in the hash it describes: it goes
+-- when the hash goes. KEYS[2] is deleted when its last reservation leaves ('#' drops to 0, and
+-- every call that does so writes 'xd' 0), so 'xd' only counts while '#' > 0.
+local e = current(r)
+if e and not r[rm - 2] and not r[rm - 1] then
+  local before = tonumber(r[1] or '0')
+  local held = before + est
   local o = 3 + nwd
-  local fits = true
+  local out = { 1, 0, 0 }
   for i = 1, nb do
-    local j = tonumber(ARGV[base + 3 + 2 * i])
-    if tonumber(r[o + 2 * j - 1]) + held > tonumber(ARGV[base + 4 + 2 * i]) then
-      fits = false
+    local j = 1
+    if nwin > 1 then
+      j = tonumber(ARGV[base + 3 + 2 * i])
+    end
+    local remaining = tonumber(ARGV[base + 4 + 2 * i]) - tonumber(r[o + 2 * j - 1]) - held
+    if remaining < 0 then
+      out = nil -- does not fit
       break
     end
+    -- live reservations count as usage settled now: the newest bucket is now's
+    out[2 + 2 * i], out[3 + 2 * i] = remaining, jreset[j]
   end
-  if fits then
-    local out = { 1, 0, 0 }
-    for i = 1, nb do
-      local j = tonumber(ARGV[base + 3 + 2 * i])
-      local remaining = tonumber(ARGV[base + 4 + 2 * i]) - tonumber(r[o + 2 * j - 1]) - held
-      if remaining < 0 then
-        remaining = 0
-      end
-      -- live reservations count as usage settled now: the newest bucket is now's
-      local w = tonumber(ARGV[2 + 2 * tonumber(ARGV[wbase + 2 * j])])
-      out[2 + 2 * i] = remaining
-      out[3 + 2 * i] = (floor(now / w) + 1) * w + tonumber(ARGV[wbase - 1 + 2 * j]) - now
-    end
+  if out then
     local dl = now + lease
-    redis.call('ZADD', D, idx(dl), id)
-    if dl < tonumber(r[2]) then
-      redis.call('HSET', A, id, ARGV[base + 1], '#', idx(held), 'e', idx(dl))
-    else
-      redis.call('HSET', A, id, ARGV[base + 1], '#', idx(held))
+    local dls = idx(dl)
+    redis.call('ZADD', D, dls, id)
+    local f = { id, ARGV[base + 1], '#', idx(held) }
+    if dl < e then
+      f[5], f[6] = 'e', dls
     end
-    extend(A, ARGV[1])
-    extend(D, ARGV[1])
+    -- TTLs (see the marks 'xa' and 'xd' above): renewed only when they could run out within
+    -- ttl, then to ttl plus a slack, and the new lower bound recorded.
+    local ttl = tonumber(ARGV[1])
+    local need = now + ttl
+    local ext, mark = ttl + math.min(floor(ttl / 8), 60000), nil
+    if tonumber(r[rm] or 0) < need then
+      extend(A, ext)
+      mark = idx(now + ext - 10) -- 10 ms below: PEXPIRE counts from the call's start
+      f[#f + 1], f[#f + 2] = 'xa', mark
+    end
+    if before <= 0 then
+      -- No reservation was held: KEYS[2] was empty, so this call created it (or it holds only
+      -- ids without a hold, which nothing charges): its TTL is ours to set, in one command.
+      redis.call('PEXPIRE', D, ext)
+      f[#f + 1], f[#f + 2] = 'xd', mark or idx(now + ext - 10)
+    elseif tonumber(r[rm + 1] or 0) < need then
+      extend(D, ext)
+      f[#f + 1], f[#f + 2] = 'xd', mark or idx(now + ext - 10)
+    end
+    redis.call('HSET', A, unpack(f))
     return out
   end
 end
@@ -55,7 +76,7 @@ end
 -- @common
 
 local held_before, swept = prepare(r, id)
-if not held_before and ((gone and gone[id]) or tombof(r[5 + nwd + 2 * nwin])) then
+if not held_before and ((gone and gone[id]) or tombof(r[rm - 1])) then
   commit(swept, false, false)
   return { -1 }
 end

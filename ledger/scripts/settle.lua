@@ -4,45 +4,45 @@
 -- above that estimate: only the overage is charged; {0} otherwise (settled before, expired with
 -- usage at most its estimate, or never seen: then a tombstone refuses a later reserve of the id).
 local id = ARGV[base + 1]
-local r = state(id)
+local r = state(id, 'M')
 
 -- Fast path: the totals are current and the reservation is live. Charge the bucket of now in
 -- every width hash and every window's total (each window's watermark is its low end, at or
 -- before now's bucket).
-local est = r[4 + nwd + 2 * nwin]
+local est = r[rm - 2]
 
--- foreignwidths reports whether another policy for this rule declared a bucket width this
--- quota lacks ('M', see common.lua): then the charge must go there too, on the general path.
-local function foreignwidths()
-  local M = redis.call('HGET', A, 'M')
-  if not M then
-    return false
+-- otherwidths: another policy for this rule declared a bucket width this quota lacks ('M', see
+-- common.lua): then the charge must go there too, on the general path. With the totals this
+-- quota's ('v'), 'M' lists every width of this quota (the call that made them so wrote both),
+-- so it names another width exactly when it lists more than nwd.
+local otherwidths = false
+if r[rm] then
+  local n, at = 1, string.find(r[rm], ',', 1, true)
+  while at do
+    n = n + 1
+    at = string.find(r[rm], ',', at + 1, true)
   end
-  for w in string.gmatch(M, '(%d+):') do
-    local own = false
-    for i = 1, nwd do
-      own = own or ARGV[2 + 2 * i] == w
-    end
-    if not own then
-      return true
-    end
-  end
-  return false
+  otherwidths = n > nwd
 end
 
-if est and current(r) and not foreignwidths() then
+if est and not otherwidths and current(r) then
   redis.call('HDEL', A, id)
   redis.call('ZREM', D, id)
   local charged = est
   if ARGV[base + 2] == '1' then
     charged = ARGV[base + 3]
   end
-  local c = tonumber(charged)
-  local f = { '#', idx(tonumber(r[1] or '0') - tonumber(est)) }
+  local c, e = tonumber(charged), tonumber(est)
+  local held = tonumber(r[1] or '0') - e
+  local f = { '#', idx(held) }
+  if held <= 0 then
+    f[3], f[4] = 'xd', '0' -- KEYS[2] held only this reservation: it is gone (see the head)
+  end
   if c ~= 0 then
     for i = 1, nwd do
-      local cur = floor(now / tonumber(ARGV[2 + 2 * i]))
-      if tonumber(redis.call('HINCRBY', KEYS[2 + i], idx(cur), charged)) == c then
+      local cur = wcur[i]
+      local b = idx(cur)
+      if redis.call('HINCRBY', KEYS[2 + i], b, charged) == c then
         -- A new bucket (counts are positive): renew the hash's TTL. An existing bucket b was
         -- created at a time >= b * width under a TTL >= width + longest window, or existed
         -- when the totals became this quota's (a rebuild renewed every hash's TTL) and no
@@ -50,18 +50,17 @@ if est and current(r) and not foreignwidths() then
         extend(KEYS[2 + i], ARGV[1])
       end
       if cur > tonumber(r[3 + i]) then
-        f[#f + 1] = 'h' .. ARGV[2 + 2 * i]
-        f[#f + 1] = idx(cur)
+        f[#f + 1], f[#f + 2] = names[3 + i], b
       end
     end
+    local o = 3 + nwd
     for j = 1, nwin do
-      f[#f + 1] = 't' .. ARGV[wbase - 1 + 2 * j]
-      f[#f + 1] = idx(tonumber(r[3 + nwd + 2 * j - 1]) + c)
+      f[#f + 1], f[#f + 2] = names[o + 2 * j - 1], idx(tonumber(r[o + 2 * j - 1]) + c)
     end
   end
   -- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease needs.
   redis.call('HSET', A, unpack(f))
-  return { 1, c, tonumber(est) }
+  return { 1, c, e }
 end
 
 -- @common
@@ -69,7 +68,7 @@ end
 local swept
 est, swept = prepare(r, id)
 if not est then
-  local tomb = (gone and gone[id]) or tombof(r[5 + nwd + 2 * nwin])
+  local tomb = (gone and gone[id]) or tombof(r[rm - 1])
   local over = 0
   if tomb == nil then
     entomb({ id, '-' })
@@ -78,7 +77,7 @@ if not est then
     if ARGV[base + 2] == '1' then
       over = math.max(0, tonumber(ARGV[base + 3]) - tonumber(tomb))
     end
-    local exp = string.match(r[5 + nwd + 2 * nwin] or '', ':(%d+)$') or idx(now + tonumber(ttl))
+    local exp = string.match(r[rm - 1] or '', ':(%d+)$') or idx(now + tonumber(ttl))
     redis.call('HSET', A, '~' .. id, '-:' .. exp)
     if over > 0 then
       for _, wd in ipairs(widths) do
