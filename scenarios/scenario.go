@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
@@ -40,6 +41,13 @@ type Scenario struct {
 	Summary   string // what it proves, one line
 	Invariant string // which invariant: "hard gate: …" or "meter: …"
 	Needs     []Need
+	// Exclusive says why the scenario must have the topology to itself — it pulls a fault
+	// lever (restarts or kills a gateway, stops the store or cuts a gateway off from it, moves
+	// the gateways to another store or policy) or loads the machine on purpose — and is empty
+	// for a scenario that only sends its own principals' requests and reads its own keys, which
+	// then runs side by side with the other such scenarios. An exclusive scenario hands the
+	// topology back early with Env.ShareTopology once its lever is released.
+	Exclusive string
 	Run       func(ctx context.Context, env *Env) *Result
 }
 
@@ -221,67 +229,78 @@ func short(v any) string {
 	return s
 }
 
-// Run runs the scenarios in order and always returns one result per scenario. A panic or an
-// operational error fails that scenario (its partial facts kept); a scenario needing a lever
-// the topology lacks is skipped with the reason; once ctx is cancelled the remaining
-// scenarios are skipped as "interrupted".
+// Run runs the scenarios and always returns one result per scenario, in list order. Scenarios
+// that pull no lever run side by side (see schedule.go); each exclusive one has the topology to
+// itself. A panic or an operational error fails that scenario (its partial facts kept); a
+// scenario needing a lever the topology lacks is skipped with the reason; once ctx is
+// cancelled the scenarios not yet started are skipped as "interrupted". env.Finished, when
+// set, gets each result as soon as it is decided.
 func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResult {
-	out := make([]evidence.ScenarioResult, 0, len(list))
+	out := make([]evidence.ScenarioResult, len(list))
 	var caps topology.Capabilities
 	if env != nil && env.Topo != nil {
 		caps = env.Topo.Capabilities()
 	}
-	for _, sc := range list {
-		res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
-			Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
-		if err := ctx.Err(); err != nil {
-			res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
-			out = append(out, res)
-			continue
+	var finishedMu sync.Mutex
+	schedule(list, func(i int, share func()) {
+		out[i] = runScenario(ctx, env, list[i], caps, share)
+		if env != nil && env.Finished != nil {
+			finishedMu.Lock()
+			env.Finished(out[i])
+			finishedMu.Unlock()
 		}
-		if reason := missingNeed(sc.Needs, caps); reason != "" {
-			res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
-			out = env.progressed(sc.Name, out, res)
-			continue
-		}
-		env.progress(sc.Name + ": running")
-		start := time.Now()
-		r := runOne(ctx, env, sc)
-		res.Elapsed = time.Since(start)
-		res.Facts = append(res.Facts, r.facts...)
-		if len(r.faults) > 0 {
-			res.Facts = append(res.Facts, evidence.Fact{Name: evidence.FaultWindowsFact, Value: r.faults})
-		}
-		res.Assertions = append(res.Assertions, r.assertions...)
-		res.KeyFact = r.keyFact
-		res.Status, res.Reason = r.verdict()
-		if ctx.Err() != nil && res.Status != evidence.Skipped {
-			// Cut short: the verdict was not reached, and checks that failed after the
-			// interruption failed because of it. Everything recorded is kept.
-			reason := "interrupted while running: partial facts and checks kept"
-			if res.Status == evidence.Failed {
-				reason += " (" + firstLine(res.Reason) + ")"
-			}
-			res.Status, res.Reason = evidence.Skipped, reason
-		}
-		if res.KeyFact == "" {
-			res.KeyFact = string(res.Status)
-			if res.Reason != "" {
-				res.KeyFact = firstLine(res.Reason)
-			}
-		}
-		out = env.progressed(sc.Name, out, res)
-	}
+	})
 	return out
 }
 
-func (env *Env) progressed(name string, out []evidence.ScenarioResult, res evidence.ScenarioResult) []evidence.ScenarioResult {
+// runScenario runs one scenario (or skips it) and turns its Result into the evidence's form.
+func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities, share func()) evidence.ScenarioResult {
+	res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
+		Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
+	if err := ctx.Err(); err != nil {
+		res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
+		return res
+	}
+	if reason := missingNeed(sc.Needs, caps); reason != "" {
+		res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
+		return env.progressed(sc.Name, res)
+	}
+	env.progress(sc.Name + ": running")
+	start := time.Now()
+	r := runOne(ctx, env, sc, share)
+	res.Elapsed = time.Since(start)
+	res.Facts = append(res.Facts, r.facts...)
+	if len(r.faults) > 0 {
+		res.Facts = append(res.Facts, evidence.Fact{Name: evidence.FaultWindowsFact, Value: r.faults})
+	}
+	res.Assertions = append(res.Assertions, r.assertions...)
+	res.KeyFact = r.keyFact
+	res.Status, res.Reason = r.verdict()
+	if ctx.Err() != nil && res.Status != evidence.Skipped {
+		// Cut short: the verdict was not reached, and checks that failed after the
+		// interruption failed because of it. Everything recorded is kept.
+		reason := "interrupted while running: partial facts and checks kept"
+		if res.Status == evidence.Failed {
+			reason += " (" + firstLine(res.Reason) + ")"
+		}
+		res.Status, res.Reason = evidence.Skipped, reason
+	}
+	if res.KeyFact == "" {
+		res.KeyFact = string(res.Status)
+		if res.Reason != "" {
+			res.KeyFact = firstLine(res.Reason)
+		}
+	}
+	return env.progressed(sc.Name, res)
+}
+
+func (env *Env) progressed(name string, res evidence.ScenarioResult) evidence.ScenarioResult {
 	msg := fmt.Sprintf("%s: %s (%s)", name, res.Status, res.Elapsed.Round(time.Millisecond))
 	if res.Reason != "" {
 		msg += ": " + firstLine(res.Reason)
 	}
 	env.progress(msg)
-	return append(out, res)
+	return res
 }
 
 func firstLine(s string) string {
@@ -324,8 +343,9 @@ func orUnknown(s string) string {
 
 // runOne runs one scenario under a deadline derived from the profile and turns a panic into
 // a failure that keeps the partial facts.
-func runOne(ctx context.Context, env *Env, sc Scenario) (r *Result) {
+func runOne(ctx context.Context, env *Env, sc Scenario, share func()) (r *Result) {
 	e := env.forScenario(sc.Name)
+	e.share = share
 	sctx, cancel := context.WithTimeout(ctx, scenarioDeadline(e.Profile))
 	defer cancel()
 	defer func() {

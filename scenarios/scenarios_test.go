@@ -193,8 +193,10 @@ func TestRun(t *testing.T) {
 	})
 	t.Run("cancellation skips the remaining scenarios as interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
+		first := fake("first", nil, func(ctx context.Context, env *Env) *Result { cancel(); return pass(ctx, env) })
+		first.Exclusive = "runs alone, so the others start after it"
 		res := Run(ctx, testEnv(topology.Capabilities{}), []Scenario{
-			fake("first", nil, func(ctx context.Context, env *Env) *Result { cancel(); return pass(ctx, env) }),
+			first,
 			fake("second", nil, pass),
 			fake("third", nil, pass),
 		})
