@@ -94,7 +94,7 @@ func (o *Options) Validate() error {
 	if _, err := fixtures.ProfileByName(o.Profile); err != nil {
 		return &UsageError{fmt.Errorf("--profile: %w", err)}
 	}
-	if _, err := scenarios.Select(o.Scenarios); err != nil {
+	if _, err := scenarios.ForProfile(o.Profile, o.Scenarios); err != nil {
 		return &UsageError{fmt.Errorf("--scenario: %w", err)}
 	}
 	switch o.Bundle {
@@ -139,7 +139,7 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	out := Outcome{RunID: o.RunID}
 	profile, _ := fixtures.ProfileByName(o.Profile)
-	list, _ := scenarios.Select(o.Scenarios)
+	list, _ := scenarios.ForProfile(profile.Name, o.Scenarios)
 	names := make([]string, len(list))
 	for i, s := range list {
 		names[i] = s.Name
@@ -336,7 +336,7 @@ func finish(w *evidence.Writer, m *evidence.Manifest, results []evidence.Scenari
 	return nil
 }
 
-// scenarioStep names the scenario step: how many, and how many run alone.
+// scenarioStep names the scenario step: how many run side by side and how many alone.
 func scenarioStep(list []scenarios.Scenario) string {
 	alone := 0
 	for _, s := range list {
@@ -344,7 +344,7 @@ func scenarioStep(list []scenarios.Scenario) string {
 			alone++
 		}
 	}
-	return fmt.Sprintf("%d scenarios (%d pull a lever and run alone, the rest side by side)", len(list), alone)
+	return fmt.Sprintf("%d scenarios: %d side by side, %d alone (a lever or a load)", len(list), len(list)-alone, alone)
 }
 
 // runVerdict is the scenario step's verdict: failed when any scenario failed.

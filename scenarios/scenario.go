@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,7 +49,10 @@ type Scenario struct {
 	// then runs side by side with the other such scenarios. An exclusive scenario hands the
 	// topology back early with Env.ShareTopology once its lever is released.
 	Exclusive string
-	Run       func(ctx context.Context, env *Env) *Result
+	// Profiles lists the profiles whose default run includes the scenario; empty: every
+	// profile. --scenario selects it in any profile.
+	Profiles []string
+	Run      func(ctx context.Context, env *Env) *Result
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
@@ -56,7 +60,8 @@ type Scenario struct {
 // flight), then valkey-partition (one replica cut off from the store), then the metering
 // scenarios (usage-accounting, long-generation, hard-gate), then valkey-failover (a split
 // brain of the replicated store group), then rolling-upgrade (a policy change while both
-// gateways serve).
+// gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
+// profile's default run).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -75,7 +80,23 @@ func All() []Scenario {
 		hardGate(),
 		valkeyFailover(),
 		rollingUpgrade(),
+		sustainedLoad(),
 	}
+}
+
+// ForProfile is Select for a run of profile: no names means the scenarios of that profile's
+// default run (those whose Profiles are empty or name it).
+func ForProfile(profile string, names []string) ([]Scenario, error) {
+	if len(names) > 0 {
+		return Select(names)
+	}
+	var out []Scenario
+	for _, s := range All() {
+		if len(s.Profiles) == 0 || slices.Contains(s.Profiles, profile) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // Names lists every scenario name in order.

@@ -97,7 +97,7 @@ func TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies(t *testing.T) 
 	if out.Topology != topology.EngineNetns {
 		t.Errorf("topology %q, want netns", out.Topology)
 	}
-	if want := len(scenarios.All()); len(out.Results) != want {
+	if want := len(quickDefault()); len(out.Results) != want {
 		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
 	for _, r := range out.Results {
@@ -512,7 +512,7 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	if out.Topology != topology.EngineDocker {
 		t.Errorf("topology %q, want docker", out.Topology)
 	}
-	if want := len(scenarios.All()); len(out.Results) != want {
+	if want := len(quickDefault()); len(out.Results) != want {
 		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
 	// Every scenario passes, valkey-failover included: the docker engine runs the replicated
@@ -596,7 +596,7 @@ func checkReport(t *testing.T, dir, tarball string) {
 		t.Fatalf("bundle has no report.html: %v", err)
 	}
 	page := string(b)
-	for _, sc := range scenarios.All() {
+	for _, sc := range quickDefault() {
 		if !strings.Contains(page, `<section class="scenario" id="scenario-`+sc.Name+`" data-scenario="`+sc.Name+`" data-status="passed">`) {
 			t.Errorf("report.html has no passed section for %s", sc.Name)
 		}
@@ -764,4 +764,10 @@ func TestRenderKindShowsTheStoreGroupOnlyWithTheFlag(t *testing.T) {
 	if !strings.Contains(with, `sentinel auth-pass quotaqual "`+k8s.Placeholder+`"`) {
 		t.Error("the Sentinels' auth-pass is not rendered as a placeholder")
 	}
+}
+
+// quickDefault lists the scenarios of a quick-profile run without --scenario.
+func quickDefault() []scenarios.Scenario {
+	list, _ := scenarios.ForProfile("quick", nil)
+	return list
 }

@@ -41,7 +41,8 @@ placeholders; a run generates fresh ones and never prints them.`,
 				return withCode(ExitUsage, fmt.Errorf("--profile: %w", err))
 			}
 			var names []string
-			for _, s := range scenarios.All() {
+			list, _ := scenarios.ForProfile(p.Name, nil)
+			for _, s := range list {
 				names = append(names, s.Name)
 			}
 			d, err := fixtures.NewDeployment(runID, p, names)
