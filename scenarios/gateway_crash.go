@@ -15,8 +15,9 @@ func gatewayCrash() Scenario {
 			"reservation holds until its lease runs out, and then its estimate is charged",
 		Invariant: "a dead gateway's lease expires in the store and its estimate stays charged (conservative): " +
 			"the expiry sweep writes what admission reads",
-		Exclusive: "kills and restarts gateway-a",
-		Run:       runGatewayCrash,
+		Exclusive:        "kills and restarts gateway-a",
+		SharesAfterLever: true, // then waits for the dead gateway's lease to run out
+		Run:              runGatewayCrash,
 	}
 }
 

@@ -46,9 +46,12 @@ type Scenario struct {
 	// lever (restarts or kills a gateway, stops the store or cuts a gateway off from it, moves
 	// the gateways to another store or policy) or loads the machine on purpose — and is empty
 	// for a scenario that only sends its own principals' requests and reads its own keys, which
-	// then runs side by side with the other such scenarios. An exclusive scenario hands the
-	// topology back early with Env.ShareTopology once its lever is released.
+	// then runs side by side with the other such scenarios.
 	Exclusive string
+	// SharesAfterLever marks an exclusive scenario that hands the topology back with
+	// Env.ShareTopology once its lever is released and what is left is a wait on its own keys:
+	// it runs first among the exclusive ones, and the shared scenarios overlap that wait.
+	SharesAfterLever bool
 	// Profiles lists the profiles whose default run includes the scenario; empty: every
 	// profile. --scenario selects it in any profile.
 	Profiles []string

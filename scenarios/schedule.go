@@ -10,25 +10,34 @@ const sideBySide = 6
 // schedule runs every scenario of list through run, exactly once, and returns when all have
 // finished:
 //
-//   - the exclusive scenarios (Scenario.Exclusive set) one at a time, in list order, each with
-//     the topology to itself;
+//   - the exclusive scenarios (Scenario.Exclusive set) one at a time, each with the topology
+//     to itself: first those that hand it back after their lever (SharesAfterLever), then the
+//     others, each group in list order;
 //   - the shared ones side by side (at most sideBySide at once), as one block that starts as
 //     soon as the topology is shared: when an exclusive scenario hands it back early (its
 //     share function, called through Env.ShareTopology, once its lever is released) or when
 //     no exclusive scenario is left. The next exclusive scenario waits until the block and
 //     the one that handed the topology back have both finished.
 //
+// So the block overlaps the wait of a scenario that hands the topology back, and the levers
+// that do not come after it — when the components have long been up (on docker the
+// replicated store group is still starting in the background right after Up).
+//
 // run gets the scenario's index and, for an exclusive scenario, its share function (nil for a
 // shared one).
 func schedule(list []Scenario, run func(i int, share func())) {
-	var exclusive, shared []int
+	var handsBack, exclusive, shared []int
 	for i, sc := range list {
-		if sc.Exclusive != "" {
+		switch {
+		case sc.Exclusive != "" && sc.SharesAfterLever:
+			handsBack = append(handsBack, i)
+		case sc.Exclusive != "":
 			exclusive = append(exclusive, i)
-		} else {
+		default:
 			shared = append(shared, i)
 		}
 	}
+	exclusive = append(handsBack, exclusive...)
 
 	open := make(chan struct{}) // closed when the shared block may start
 	var openOnce sync.Once

@@ -41,8 +41,9 @@ func (o *occupancy) leave(name string) {
 }
 
 // TestScheduleRunsLeversAloneAndTheRestSideBySide: an exclusive scenario never overlaps
-// another until it hands the topology back; the shared ones then run side by side (bounded);
-// the next exclusive one waits for them; results come back in list order.
+// another until it hands the topology back (and one that does runs first); the shared ones
+// then run side by side (bounded); the next exclusive ones wait for them, in list order;
+// results come back in list order.
 func TestScheduleRunsLeversAloneAndTheRestSideBySide(t *testing.T) {
 	occ := &occupancy{running: map[string]bool{}, beside: map[string][]string{}}
 	step := func(name string, share bool) func(ctx context.Context, env *Env) *Result {
@@ -69,6 +70,7 @@ func TestScheduleRunsLeversAloneAndTheRestSideBySide(t *testing.T) {
 	lever := func(name string, share bool) Scenario {
 		s := fake(name, nil, step(name, share))
 		s.Exclusive = "pulls a lever"
+		s.SharesAfterLever = share
 		return s
 	}
 	list = append([]Scenario{lever("lever-1", false), lever("lever-2", true)}, append(list, lever("lever-3", false))...)
@@ -96,9 +98,12 @@ func TestScheduleRunsLeversAloneAndTheRestSideBySide(t *testing.T) {
 	if occ.peak < 3 || occ.peak > sideBySide+1 {
 		t.Errorf("peak %d at once, want side by side (> 2) and at most %d shared plus lever-2", occ.peak, sideBySide)
 	}
-	last := occ.events[len(occ.events)-2:]
-	if last[0] != "+lever-3" || last[1] != "-lever-3" {
-		t.Errorf("lever-3 did not run last and alone: %v", occ.events)
+	if occ.events[0] != "+lever-2" {
+		t.Errorf("lever-2, which hands the topology back, did not run first: %v", occ.events)
+	}
+	last := occ.events[len(occ.events)-4:]
+	if strings.Join(last, " ") != "+lever-1 -lever-1 +lever-3 -lever-3" {
+		t.Errorf("the other levers did not run last, alone and in list order: %v", occ.events)
 	}
 }
 

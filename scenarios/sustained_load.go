@@ -30,8 +30,9 @@ func sustainedLoad() Scenario {
 	}
 }
 
-// loadPlan is who gets request k: the even requests go to the hot subjects (every tenth),
-// the odd ones to the rest, each group in turn; gateways alternate.
+// loadPlan is who gets request k and through which gateway: the even requests go to the hot
+// subjects (every tenth), the odd ones to the rest, each group in turn; each subject alternates
+// gateways from one of its requests to the next, and neighbours start on different ones.
 type loadPlan struct {
 	hot, cool []string
 }
@@ -48,11 +49,13 @@ func newLoadPlan() loadPlan {
 	return p
 }
 
-func (p loadPlan) subject(k int) string {
+func (p loadPlan) subject(k int) (subject, gateway string) {
+	group := p.cool
 	if k%2 == 0 {
-		return p.hot[(k/2)%len(p.hot)]
+		group = p.hot
 	}
-	return p.cool[(k/2)%len(p.cool)]
+	i, visit := (k/2)%len(group), (k/2)/len(group)
+	return group[i], alternate(i + visit)
 }
 
 // loadRequest is one request of the load: its schedule and what came back.
@@ -87,7 +90,8 @@ func runSustainedLoad(ctx context.Context, env *Env) *Result {
 		if err := waitUntil(ctx, at); err != nil {
 			break
 		}
-		reqs[k] = loadRequest{Subject: plan.subject(k), Gateway: alternate(k), Scheduled: at}
+		subject, gw := plan.subject(k)
+		reqs[k] = loadRequest{Subject: subject, Gateway: gw, Scheduled: at}
 		sent++
 		wg.Add(1)
 		go func() {

@@ -51,13 +51,24 @@ func TestQuantileNearestRank(t *testing.T) {
 	}
 }
 
-// TestLoadPlanDrivesATenthPastTheirBudget: the plan reaches every subject and sends half the
-// requests to a tenth of them.
+// TestLoadPlanDrivesATenthPastTheirBudget: the plan reaches every subject, each through both
+// gateways in turn, and sends half the requests to a tenth of them.
 func TestLoadPlanDrivesATenthPastTheirBudget(t *testing.T) {
 	plan := newLoadPlan()
 	seen := map[string]int{}
+	via := map[string]map[string]int{}
 	for k := range 2000 {
-		seen[plan.subject(k)]++
+		s, gw := plan.subject(k)
+		seen[s]++
+		if via[s] == nil {
+			via[s] = map[string]int{}
+		}
+		via[s][gw]++
+	}
+	for s, gws := range via {
+		if gws[gwA] == 0 || gws[gwB] == 0 || gws[gwA]-gws[gwB] > 1 || gws[gwB]-gws[gwA] > 1 {
+			t.Fatalf("%s went through the gateways %v: each subject must alternate between them", s, gws)
+		}
 	}
 	if len(plan.hot) != 20 || len(seen) != 200 {
 		t.Fatalf("%d hot subjects, %d reached; want 20 of 200", len(plan.hot), len(seen))
