@@ -52,6 +52,9 @@ type Reporter interface {
 	Step(name string)
 	Done(verdict, detail string)
 	Note(format string, args ...any)
+	// Finished reports one of several things running at once (a scenario) as finished, with
+	// its own elapsed time, without ending the current step.
+	Finished(name, verdict string, elapsed time.Duration, detail string)
 }
 
 // Outcome is what a run produced.
@@ -82,7 +85,7 @@ func (o *Options) Validate() error {
 	if _, err := deployment.ProfileByName(o.Profile); err != nil {
 		return &UsageError{fmt.Errorf("--profile: %w", err)}
 	}
-	if _, err := scenarios.Select(o.Scenarios); err != nil {
+	if _, err := scenarios.ForProfile(o.Profile, o.Scenarios); err != nil {
 		return &UsageError{fmt.Errorf("--scenario: %w", err)}
 	}
 	switch o.Bundle {
@@ -125,7 +128,7 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	out := Outcome{RunID: o.RunID}
 	profile, _ := deployment.ProfileByName(o.Profile)
-	list, _ := scenarios.Select(o.Scenarios)
+	list, _ := scenarios.ForProfile(profile.Name, o.Scenarios)
 	names := make([]string, len(list))
 	for i, s := range list {
 		names[i] = s.Name
@@ -232,18 +235,16 @@ func Run(ctx context.Context, o Options) Outcome {
 		Profile:    profile,
 		Record:     writer.Request,
 		Progress:   func(s string) { rep.Note("%s", s) },
+		Finished: func(r evidence.ScenarioResult) {
+			rep.Finished(r.Name, string(r.Status), r.Elapsed, keyDetail(r))
+		},
 	}
-	// One scenario at a time so progress shows each as it runs; scenarios.Run turns a
-	// cancelled ctx into "interrupted" skips for whatever is left.
-	var results []evidence.ScenarioResult
-	for _, s := range list {
-		rep.Step(s.Name)
-		r := scenarios.Run(ctx, env, []scenarios.Scenario{s})
-		for _, x := range r {
-			rep.Done(string(x.Status), keyDetail(x))
-		}
-		results = append(results, r...)
-	}
+	// Scenarios that pull no lever run side by side, the others alone; each is reported as it
+	// finishes, and the results come back in the scenarios' order. scenarios.Run turns a
+	// cancelled ctx into "interrupted" skips for whatever has not started.
+	rep.Step(scenarioStep(list))
+	results := scenarios.Run(ctx, env, list)
+	rep.Done(runVerdict(results), "")
 	out.Results = results
 
 	// Collect what the bundle needs while the components are still up.
@@ -322,6 +323,27 @@ func finish(w *evidence.Writer, m *evidence.Manifest, results []evidence.Scenari
 		out.BundleTar = tar
 	}
 	return nil
+}
+
+// scenarioStep names the scenario step: how many run side by side and how many alone.
+func scenarioStep(list []scenarios.Scenario) string {
+	alone := 0
+	for _, s := range list {
+		if s.Exclusive != "" {
+			alone++
+		}
+	}
+	return fmt.Sprintf("%d scenarios: %d side by side, %d alone (a lever or a load)", len(list), len(list)-alone, alone)
+}
+
+// runVerdict is the scenario step's verdict: failed when any scenario failed.
+func runVerdict(results []evidence.ScenarioResult) string {
+	for _, r := range results {
+		if r.Status == evidence.Failed {
+			return "failed"
+		}
+	}
+	return "ok"
 }
 
 func skippedAll(list []scenarios.Scenario, reason string) []evidence.ScenarioResult {
@@ -403,6 +425,7 @@ func get(c *http.Client, url string) ([]byte, error) {
 
 type silent struct{}
 
-func (silent) Step(string)         {}
-func (silent) Done(string, string) {}
-func (silent) Note(string, ...any) {}
+func (silent) Step(string)                                    {}
+func (silent) Done(string, string)                            {}
+func (silent) Note(string, ...any)                            {}
+func (silent) Finished(string, string, time.Duration, string) {}

@@ -120,6 +120,7 @@ func (env *Env) stalledBodyProbe(ctx context.Context, gw string) (int, time.Dura
 		}
 		req.ContentLength = 1000
 		req.Header.Set("Content-Type", "application/json")
+		env.label(req)
 		resp, err := env.Topo.Client().Do(req)
 		if err != nil {
 			return 0, err

@@ -241,7 +241,7 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: starts real processes; not in -short")
 	}
-	list, err := Select([]string{"shared-budget", "gateway-restart", "valkey-outage", "rolling-upgrade"})
+	list, err := Select([]string{"shared-budget", "gateway-restart", "valkey-outage", "rolling-upgrade", "sustained-load"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +253,9 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 		// each gateway admits its own policy's capacity from its own memory: together beyond
 		// the larger one
 		"rolling-upgrade": "tokens held at once ≤ the larger capacity",
+		// a subject driven through both gateways gets a budget on each, judged from the
+		// history alone
+		"sustained-load": "no subject over-admitted",
 	}
 	for _, r := range results {
 		if r.Status != evidence.Failed {

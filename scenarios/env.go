@@ -30,11 +30,26 @@ type Env struct {
 	Profile    deployment.Profile
 	// Record receives every HTTP exchange a scenario makes (labels only, never credentials).
 	Record func(evidence.RequestRecord)
-	// Progress receives short human-readable progress lines; may be nil.
+	// Progress receives short human-readable progress lines, each naming its scenario; may be
+	// nil. Scenarios run side by side call it from several goroutines.
 	Progress func(string)
+	// Finished, when set, receives each scenario's result as soon as it is decided (one call
+	// at a time; scenarios finish in any order).
+	Finished func(evidence.ScenarioResult)
 
 	scenario string  // set by Run for the scenario being run
 	current  *Result // the scenario's result, so a panic keeps its partial facts
+	share    func()  // set by Run for an exclusive scenario: hands the topology back early
+}
+
+// ShareTopology tells the runner that this exclusive scenario has released its lever and the
+// topology is whole again (every gateway serving on its own store and policy), so scenarios
+// that pull no lever may run beside the rest of it (its waits). It does nothing for a
+// scenario that already shares the topology, or when called again.
+func (env *Env) ShareTopology() {
+	if env.share != nil {
+		env.share()
+	}
 }
 
 // recordMu serialises Record calls: scenarios record from concurrent goroutines and the
@@ -45,6 +60,7 @@ func (env *Env) forScenario(name string) *Env {
 	e := *env
 	e.scenario = name
 	e.current = nil
+	e.share = nil
 	return &e
 }
 
@@ -208,13 +224,19 @@ type ProviderSnapshot struct {
 	ByHost map[string]ProviderCalls
 }
 
-// ProviderCalls reads the call logs of the three providers through the observer.
+// ProviderCalls reads the call logs of the three providers through the observer: the calls
+// of this scenario (and any a gateway sent without a scenario label, which count against
+// every scenario), never those of scenarios running beside it.
 func (env *Env) ProviderCalls(ctx context.Context) (ProviderSnapshot, error) {
 	s := ProviderSnapshot{At: time.Now(), ByHost: make(map[string]ProviderCalls, len(topology.Providers))}
+	query := ""
+	if env.scenario != "" {
+		query = "?scenario=" + url.QueryEscape(env.scenario)
+	}
 	for _, h := range topology.Providers {
 		ep := env.Topo.Provider(h)
 		var c ProviderCalls
-		if _, err := env.adminGet(ctx, strings.TrimRight(ep.AdminURL, "/")+"/admin/calls", &c); err != nil {
+		if _, err := env.adminGet(ctx, strings.TrimRight(ep.AdminURL, "/")+"/admin/calls"+query, &c); err != nil {
 			return s, fmt.Errorf("reading the call log of %s: %w", h, err)
 		}
 		c.Host = h

@@ -12,6 +12,7 @@ func gatewayRestart() Scenario {
 		Name:      "gateway-restart",
 		Summary:   "exhaust, restart gateway A mid-window: the subject is still denied on both gateways; the state came from Valkey",
 		Invariant: "quota state lives in the store, not in a gateway process: a restarted gateway enforces the same budget",
+		Exclusive: "restarts gateway-a",
 		Run:       runGatewayRestart,
 	}
 }

@@ -159,6 +159,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 		return o
 	}
 	req.Header.Set("Content-Type", "application/json")
+	env.label(req)
 	if err := env.authorize(req, c); err != nil {
 		o.End = o.Start
 		o.Err = err
@@ -240,6 +241,14 @@ func chatBody(c ChatCall) []byte {
 	}
 	b, _ := json.Marshal(body)
 	return b
+}
+
+// label names the scenario on a request, so the providers count each scenario's calls apart
+// while scenarios run side by side (a gateway forwards the header with the request).
+func (env *Env) label(req *http.Request) {
+	if env.scenario != "" {
+		req.Header.Set(providerstub.ScenarioHeader, env.scenario)
+	}
 }
 
 // readContentChunks reads SSE lines until n data lines carrying non-empty content were read.

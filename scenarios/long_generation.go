@@ -62,8 +62,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	}
 
 	// Probe on both gateways until the generation ends.
-	var probes, deniedProbes, afterLease, held, heldAfterLease, sampleErrs int
-	var probeStatuses []int
+	var probes []concurrentProbe
 	var long Outcome
 	finished := false
 	for i := 0; !finished; i++ {
@@ -79,24 +78,15 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 		case <-t.C:
 		}
 		o := env.Chat(ctx, ChatCall{Gateway: alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
-		probes++
-		probeStatuses = append(probeStatuses, o.Status)
-		if o.Status == http.StatusTooManyRequests {
-			deniedProbes++
-		}
-		pastLease := time.Since(started) > p.LongGenerationLease+p.StoreTimeout
-		if pastLease {
-			afterLease++
-		}
+		pb := concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > p.LongGenerationLease+p.StoreTimeout}
 		// The hold itself, read from the ledger: one live reservation until the end.
+		pb.sampled = time.Now()
 		if hq, err := env.QuotaOf(ctx, alternate(i), rule, appA); err != nil {
-			sampleErrs++
-		} else if hq.ActiveReservations == 1 && hq.ReservedTokens == p.Estimate {
-			held++
-			if pastLease {
-				heldAfterLease++
-			}
+			pb.sampleErr = true
+		} else {
+			pb.held = hq.ActiveReservations == 1 && hq.ReservedTokens == p.Estimate
 		}
+		probes = append(probes, pb)
 	}
 	q, idleErr := env.waitIdleOf(ctx, gwA, rule, appA)
 	after, err := env.settledProviders(ctx)
@@ -119,6 +109,45 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 		})
 		r.Fact("settlement_after_idle_ms", ms(time.Since(waited)))
 	}
+	// Only what was sent while the provider still generated is concurrent with the generation:
+	// the loop learns of its end one probe late, and a probe (or a ledger sample) sent after
+	// the provider finished may find the request settled.
+	generating := long.End
+	if found {
+		generating = pr.Time.Add(time.Duration(pr.DurationMS * float64(time.Millisecond)))
+	}
+	var probeStatuses []int
+	var deniedProbes, afterLease, sampled, sampledAfterLease, held, heldAfterLease, sampleErrs, late int
+	for _, pb := range probes {
+		if !pb.sent.Before(generating) {
+			late++
+			continue
+		}
+		probeStatuses = append(probeStatuses, pb.status)
+		if pb.status == http.StatusTooManyRequests {
+			deniedProbes++
+		}
+		if pb.pastLease {
+			afterLease++
+		}
+		if !pb.sampled.Before(generating) {
+			continue
+		}
+		sampled++
+		if pb.pastLease {
+			sampledAfterLease++
+		}
+		switch {
+		case pb.sampleErr:
+			sampleErrs++
+		case pb.held:
+			held++
+			if pb.pastLease {
+				heldAfterLease++
+			}
+		}
+	}
+	r.Fact("probes_after_the_generation_ended", late)
 	r.Fact("long_status", long.Status)
 	r.Fact("long_latency_ms", ms(long.Latency))
 	r.Fact("concurrent_statuses", probeStatuses)
@@ -130,14 +159,23 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	r.Check("the long generation completed", http.StatusOK, long.Status, long.Status == http.StatusOK)
 	r.Check("it lasted longer than the lease", fmt.Sprintf("> %s", p.LongGenerationLease), long.Latency.Round(time.Millisecond).String(), long.Latency > p.LongGenerationLease)
 	r.Check("concurrent requests were made after the lease would have run out", "≥ 1", afterLease, afterLease >= 1)
-	r.Check("every concurrent request was denied with 429", probes, deniedProbes, deniedProbes == probes)
-	r.Check("the reservation stayed live, also after the lease (sampled from the ledger with each request)", probes, held,
-		held == probes && heldAfterLease == afterLease)
+	r.Check("every concurrent request was denied with 429", len(probeStatuses), deniedProbes, deniedProbes == len(probeStatuses))
+	r.Check("the reservation stayed live, also after the lease (sampled from the ledger with each request)", sampled, held,
+		held == sampled && heldAfterLease == sampledAfterLease)
 	r.Check("only the long generation reached a provider", 1, TotalDelta(before, after), TotalDelta(before, after) == 1)
 	if r.Check("the provider logged the long generation", "found", found, found) && idleErr == nil {
 		r.Check("settled at the usage the provider counted", pr.Consumed(), q.Settled(), q.Settled() == pr.Consumed())
 	}
 	r.Key("%s generation, lease %s: %d/%d concurrent requests denied (%d after the lease), settled %d", long.Latency.Round(100*time.Millisecond),
-		p.LongGenerationLease, deniedProbes, probes, afterLease, q.Settled())
+		p.LongGenerationLease, deniedProbes, len(probeStatuses), afterLease, q.Settled())
 	return r
+}
+
+// concurrentProbe is one request sent while the long generation ran, and the ledger sample
+// read right after it.
+type concurrentProbe struct {
+	sent, sampled   time.Time
+	status          int
+	pastLease       bool
+	held, sampleErr bool
 }

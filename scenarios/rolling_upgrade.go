@@ -30,6 +30,7 @@ func rollingUpgrade() Scenario {
 		Name:      "rolling-upgrade",
 		Summary:   "gateway-a restarted on policy P2 while gateway-b runs P1, traffic through both, then gateway-b on P2: held tokens ≤ the larger capacity, live leases kept, P1's window keeps usage P2's shorter window dropped",
 		Invariant: "hard gate across a policy change: no window admits beyond the larger capacity, no live lease cut short, no usage leaves a window earlier than either policy allows",
+		Exclusive: "restarts both gateways on other policies of the qualification's rule",
 		Run:       runRollingUpgrade,
 	}
 }

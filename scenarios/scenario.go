@@ -18,8 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
@@ -40,7 +42,20 @@ type Scenario struct {
 	Summary   string // what it proves, one line
 	Invariant string // which invariant: "hard gate: …" or "meter: …"
 	Needs     []Need
-	Run       func(ctx context.Context, env *Env) *Result
+	// Exclusive says why the scenario must have the topology to itself — it pulls a fault
+	// lever (restarts or kills a gateway, stops the store or cuts a gateway off from it, moves
+	// the gateways to another store or policy) or loads the machine on purpose — and is empty
+	// for a scenario that only sends its own principals' requests and reads its own keys, which
+	// then runs side by side with the other such scenarios.
+	Exclusive string
+	// SharesAfterLever marks an exclusive scenario that hands the topology back with
+	// Env.ShareTopology once its lever is released and what is left is a wait on its own keys:
+	// it runs first among the exclusive ones, and the shared scenarios overlap that wait.
+	SharesAfterLever bool
+	// Profiles lists the profiles whose default run includes the scenario; empty: every
+	// profile. --scenario selects it in any profile.
+	Profiles []string
+	Run      func(ctx context.Context, env *Env) *Result
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
@@ -48,7 +63,8 @@ type Scenario struct {
 // flight), then valkey-partition (one replica cut off from the store), then the metering
 // scenarios (usage-accounting, long-generation, hard-gate), then valkey-failover (a split
 // brain of the replicated store group), then rolling-upgrade (a policy change while both
-// gateways serve).
+// gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
+// profile's default run).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
@@ -67,7 +83,23 @@ func All() []Scenario {
 		hardGate(),
 		valkeyFailover(),
 		rollingUpgrade(),
+		sustainedLoad(),
 	}
+}
+
+// ForProfile is Select for a run of profile: no names means the scenarios of that profile's
+// default run (those whose Profiles are empty or name it).
+func ForProfile(profile string, names []string) ([]Scenario, error) {
+	if len(names) > 0 {
+		return Select(names)
+	}
+	var out []Scenario
+	for _, s := range All() {
+		if len(s.Profiles) == 0 || slices.Contains(s.Profiles, profile) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // Names lists every scenario name in order.
@@ -221,67 +253,78 @@ func short(v any) string {
 	return s
 }
 
-// Run runs the scenarios in order and always returns one result per scenario. A panic or an
-// operational error fails that scenario (its partial facts kept); a scenario needing a lever
-// the topology lacks is skipped with the reason; once ctx is cancelled the remaining
-// scenarios are skipped as "interrupted".
+// Run runs the scenarios and always returns one result per scenario, in list order. Scenarios
+// that pull no lever run side by side (see schedule.go); each exclusive one has the topology to
+// itself. A panic or an operational error fails that scenario (its partial facts kept); a
+// scenario needing a lever the topology lacks is skipped with the reason; once ctx is
+// cancelled the scenarios not yet started are skipped as "interrupted". env.Finished, when
+// set, gets each result as soon as it is decided.
 func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResult {
-	out := make([]evidence.ScenarioResult, 0, len(list))
+	out := make([]evidence.ScenarioResult, len(list))
 	var caps topology.Capabilities
 	if env != nil && env.Topo != nil {
 		caps = env.Topo.Capabilities()
 	}
-	for _, sc := range list {
-		res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
-			Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
-		if err := ctx.Err(); err != nil {
-			res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
-			out = append(out, res)
-			continue
+	var finishedMu sync.Mutex
+	schedule(list, func(i int, share func()) {
+		out[i] = runScenario(ctx, env, list[i], caps, share)
+		if env != nil && env.Finished != nil {
+			finishedMu.Lock()
+			env.Finished(out[i])
+			finishedMu.Unlock()
 		}
-		if reason := missingNeed(sc.Needs, caps); reason != "" {
-			res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
-			out = env.progressed(sc.Name, out, res)
-			continue
-		}
-		env.progress(sc.Name + ": running")
-		start := time.Now()
-		r := runOne(ctx, env, sc)
-		res.Elapsed = time.Since(start)
-		res.Facts = append(res.Facts, r.facts...)
-		if len(r.faults) > 0 {
-			res.Facts = append(res.Facts, evidence.Fact{Name: evidence.FaultWindowsFact, Value: r.faults})
-		}
-		res.Assertions = append(res.Assertions, r.assertions...)
-		res.KeyFact = r.keyFact
-		res.Status, res.Reason = r.verdict()
-		if ctx.Err() != nil && res.Status != evidence.Skipped {
-			// Cut short: the verdict was not reached, and checks that failed after the
-			// interruption failed because of it. Everything recorded is kept.
-			reason := "interrupted while running: partial facts and checks kept"
-			if res.Status == evidence.Failed {
-				reason += " (" + firstLine(res.Reason) + ")"
-			}
-			res.Status, res.Reason = evidence.Skipped, reason
-		}
-		if res.KeyFact == "" {
-			res.KeyFact = string(res.Status)
-			if res.Reason != "" {
-				res.KeyFact = firstLine(res.Reason)
-			}
-		}
-		out = env.progressed(sc.Name, out, res)
-	}
+	})
 	return out
 }
 
-func (env *Env) progressed(name string, out []evidence.ScenarioResult, res evidence.ScenarioResult) []evidence.ScenarioResult {
+// runScenario runs one scenario (or skips it) and turns its Result into the evidence's form.
+func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities, share func()) evidence.ScenarioResult {
+	res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
+		Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
+	if err := ctx.Err(); err != nil {
+		res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
+		return res
+	}
+	if reason := missingNeed(sc.Needs, caps); reason != "" {
+		res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
+		return env.progressed(sc.Name, res)
+	}
+	env.progress(sc.Name + ": running")
+	start := time.Now()
+	r := runOne(ctx, env, sc, share)
+	res.Elapsed = time.Since(start)
+	res.Facts = append(res.Facts, r.facts...)
+	if len(r.faults) > 0 {
+		res.Facts = append(res.Facts, evidence.Fact{Name: evidence.FaultWindowsFact, Value: r.faults})
+	}
+	res.Assertions = append(res.Assertions, r.assertions...)
+	res.KeyFact = r.keyFact
+	res.Status, res.Reason = r.verdict()
+	if ctx.Err() != nil && res.Status != evidence.Skipped {
+		// Cut short: the verdict was not reached, and checks that failed after the
+		// interruption failed because of it. Everything recorded is kept.
+		reason := "interrupted while running: partial facts and checks kept"
+		if res.Status == evidence.Failed {
+			reason += " (" + firstLine(res.Reason) + ")"
+		}
+		res.Status, res.Reason = evidence.Skipped, reason
+	}
+	if res.KeyFact == "" {
+		res.KeyFact = string(res.Status)
+		if res.Reason != "" {
+			res.KeyFact = firstLine(res.Reason)
+		}
+	}
+	return env.progressed(sc.Name, res)
+}
+
+func (env *Env) progressed(name string, res evidence.ScenarioResult) evidence.ScenarioResult {
 	msg := fmt.Sprintf("%s: %s (%s)", name, res.Status, res.Elapsed.Round(time.Millisecond))
 	if res.Reason != "" {
 		msg += ": " + firstLine(res.Reason)
 	}
 	env.progress(msg)
-	return append(out, res)
+	return res
 }
 
 func firstLine(s string) string {
@@ -324,8 +367,9 @@ func orUnknown(s string) string {
 
 // runOne runs one scenario under a deadline derived from the profile and turns a panic into
 // a failure that keeps the partial facts.
-func runOne(ctx context.Context, env *Env, sc Scenario) (r *Result) {
+func runOne(ctx context.Context, env *Env, sc Scenario, share func()) (r *Result) {
 	e := env.forScenario(sc.Name)
+	e.share = share
 	sctx, cancel := context.WithTimeout(ctx, scenarioDeadline(e.Profile))
 	defer cancel()
 	defer func() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func testEnv(caps topology.Capabilities) *Env {
 func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
 		"window-expiry", "gateway-restart", "gateway-crash", "valkey-outage", "network-policy", "valkey-partition",
-		"usage-accounting", "long-generation", "hard-gate", "valkey-failover", "rolling-upgrade"}
+		"usage-accounting", "long-generation", "hard-gate", "valkey-failover", "rolling-upgrade", "sustained-load"}
 	got := Names()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("All() = %v, want %v", got, want)
@@ -46,8 +47,22 @@ func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 func TestSelect(t *testing.T) {
 	t.Run("no names selects all", func(t *testing.T) {
 		got, err := Select(nil)
-		if err != nil || len(got) != len(Names()) || len(got) != 16 {
+		if err != nil || len(got) != len(Names()) || len(got) != 17 {
 			t.Fatalf("Select(nil) = %d scenarios, %v", len(got), err)
+		}
+	})
+	t.Run("a profile's default run: sustained-load only in reference, selectable in quick", func(t *testing.T) {
+		quick, _ := ForProfile("quick", nil)
+		ref, _ := ForProfile("reference", nil)
+		asked, err := ForProfile("quick", []string{"sustained-load"})
+		if len(quick) != 16 || slices.ContainsFunc(quick, func(s Scenario) bool { return s.Name == "sustained-load" }) {
+			t.Errorf("quick's default run: %d scenarios, sustained-load must not be one of them", len(quick))
+		}
+		if len(ref) != 17 || ref[16].Name != "sustained-load" {
+			t.Errorf("reference's default run: %d scenarios, want all 17 ending with sustained-load", len(ref))
+		}
+		if err != nil || len(asked) != 1 || asked[0].Name != "sustained-load" {
+			t.Errorf("--scenario sustained-load in quick: %v, %v", asked, err)
 		}
 	})
 	t.Run("keeps the qualification order, not the order given", func(t *testing.T) {
@@ -193,8 +208,10 @@ func TestRun(t *testing.T) {
 	})
 	t.Run("cancellation skips the remaining scenarios as interrupted", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
+		first := fake("first", nil, func(ctx context.Context, env *Env) *Result { cancel(); return pass(ctx, env) })
+		first.Exclusive = "runs alone, so the others start after it"
 		res := Run(ctx, testEnv(topology.Capabilities{}), []Scenario{
-			fake("first", nil, func(ctx context.Context, env *Env) *Result { cancel(); return pass(ctx, env) }),
+			first,
 			fake("second", nil, pass),
 			fake("third", nil, pass),
 		})

@@ -15,6 +15,7 @@ func valkeyOutage() Scenario {
 		Name:      "valkey-outage",
 		Summary:   "Valkey stopped: both gateways answer 503 within the store timeout plus a margin, no provider contacted; Valkey back: admission recovers",
 		Invariant: "fail closed: a store failure is a 503 (never 200, never 429), decided in bounded time before any provider is contacted",
+		Exclusive: "stops the store",
 		Run:       runValkeyOutage,
 	}
 }

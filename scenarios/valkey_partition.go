@@ -23,6 +23,7 @@ func valkeyPartition() Scenario {
 		Summary:   "gateway-a cut off from Valkey: it answers 503 within the store timeout plus a margin while gateway-b keeps admitting; healed: gateway-a recovers",
 		Invariant: "fail closed per replica: a gateway that cannot reach the store never admits, and never blocks longer than its store timeout; the other replica is unaffected",
 		Needs:     []Need{NeedPartition},
+		Exclusive: "cuts gateway-a off from the store",
 		Run:       runValkeyPartition,
 	}
 }

@@ -20,7 +20,9 @@ func newProviderCmd() *cobra.Command {
 		Use:   "provider --site NAME --listen ADDR --admin-listen ADDR",
 		Short: "Run an OpenAI-compatible provider stub with deterministic usage and call counters",
 		Long: `provider serves POST /v1/chat/completions (JSON and SSE streaming), GET /v1/models and
-GET /healthz on --listen, and GET /admin/calls, /healthz and /readyz on --admin-listen.
+GET /healthz on --listen, and GET /admin/calls, /healthz and /readyz on --admin-listen
+(/admin/calls?scenario=NAME: only the calls whose x-quotaqual-scenario header named NAME,
+plus those that named none).
 Usage is deterministic: prompt_tokens = sum over messages of (ceil(content bytes / 4) + 4) + 3,
 completion_tokens = min(max_tokens, --completion-tokens). Every response carries
 x-quotaqual-provider-site. Logs are JSON lines on stderr, one per request, without prompts.

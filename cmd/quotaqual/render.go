@@ -43,7 +43,8 @@ placeholders; a run generates fresh ones and never prints them.`,
 				return withCode(wire.ExitUsage, fmt.Errorf("--profile: %w", err))
 			}
 			var names []string
-			for _, s := range scenarios.All() {
+			list, _ := scenarios.ForProfile(p.Name, nil)
+			for _, s := range list {
 				names = append(names, s.Name)
 			}
 			d, err := deployment.NewDeployment(runID, p, names)

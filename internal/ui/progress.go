@@ -111,6 +111,21 @@ func (p *Progress) Done(verdict, detail string) {
 	fmt.Fprintln(p.out, line)
 }
 
+// Finished prints one finished item of a step that runs several at once (a scenario), with
+// its own elapsed time, under the current step without ending it.
+func (p *Progress) Finished(name, verdict string, elapsed time.Duration, detail string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		fmt.Fprint(p.out, "\r\033[K")
+	}
+	line := fmt.Sprintf("%s %s %s", p.Verdict(verdict), name, p.dim.Render(fmt.Sprintf("(%.1fs)", elapsed.Seconds())))
+	if detail != "" {
+		line += " " + detail
+	}
+	fmt.Fprintln(p.out, line)
+}
+
 // Verdict renders a verdict word with its symbol and colour.
 func (p *Progress) Verdict(v string) string {
 	switch v {

@@ -81,7 +81,8 @@ func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *deplo
 		t.Fatal(err)
 	}
 	var names []string
-	for _, s := range scenarios.All() {
+	quick, _ := scenarios.ForProfile("quick", nil)
+	for _, s := range quick {
 		names = append(names, s.Name)
 	}
 	d, err := deployment.NewDeployment(id, p, names)
@@ -216,7 +217,8 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 	// Levers the kind engine does not have yet: a replicated store group, a policy rollout and
 	// a crash; those scenarios skip with the reason.
 	missingOnKind := map[string]bool{"valkey-failover": true, "rolling-upgrade": true, "gateway-crash": true}
-	for _, r := range scenarios.Run(ctx, env, scenarios.All()) {
+	quick, _ := scenarios.ForProfile("quick", nil)
+	for _, r := range scenarios.Run(ctx, env, quick) {
 		t.Logf("scenario %s: %s %s", r.Name, r.Status, r.Reason)
 		want := evidence.Passed
 		if (!enforced && needsEnforcement[r.Name]) || missingOnKind[r.Name] {

@@ -1,0 +1,264 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/deployment"
+)
+
+// sustainedLoad drives many subjects through both gateways at a fixed open-loop rate (each
+// request leaves on its schedule, whatever the answers to the earlier ones), a tenth of them
+// well past their budget, and judges the hard gate from the recorded history alone — never
+// from the gateways' own counters.
+func sustainedLoad() Scenario {
+	return Scenario{
+		Name: deployment.SustainedLoadScenario,
+		Summary: fmt.Sprintf("%d subjects across both gateways at a fixed open-loop rate, a tenth of them well past their budget: "+
+			"no subject over-admitted in any window, no 5xx", deployment.SustainedLoadSubjects),
+		Invariant: "hard gate under load: per subject, the usage admitted within any window-long stretch of the recorded history ≤ capacity; " +
+			"no 5xx; denials reach no provider; a subject within its budget is never denied",
+		Exclusive: "drives the machine at a fixed rate: its latencies, and the timing of any scenario beside it, must each be their own",
+		Profiles:  []string{"reference"},
+		Run:       runSustainedLoad,
+	}
+}
+
+// loadPlan is who gets request k and through which gateway: the even requests go to the hot
+// subjects (every tenth), the odd ones to the rest, each group in turn; each subject alternates
+// gateways from one of its requests to the next, and neighbours start on different ones.
+type loadPlan struct {
+	hot, cool []string
+}
+
+func newLoadPlan() loadPlan {
+	var p loadPlan
+	for i := range deployment.SustainedLoadSubjects {
+		if i%10 == 0 {
+			p.hot = append(p.hot, deployment.LoadSubject(i))
+		} else {
+			p.cool = append(p.cool, deployment.LoadSubject(i))
+		}
+	}
+	return p
+}
+
+func (p loadPlan) subject(k int) (subject, gateway string) {
+	group := p.cool
+	if k%2 == 0 {
+		group = p.hot
+	}
+	i, visit := (k/2)%len(group), (k/2)/len(group)
+	return group[i], alternate(i + visit)
+}
+
+// loadRequest is one request of the load: its schedule and what came back.
+type loadRequest struct {
+	Subject, Gateway string
+	Scheduled        time.Time
+	Outcome
+}
+
+func runSustainedLoad(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	if p.SustainedRate <= 0 || p.SustainedFor <= 0 {
+		return r.Error(fmt.Errorf("profile %s sets no sustained rate and duration", p.Name))
+	}
+	plan := newLoadPlan()
+	total := int(p.SustainedFor.Seconds() * float64(p.SustainedRate))
+	every := time.Second / time.Duration(p.SustainedRate)
+	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	if !ok {
+		return r
+	}
+
+	env.Progressf("%d requests at %d/s for %s to %d subjects (%d driven past their budget)",
+		total, p.SustainedRate, p.SustainedFor, deployment.SustainedLoadSubjects, len(plan.hot))
+	reqs := make([]loadRequest, total)
+	var wg sync.WaitGroup
+	start := time.Now().Add(50 * time.Millisecond)
+	sent := 0
+	for k := range reqs {
+		at := start.Add(time.Duration(k) * every)
+		if err := waitUntil(ctx, at); err != nil {
+			break
+		}
+		subject, gw := plan.subject(k)
+		reqs[k] = loadRequest{Subject: subject, Gateway: gw, Scheduled: at}
+		sent++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs[k].Outcome = env.Chat(ctx, ChatCall{Gateway: reqs[k].Gateway, Label: fmt.Sprintf("load-%d", k+1), Subject: reqs[k].Subject})
+		}()
+	}
+	wg.Wait()
+	reqs = reqs[:sent]
+	after, err := env.settledProviders(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("provider call counts after: %w", err))
+	}
+	judgeSustainedLoad(r, p, plan, reqs, TotalDelta(before, after), after)
+	return r
+}
+
+// judgeSustainedLoad records the load's facts and decides it from the history.
+func judgeSustainedLoad(r *Result, p deployment.Profile, plan loadPlan, reqs []loadRequest, providerCalls int64, providers ProviderSnapshot) {
+	var admitted, denied, unavailable, other5xx, noAnswer, otherStatus int
+	var admitLat, denyLat, lag []time.Duration
+	for _, q := range reqs {
+		lag = append(lag, q.Start.Sub(q.Scheduled))
+		switch s := q.Status; {
+		case s == http.StatusOK:
+			admitted++
+			admitLat = append(admitLat, q.Latency)
+		case s == http.StatusTooManyRequests:
+			denied++
+			denyLat = append(denyLat, q.Latency)
+		case s == http.StatusServiceUnavailable:
+			unavailable++
+		case s >= 500:
+			other5xx++
+		case s == 0:
+			noAnswer++
+		default:
+			otherStatus++
+		}
+	}
+	if len(reqs) == 0 {
+		r.Check("the load was sent", "requests", 0, false)
+		return
+	}
+	span := reqs[len(reqs)-1].Start.Sub(reqs[0].Start)
+	rate := 0.0
+	if span > 0 {
+		rate = float64(len(reqs)-1) / span.Seconds()
+	}
+	r.Fact("subjects", fmt.Sprintf("%d (%d driven past their budget)", len(plan.hot)+len(plan.cool), len(plan.hot)))
+	r.Fact("requests", len(reqs))
+	r.Fact("rate_target_per_s", p.SustainedRate)
+	r.Fact("rate_sustained_per_s", math.Round(rate*10)/10)
+	r.Fact("send_lag_behind_schedule_ms", map[string]float64{"p50": ms(quantile(lag, 0.5)), "p99": ms(quantile(lag, 0.99)), "max": ms(quantile(lag, 1))})
+	r.Fact("answers", map[string]int{"200": admitted, "429": denied, "503": unavailable, "other 5xx": other5xx, "no answer": noAnswer, "other": otherStatus})
+	r.Fact("admission_latency_ms", map[string]float64{"p50": ms(quantile(admitLat, 0.5)), "p99": ms(quantile(admitLat, 0.99))})
+	r.Fact("denial_latency_ms", map[string]float64{"p50": ms(quantile(denyLat, 0.5)), "p99": ms(quantile(denyLat, 0.99))})
+	overhead := gatewayOverhead(reqs, providers)
+	r.Fact("gateway_overhead_ms", map[string]float64{"p50": ms(quantile(overhead, 0.5)), "p99": ms(quantile(overhead, 0.99)), "requests": float64(len(overhead))})
+
+	r.Check("no 5xx (503 included) under the load", 0, unavailable+other5xx, unavailable+other5xx == 0)
+	r.Check("every request got an HTTP answer", 0, noAnswer, noAnswer == 0)
+	r.Check("every answer is 200 or 429", 0, otherStatus, otherStatus == 0)
+	r.Check("denials reached no provider (provider calls == admitted)", admitted, providerCalls, providerCalls == int64(admitted))
+
+	// Over-admission per subject per window, from the history alone.
+	bySubject := map[string][]loadRequest{}
+	var overCharged []string
+	for _, q := range reqs {
+		bySubject[q.Subject] = append(bySubject[q.Subject], q)
+		if q.Admitted() && charge(q.Outcome, p.Estimate) > p.Estimate {
+			overCharged = append(overCharged, fmt.Sprintf("%s %s: %d", q.Subject, q.RequestID, charge(q.Outcome, p.Estimate)))
+		}
+	}
+	r.Check("every admitted response used no more than its estimate (so admitted usage is what the gate held)",
+		fmt.Sprintf("≤ %d tokens each", p.Estimate), overCharged, len(overCharged) == 0)
+	var over, spurious, neverDenied []string
+	worst := int64(0)
+	for _, s := range append(append([]string(nil), plan.hot...), plan.cool...) {
+		hist := bySubject[s]
+		if excess, at := overAdmission(hist, p.Window, p.Capacity, p.Estimate); excess > 0 {
+			over = append(over, fmt.Sprintf("%s: %d tokens over %d in the window from %s", s, excess, p.Capacity, at.Format("15:04:05.000")))
+			worst = max(worst, excess)
+		}
+		n429 := 0
+		for _, q := range hist {
+			if q.Status == http.StatusTooManyRequests {
+				n429++
+			}
+		}
+		// Within its budget even if every request held its full estimate at once: no rule
+		// may deny it.
+		if int64(len(hist))*p.Estimate <= p.Capacity && n429 > 0 {
+			spurious = append(spurious, fmt.Sprintf("%s: %d of %d denied", s, n429, len(hist)))
+		}
+		if slices.Contains(plan.hot, s) && n429 == 0 {
+			neverDenied = append(neverDenied, fmt.Sprintf("%s (%d requests)", s, len(hist)))
+		}
+	}
+	r.Fact("over_admission_worst_tokens", worst)
+	r.Check("no subject over-admitted: admitted usage within any window-long stretch of the history ≤ capacity",
+		"0 tokens over, every subject", over, len(over) == 0)
+	r.Check("no subject within its budget (requests × estimate ≤ capacity) was denied", "none", spurious, len(spurious) == 0)
+	r.Check("every subject driven past its budget was denied (the load reached the gate)", "all denied at least once", neverDenied, len(neverDenied) == 0)
+	r.Key("%d requests at %.0f/s (target %d) to %d subjects: %d admitted, %d denied, %d 503; over-admission %d tokens; admission p50/p99 %.1f/%.1f ms, gateway overhead p50/p99 %.1f/%.1f ms",
+		len(reqs), rate, p.SustainedRate, len(plan.hot)+len(plan.cool), admitted, denied, unavailable, worst,
+		ms(quantile(admitLat, 0.5)), ms(quantile(admitLat, 0.99)), ms(quantile(overhead, 0.5)), ms(quantile(overhead, 0.99)))
+}
+
+// overAdmission returns by how many tokens the usage admitted to one subject within a window
+// exceeded capacity (0 when never), and where that window starts. A set of admitted requests
+// counts together when every one was sent at or after the first one's send time and answered
+// before that time plus the window: each was then admitted within one window of every other,
+// and the last of them admitted saw all the others held (reserved at their estimate) or
+// settled (at their usage, never aged out early). So a correct gate keeps their usage within
+// capacity, as long as no response used more than its estimate (checked apart).
+func overAdmission(hist []loadRequest, window time.Duration, capacity, estimate int64) (excess int64, at time.Time) {
+	var adm []loadRequest
+	for _, q := range hist {
+		if q.Admitted() {
+			adm = append(adm, q)
+		}
+	}
+	sort.Slice(adm, func(i, j int) bool { return adm[i].Start.Before(adm[j].Start) })
+	for i, first := range adm {
+		end := first.Start.Add(window)
+		var sum int64
+		for _, q := range adm[i:] {
+			if q.Start.After(end) {
+				break
+			}
+			if q.End.Before(end) {
+				sum += charge(q.Outcome, estimate)
+			}
+		}
+		if sum-capacity > excess {
+			excess, at = sum-capacity, first.Start
+		}
+	}
+	return excess, at
+}
+
+// gatewayOverhead is, per admitted request the providers logged, what the gateway added: the
+// client's latency minus the time the provider took.
+func gatewayOverhead(reqs []loadRequest, providers ProviderSnapshot) []time.Duration {
+	took := map[string]float64{}
+	for _, c := range providers.ByHost {
+		for _, pr := range c.Requests {
+			took[pr.RequestID] = pr.DurationMS
+		}
+	}
+	var out []time.Duration
+	for _, q := range reqs {
+		if d, ok := took[q.RequestID]; ok && q.Admitted() && q.RequestID != "" {
+			out = append(out, q.Latency-time.Duration(d*float64(time.Millisecond)))
+		}
+	}
+	return out
+}
+
+// quantile is the q-quantile (0..1) of ds by the nearest-rank method; 0 for none.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
