@@ -620,6 +620,7 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 		VolumeMounts: []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}},
 	}
 	vols := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	var initContainers []corev1.Container
 	strategy := appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType}
 	grace := int64(5)
 	switch role {
@@ -665,10 +666,17 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 		if role == RoleSentinel {
 			authKey, confKey, port = SentinelAuthKey, SentinelConfKey, "sentinel"
 			// A Sentinel rewrites its config file with what it learns, so it runs from a writable
-			// copy: the ConfigMap's monitor lines plus the Secret's auth-pass, joined at start.
-			c.Command = []string{"sh", "-c", "cat " + StoreConfigDir + "/" + SentinelConfKey + " " + ValkeyAuthDir + "/" + SentinelAuthKey +
-				" > " + ValkeyDataDir + "/" + SentinelConfKey + " && exec valkey-server " + ValkeyDataDir + "/" + SentinelConfKey + " --sentinel"}
-			c.Args = nil
+			// copy: the ConfigMap's monitor lines plus the Secret's auth-pass, joined by an init
+			// container. The images are FROM scratch (no shell): the quotaqual image joins them.
+			c.Args = []string{"valkey-server", ValkeyDataDir + "/" + SentinelConfKey, "--sentinel"}
+			initContainers = []corev1.Container{{
+				Name:            "sentinel-config",
+				Image:           in.QuotaqualImage,
+				ImagePullPolicy: in.PullPolicy,
+				Args: []string{"concat", "--out", ValkeyDataDir + "/" + SentinelConfKey,
+					StoreConfigDir + "/" + SentinelConfKey, ValkeyAuthDir + "/" + SentinelAuthKey},
+				SecurityContext: restricted(uid),
+			}}
 		}
 		c.ReadinessProbe = &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(port)}},
@@ -678,6 +686,9 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 			{Name: "data", MountPath: ValkeyDataDir},
 			{Name: "auth", MountPath: ValkeyAuthDir, ReadOnly: true},
 			{Name: "config", MountPath: StoreConfigDir, ReadOnly: true},
+		}
+		for i := range initContainers {
+			initContainers[i].VolumeMounts = c.VolumeMounts
 		}
 		// The group's state lives in its replicas, not in a volume: a node that comes back
 		// empty resyncs from the primary.
@@ -738,8 +749,9 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 						FSGroup:        ptr(uid),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
-					Containers: []corev1.Container{c},
-					Volumes:    vols,
+					InitContainers: initContainers,
+					Containers:     []corev1.Container{c},
+					Volumes:        vols,
 				},
 			},
 		},

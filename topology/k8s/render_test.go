@@ -250,10 +250,10 @@ func TestEveryPodIsRestricted(t *testing.T) {
 				t.Errorf("%s: hostPath volume %s", dep.Name, v.Name)
 			}
 		}
-		if len(ps.InitContainers) > 0 || len(ps.EphemeralContainers) > 0 {
-			t.Errorf("%s has init or ephemeral containers, which this test does not check", dep.Name)
+		if len(ps.EphemeralContainers) > 0 {
+			t.Errorf("%s has ephemeral containers, which this test does not check", dep.Name)
 		}
-		for _, c := range ps.Containers {
+		for _, c := range append(slices.Clone(ps.InitContainers), ps.Containers...) {
 			sc := c.SecurityContext
 			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
@@ -612,14 +612,27 @@ func TestKindStoreGroupConfigs(t *testing.T) {
 		c := dep.Spec.Template.Spec.Containers[0]
 		cmd := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
 		wantConf, wantAuth, wantPort := h+".conf", k8s.StoreAuthKey, 6379
+		confFrom := cmd // the command that reads the ConfigMap's file
 		if slices.Contains(topology.StoreSentinels, h) {
 			wantConf, wantAuth, wantPort = k8s.SentinelConfKey, k8s.SentinelAuthKey, topology.SentinelPort
-			if !strings.Contains(cmd, "--sentinel") {
-				t.Errorf("%s does not run as a Sentinel: %s", h, cmd)
+			// A Sentinel runs from a writable copy its init container joins from the ConfigMap's
+			// file and the Secret's auth-pass, with the quotaqual image (the images have no shell).
+			writable := k8s.ValkeyDataDir + "/" + k8s.SentinelConfKey
+			if !strings.Contains(cmd, "--sentinel") || !strings.Contains(cmd, "valkey-server "+writable) {
+				t.Errorf("%s does not run as a Sentinel from %s: %s", h, writable, cmd)
+			}
+			inits := dep.Spec.Template.Spec.InitContainers
+			if len(inits) != 1 || len(inits[0].Command) != 0 {
+				t.Fatalf("%s: want one init container that joins the config, got %+v", h, inits)
+			}
+			confFrom = strings.Join(inits[0].Args, " ")
+			want := "concat --out " + writable + " " + k8s.StoreConfigDir + "/" + wantConf + " " + k8s.ValkeyAuthDir + "/" + wantAuth
+			if confFrom != want {
+				t.Errorf("%s's init container runs %q, want %q", h, confFrom, want)
 			}
 		}
-		if !strings.Contains(cmd, k8s.StoreConfigDir+"/"+wantConf) {
-			t.Errorf("%s does not run its config %s: %s", h, wantConf, cmd)
+		if !strings.Contains(confFrom, k8s.StoreConfigDir+"/"+wantConf) {
+			t.Errorf("%s does not run its config %s: %s", h, wantConf, confFrom)
 		}
 		if len(c.Ports) != 1 || int(c.Ports[0].ContainerPort) != wantPort {
 			t.Errorf("%s listens on %v, want %d", h, c.Ports, wantPort)
