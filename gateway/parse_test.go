@@ -276,3 +276,37 @@ func TestRetryAfterSeconds(t *testing.T) {
 }
 
 func durationSeconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// FuzzTopLevelFields: the hand walk of a valid body finds exactly the members, the refusals and
+// their wording that encoding/json's decoder finds; invalid bodies take the decoder itself.
+func FuzzTopLevelFields(f *testing.F) {
+	for _, s := range []string{
+		benchBody,
+		` { "model" : "m" , "max_tokens" : 1e3 , "n":2,"stream":true,"x":[1,{"model":"y"}],"y":null } `,
+		`{"model":"a","model":"b"}`, `{"x":1,"x":2}`, `{"MODEL":"m"}`, `{"Max_Tokens":3}`,
+		`{"mod\u0065l":"m","model":"n"}`, `{"k\u00e9y":"\"}\\","s":"a\"b"}`, `{"ma\u212a_tokens":1}`,
+		"{\"mo\xffdel\":1,\"mo\xfedel\":2}", `{}`, `[]`, `"s"`, `1`, `{"a":{}}`, `{"a":[]}`, `{"a":-1.5e-3}`,
+		`{"a":true,"b":false}`, `{"a":"}"}`, `{"stream_options":{"include_usage":true,"Include_Usage":false}}`,
+		`{"model":"a"} {}`, `{"model":`, `{"model":"a","model":"b",`, "{\"a\":1}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		got, gotErr := topLevelFields(doc)
+		want, wantErr := decodeTopLevelFields(doc)
+		// Of two misspelt fields either may be named (map order).
+		bothSpelling := gotErr != nil && wantErr != nil &&
+			strings.Contains(gotErr.Error(), "keys are read exactly") && strings.Contains(wantErr.Error(), "keys are read exactly")
+		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error() && !bothSpelling) {
+			t.Fatalf("%q: error %v, decoder %v", doc, gotErr, wantErr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d members, decoder %d", doc, len(got), len(want))
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || !bytes.Equal(g, v) {
+				t.Fatalf("%q: member %q = %q, decoder %q", doc, k, g, v)
+			}
+		}
+	})
+}
