@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -39,7 +40,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		if !ok {
 			return nil
 		}
-		if err := json.Unmarshal(raw, v); err != nil {
+		if err := decodeValue(raw, v); err != nil {
 			return namedFieldError(name, err)
 		}
 		return nil
@@ -67,7 +68,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 			IncludeUsage *bool `json:"include_usage"`
 		}{}
 		if v, ok := opts["include_usage"]; ok {
-			if err := json.Unmarshal(v, &cr.StreamOptions.IncludeUsage); err != nil {
+			if err := decodeValue(v, &cr.StreamOptions.IncludeUsage); err != nil {
 				return cr, namedFieldError("stream_options.include_usage", err)
 			}
 		}
@@ -98,7 +99,7 @@ func (cr *chatRequest) checkEstimable() error {
 // topLevelFields returns an object's members by exact key, refusing a JSON value that is not
 // an object and any deciding field that is repeated or spelt in another case.
 //
-// A valid document (nearly every request) is walked by hand: one validating pass, one walk, the
+// A valid object (nearly every request) is walked by hand: one validating pass, one walk, the
 // values left in place. Anything else goes through encoding/json's decoder, which words the
 // error (with its byte offset) and finds a repeated deciding field before the syntax error that
 // follows it, as it always has.
@@ -106,31 +107,44 @@ func topLevelFields(doc []byte) (map[string]json.RawMessage, error) {
 	if !json.Valid(doc) {
 		return decodeTopLevelFields(doc)
 	}
+	fields := make(map[string]json.RawMessage, 8)
+	isObject, err := walkObject(doc, func(key string, raw json.RawMessage) error { return addField(fields, key, raw) })
+	if !isObject {
+		return decodeTopLevelFields(doc) // words the refusal as it always has ("1E700" is out of range)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSpelling(fields, decidingFields); err != nil {
+		return nil, err
+	}
+	return fields, nil
+}
+
+// walkObject calls fn with each member of doc, in order, until fn fails; doc must be valid
+// JSON (json.Valid). It reports whether doc is an object at all.
+func walkObject(doc []byte, fn func(key string, raw json.RawMessage) error) (isObject bool, err error) {
 	i := skipSpace(doc, 0)
 	if doc[i] != '{' {
-		return nil, errNotObject
+		return false, nil
 	}
-	fields := make(map[string]json.RawMessage, 8)
 	for i++; ; {
 		i = skipSpace(doc, i)
 		switch doc[i] {
 		case '}':
-			if err := checkSpelling(fields, decidingFields); err != nil {
-				return nil, err
-			}
-			return fields, nil
+			return true, nil
 		case ',':
 			i = skipSpace(doc, i+1)
 		}
 		end := skipValue(doc, i) // the key, a string
 		key, err := jsonKey(doc[i:end])
 		if err != nil {
-			return nil, err
+			return true, err
 		}
 		i = skipSpace(doc, skipSpace(doc, end)+1) // past the ':'
 		end = skipValue(doc, i)
-		if err := addField(fields, key, doc[i:end]); err != nil {
-			return nil, err
+		if err := fn(key, doc[i:end]); err != nil {
+			return true, err
 		}
 		i = end
 	}
@@ -151,19 +165,51 @@ func addField(fields map[string]json.RawMessage, key string, raw json.RawMessage
 // ASCII, else as encoding/json reads it ("mod\u0065l" is "model", and so must be for the
 // gateway; invalid UTF-8 becomes U+FFFD).
 func jsonKey(quoted []byte) (string, error) {
-	plain := true
-	for _, c := range quoted {
-		if c == '\\' || c >= utf8.RuneSelf {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if plainASCII(quoted) {
 		return string(quoted[1 : len(quoted)-1]), nil
 	}
 	var key string
 	err := json.Unmarshal(quoted, &key)
 	return key, err
+}
+
+// plainASCII: b has no escape and no byte outside ASCII, so a JSON string of it reads as it is.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeValue is json.Unmarshal of one member's valid JSON value into v, with the plain cases
+// of the deciding fields read directly: a string without escapes, a whole number, a boolean.
+// Anything else, and whatever the direct reading refuses, takes encoding/json, which also
+// words the errors.
+func decodeValue(raw json.RawMessage, v any) error {
+	switch p := v.(type) {
+	case **string:
+		if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw[1:n-1], '"') < 0 && plainASCII(raw) {
+			s := string(raw[1 : n-1])
+			*p = &s
+			return nil
+		}
+	case **int64:
+		if len(raw) > 0 && raw[0] != '+' {
+			if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+				*p = &n
+				return nil
+			}
+		}
+	case **bool:
+		if s := string(raw); s == "true" || s == "false" {
+			b := s == "true"
+			*p = &b
+			return nil
+		}
+	}
+	return json.Unmarshal(raw, v)
 }
 
 func skipSpace(doc []byte, i int) int {
