@@ -548,7 +548,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	// Response headers: the provider's minus hop-by-hop, plus attribution and quota headers.
 	h := w.Header()
 	for _, hh := range hopHeaders {
-		h.Del(hh) // none set by the gateway may reach the client either
+		delete(h, hh) // none set by the gateway may reach the client either (names canonical)
 	}
 	copyHeaders(h, resp.Header, notDownstream)
 	h[hSite] = []string{p.site}

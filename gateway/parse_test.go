@@ -145,7 +145,10 @@ func FuzzParseUsageJSON(f *testing.F) {
 	}
 	for _, s := range []string{`{"USAGE":{"prompt_tokens":1,"completion_tokens":2}}`, `{"uſage":{"prompt_tokens":1,"completion_tokens":2}}`,
 		`{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"total_tokens":9}}`, `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":null}`,
-		`{"us\u0061ge":{"prompt_tokens":1,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":"1","completion_tokens":2}}`, `null`, `{"usage":5}`,
+		`{"us\u0061ge":{"prompt_tokens":1,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":"1","completion_tokens":2}}`, `null`, `{"usage":5}`, `{"usage":[]}`,
+		`{"usage":{"PROMPT_TOKENS":1,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":1,"prompt_tokens":null,"completion_tokens":2}}`,
+		`{"usage":{"prompt_tokens":1.0,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":1,"completion_tokens":2,"x":{"a":[1]},"total_tokens":-1}}`,
+		`{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"completion_tokens":5}}`, `{"usage":{"prompt_tokens":9223372036854775808,"completion_tokens":2}}`,
 		`{"choices":[{"message":{"content":"{\"usage\":1}"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`} {
 		f.Add([]byte(s))
 	}

@@ -169,12 +169,36 @@ func parseUsageJSON(body []byte) (tokens int64, ok bool) {
 		if !strings.EqualFold(key, "usage") {
 			return nil
 		}
-		return json.Unmarshal(raw, &u)
+		return decodeUsage(raw, &u)
 	})
 	if !isObject || err != nil {
 		return 0, false
 	}
 	return u.tokens()
+}
+
+// decodeUsage is json.Unmarshal(raw, u) for a valid JSON value, an object read member by
+// member: its fields matched case-insensitively, a repeated one decoded again (the last wins),
+// others skipped.
+func decodeUsage(raw json.RawMessage, u **usageJSON) error {
+	if len(raw) == 0 || raw[0] != '{' {
+		return json.Unmarshal(raw, u) // null, or the error of any other value
+	}
+	if *u == nil {
+		*u = &usageJSON{}
+	}
+	_, err := walkObject(raw, func(key string, v json.RawMessage) error {
+		switch {
+		case strings.EqualFold(key, "prompt_tokens"):
+			return decodeValue(v, &(*u).PromptTokens)
+		case strings.EqualFold(key, "completion_tokens"):
+			return decodeValue(v, &(*u).CompletionTokens)
+		case strings.EqualFold(key, "total_tokens"):
+			return decodeValue(v, &(*u).TotalTokens)
+		}
+		return nil
+	})
+	return err
 }
 
 // maxSSEEvent bounds one pending (incomplete) SSE event. A provider that sends a longer event
