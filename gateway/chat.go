@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,27 +86,31 @@ type requestRecord struct {
 	unreadBody bool
 }
 
-func (s *Server) logRequest(rec *requestRecord, extra ...any) {
-	attrs := []any{
-		"request_id", rec.id,
-		"decision", rec.decision,
-		"reason", rec.reason,
-		"rule", rec.rule,
-		"subject_hash", rec.subject,
-		"estimate", rec.estimate,
-		"status", rec.status,
-		"latency_ms", float64(rec.latency.Microseconds()) / 1000,
-	}
+// logRequest writes the request's log line. Its attributes are typed (slog.Attr, no boxing)
+// and gathered on the stack: the line is written once per request.
+func (s *Server) logRequest(rec *requestRecord, extra ...slog.Attr) {
+	var buf [20]slog.Attr
+	attrs := append(buf[:0],
+		slog.String("request_id", rec.id),
+		slog.String("decision", rec.decision),
+		slog.String("reason", rec.reason),
+		slog.String("rule", rec.rule),
+		slog.String("subject_hash", rec.subject),
+		slog.Int64("estimate", rec.estimate),
+		slog.Int("status", rec.status),
+		slog.Float64("latency_ms", float64(rec.latency.Microseconds())/1000),
+	)
 	if rec.decision == resultAdmitted {
-		attrs = append(attrs, "site", rec.site, "stream", rec.stream, "end", rec.end, "usage_known", rec.known)
+		attrs = append(attrs, slog.String("site", rec.site), slog.Bool("stream", rec.stream),
+			slog.String("end", rec.end), slog.Bool("usage_known", rec.known))
 		if rec.known || rec.floor {
-			attrs = append(attrs, "actual", rec.actual)
+			attrs = append(attrs, slog.Int64("actual", rec.actual))
 		}
 		if rec.floor {
-			attrs = append(attrs, "usage_floor", true)
+			attrs = append(attrs, slog.Bool("usage_floor", true))
 		}
 	}
-	s.log.Info("request", append(attrs, extra...)...)
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request", append(attrs, extra...)...)
 }
 
 // deny finishes a request the gateway refused: metric, log line, response.
@@ -121,7 +127,7 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0 && !mutant.Is(mutant.NoRequestBounds)}
-	w.Header().Set(wire.RequestIDHeader, rec.id)
+	w.Header()[hRequestID] = []string{rec.id}
 	// The request must arrive, and every write leave, in bounded time: a connection whose
 	// client stalls holds no goroutine, lease or settlement forever.
 	rc := http.NewResponseController(w)
@@ -377,24 +383,37 @@ var credentialHeaders = []string{
 	"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key",
 }
 
+// Canonical names of the headers the gateway sets, so that setting one on every request does
+// not canonicalize (allocate) the name again.
+var (
+	hRequestID      = http.CanonicalHeaderKey(wire.RequestIDHeader)
+	hSite           = http.CanonicalHeaderKey(wire.SiteHeader)
+	hLimitTokens    = http.CanonicalHeaderKey(wire.LimitTokensHeader)
+	hRemainingToken = http.CanonicalHeaderKey(wire.RemainingTokensHeader)
+)
+
+// notUpstream are the canonical names never sent to a provider: hop-by-hop, credentials, and
+// those the gateway sets or decides itself (identity upstream: the gateway reads usage from
+// the body).
+var notUpstream = headerSet(append(append([]string{"Content-Length", "Accept-Encoding", "Host"}, hopHeaders...), credentialHeaders...))
+
+// notDownstream are the canonical names of a provider's response never relayed to the client.
+var notDownstream = headerSet(hopHeaders)
+
+func headerSet(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[http.CanonicalHeaderKey(n)] = true
+	}
+	return set
+}
+
 // upstreamHeaders builds the headers sent to the provider: the client's, minus hop-by-hop
 // and credential headers, plus the request id.
 func upstreamHeaders(in http.Header, reqID string) http.Header {
 	out := make(http.Header, len(in)+1)
-	for k, v := range in {
-		out[k] = v
-	}
-	removeConnectionHeaders(out)
-	for _, h := range hopHeaders {
-		out.Del(h)
-	}
-	for _, h := range credentialHeaders {
-		out.Del(h)
-	}
-	out.Del("Content-Length")
-	out.Del("Accept-Encoding") // identity upstream: the gateway reads usage from the body
-	out.Del("Host")
-	out.Set(wire.RequestIDHeader, reqID)
+	copyHeaders(out, in, notUpstream)
+	out[hRequestID] = []string{reqID}
 	if out.Get("Content-Type") == "" {
 		out.Set("Content-Type", "application/json")
 	}
@@ -402,12 +421,21 @@ func upstreamHeaders(in http.Header, reqID string) http.Header {
 	return out
 }
 
-func removeConnectionHeaders(h http.Header) {
-	for _, f := range h["Connection"] {
+// copyHeaders copies the fields of src into dst but those named in skip and those src's
+// Connection header lists (hop-by-hop by declaration). Names are compared canonical, as
+// Header.Del compares them; net/http canonicalizes what it reads off the wire.
+func copyHeaders(dst, src http.Header, skip map[string]bool) {
+	var listed []string
+	for _, f := range src["Connection"] {
 		for _, sf := range strings.Split(f, ",") {
 			if sf = strings.TrimSpace(sf); sf != "" {
-				h.Del(sf)
+				listed = append(listed, http.CanonicalHeaderKey(sf))
 			}
+		}
+	}
+	for k, v := range src {
+		if !skip[k] && !slices.Contains(listed, k) {
+			dst[k] = v
 		}
 	}
 }
@@ -490,7 +518,13 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
 	}
-	out, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(upBody))
+	// Whether the request reached the wire: one that never did (connection refused, DNS,
+	// client gone first) consumed nothing and is settled at zero, not at the estimate.
+	var wrote atomic.Bool
+	traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	})
+	out, err := http.NewRequestWithContext(traced, http.MethodPost, target, bytes.NewReader(upBody))
 	if err != nil {
 		rec.end = endProviderError
 		s.m.upstreamErrors.WithLabelValues(p.site, "transport").Inc()
@@ -501,12 +535,6 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	}
 	out.Header = upstreamHeaders(r.Header, rec.id)
 	out.ContentLength = int64(len(upBody))
-	// Whether the request reached the wire: one that never did (connection refused, DNS,
-	// client gone first) consumed nothing and is settled at zero, not at the estimate.
-	var wrote atomic.Bool
-	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
-	}))
 
 	resp, err := s.transport.RoundTrip(out)
 	resp, err = s.mutateRetry(out, upBody, resp, err)
@@ -520,21 +548,18 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 
 	// Response headers: the provider's minus hop-by-hop, plus attribution and quota headers.
 	h := w.Header()
-	removeConnectionHeaders(resp.Header)
-	for k, v := range resp.Header {
-		h[k] = v
-	}
 	for _, hh := range hopHeaders {
-		h.Del(hh)
+		delete(h, hh) // none set by the gateway may reach the client either (names canonical)
 	}
-	h.Set(wire.SiteHeader, p.site)
-	h.Set(wire.RequestIDHeader, rec.id)
-	h.Set(wire.LimitTokensHeader, strconv.FormatInt(q.Limit(), 10))
+	copyHeaders(h, resp.Header, notDownstream)
+	h[hSite] = []string{p.site}
+	h[hRequestID] = []string{rec.id}
+	h[hLimitTokens] = []string{strconv.FormatInt(q.Limit(), 10)}
 	if rem, ok := minRemaining(dec.Windows); ok {
-		h.Set(wire.RemainingTokensHeader, strconv.FormatInt(rem, 10))
+		h[hRemainingToken] = []string{strconv.FormatInt(rem, 10)}
 	}
 	s.mutateAdmitted(h, q, p)
-	isSSE := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
+	isSSE := strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "text/event-stream")
 	if isSSE {
 		h.Del("Content-Length") // events may be removed
 	}

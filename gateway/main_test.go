@@ -35,6 +35,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	servePlainProxy() // started by BenchmarkOverhead as its plain proxy: never returns
 	flag.Parse()
 	// Fuzzing workers and fuzz coordinators do not need the binary.
 	fuzzing := false
@@ -97,7 +98,12 @@ type proc struct {
 
 func startProc(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
-	bin := needBinary(t)
+	return startProcBin(t, needBinary(t), name, env, args...)
+}
+
+// startProcBin is startProc with another binary.
+func startProcBin(t testing.TB, bin, name string, env []string, args ...string) *proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -143,8 +145,28 @@ func FuzzParseUsageJSON(f *testing.F) {
 		`{"usage":{"prompt_tokens":0,"completion_tokens":0}}`, `{"usage":null}`, `[]`, `{"usage":{"prompt_tokens":1e3,"completion_tokens":1}}`} {
 		f.Add([]byte(s))
 	}
+	for _, s := range []string{`{"USAGE":{"prompt_tokens":1,"completion_tokens":2}}`, `{"uſage":{"prompt_tokens":1,"completion_tokens":2}}`,
+		`{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"total_tokens":9}}`, `{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":null}`,
+		`{"us\u0061ge":{"prompt_tokens":1,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":"1","completion_tokens":2}}`, `null`, `{"usage":5}`, `{"usage":[]}`,
+		`{"usage":{"PROMPT_TOKENS":1,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":1,"prompt_tokens":null,"completion_tokens":2}}`,
+		`{"usage":{"prompt_tokens":1.0,"completion_tokens":2}}`, `{"usage":{"prompt_tokens":1,"completion_tokens":2,"x":{"a":[1]},"total_tokens":-1}}`,
+		`{"usage":{"prompt_tokens":1,"completion_tokens":2},"usage":{"completion_tokens":5}}`, `{"usage":{"prompt_tokens":9223372036854775808,"completion_tokens":2}}`,
+		`{"choices":[{"message":{"content":"{\"usage\":1}"}}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n, ok := parseUsageJSON(b)
+		// It reads what json.Unmarshal reads.
+		var ref struct {
+			Usage *usageJSON `json:"usage"`
+		}
+		refN, refOK := int64(0), false
+		if json.Unmarshal(b, &ref) == nil {
+			refN, refOK = ref.Usage.tokens()
+		}
+		if n != refN || ok != refOK {
+			t.Fatalf("%q: usage %d %v, json.Unmarshal reads %d %v", b, n, ok, refN, refOK)
+		}
 		if ok && (n < 0 || n > maxUsageTokens) {
 			t.Fatalf("usage %d out of range", n)
 		}
@@ -278,3 +300,65 @@ func TestRetryAfterSeconds(t *testing.T) {
 }
 
 func durationSeconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// FuzzTopLevelFields: the hand walk of a valid body finds exactly the members, the refusals and
+// their wording that encoding/json's decoder finds; invalid bodies take the decoder itself.
+func FuzzTopLevelFields(f *testing.F) {
+	for _, s := range []string{
+		benchBody,
+		` { "model" : "m" , "max_tokens" : 1e3 , "n":2,"stream":true,"x":[1,{"model":"y"}],"y":null } `,
+		`{"model":"a","model":"b"}`, `{"x":1,"x":2}`, `{"MODEL":"m"}`, `{"Max_Tokens":3}`,
+		`{"mod\u0065l":"m","model":"n"}`, `{"k\u00e9y":"\"}\\","s":"a\"b"}`, `{"ma\u212a_tokens":1}`,
+		"{\"mo\xffdel\":1,\"mo\xfedel\":2}", `{}`, `[]`, `"s"`, `1`, `{"a":{}}`, `{"a":[]}`, `{"a":-1.5e-3}`,
+		`{"a":true,"b":false}`, `{"a":"}"}`, `{"stream_options":{"include_usage":true,"Include_Usage":false}}`,
+		`{"model":"a"} {}`, `{"model":`, `{"model":"a","model":"b",`, "{\"a\":1}\n", `1E700`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		got, gotErr := topLevelFields(doc)
+		want, wantErr := decodeTopLevelFields(doc)
+		// Of two misspelt fields either may be named (map order).
+		bothSpelling := gotErr != nil && wantErr != nil &&
+			strings.Contains(gotErr.Error(), "keys are read exactly") && strings.Contains(wantErr.Error(), "keys are read exactly")
+		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error() && !bothSpelling) {
+			t.Fatalf("%q: error %v, decoder %v", doc, gotErr, wantErr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d members, decoder %d", doc, len(got), len(want))
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || !bytes.Equal(g, v) {
+				t.Fatalf("%q: member %q = %q, decoder %q", doc, k, g, v)
+			}
+		}
+	})
+}
+
+// FuzzDecodeValue: the direct reading of plain values gives what json.Unmarshal gives, errors
+// included.
+func FuzzDecodeValue(f *testing.F) {
+	for _, s := range []string{`"m"`, `"m\u0065"`, `"é"`, `""`, `12`, `-0`, `1e3`, `1.0`, `99999999999999999999`, `-9223372036854775808`,
+		`true`, `false`, `null`, `[1]`, `{}`, `"12"`, `"" `, ` "a"`, `"a","b"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return // members' values are valid JSON
+		}
+		same := func(kind string, got, want error, gotV, wantV any) {
+			if (got == nil) != (want == nil) || (got != nil && got.Error() != want.Error()) {
+				t.Fatalf("%s %q: error %v, json.Unmarshal %v", kind, raw, got, want)
+			}
+			if !reflect.DeepEqual(gotV, wantV) {
+				t.Fatalf("%s %q: %v, json.Unmarshal %v", kind, raw, gotV, wantV)
+			}
+		}
+		var s1, s2 *string
+		same("string", decodeValue(raw, &s1), json.Unmarshal(raw, &s2), s1, s2)
+		var n1, n2 *int64
+		same("int64", decodeValue(raw, &n1), json.Unmarshal(raw, &n2), n1, n2)
+		var b1, b2 *bool
+		same("bool", decodeValue(raw, &b1), json.Unmarshal(raw, &b2), b1, b2)
+	})
+}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/quotaqual/quotaqual/ledger"
 )
@@ -37,7 +40,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		if !ok {
 			return nil
 		}
-		if err := json.Unmarshal(raw, v); err != nil {
+		if err := decodeValue(raw, v); err != nil {
 			return namedFieldError(name, err)
 		}
 		return nil
@@ -65,7 +68,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 			IncludeUsage *bool `json:"include_usage"`
 		}{}
 		if v, ok := opts["include_usage"]; ok {
-			if err := json.Unmarshal(v, &cr.StreamOptions.IncludeUsage); err != nil {
+			if err := decodeValue(v, &cr.StreamOptions.IncludeUsage); err != nil {
 				return cr, namedFieldError("stream_options.include_usage", err)
 			}
 		}
@@ -95,17 +98,170 @@ func (cr *chatRequest) checkEstimable() error {
 
 // topLevelFields returns an object's members by exact key, refusing a JSON value that is not
 // an object and any deciding field that is repeated or spelt in another case.
+//
+// A valid object (nearly every request) is walked by hand: one validating pass, one walk, the
+// values left in place. Anything else goes through encoding/json's decoder, which words the
+// error (with its byte offset) and finds a repeated deciding field before the syntax error that
+// follows it, as it always has.
 func topLevelFields(doc []byte) (map[string]json.RawMessage, error) {
+	if !json.Valid(doc) {
+		return decodeTopLevelFields(doc)
+	}
+	fields := make(map[string]json.RawMessage, 8)
+	isObject, err := walkObject(doc, func(key string, raw json.RawMessage) error { return addField(fields, key, raw) })
+	if !isObject {
+		return decodeTopLevelFields(doc) // words the refusal as it always has ("1E700" is out of range)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSpelling(fields, decidingFields); err != nil {
+		return nil, err
+	}
+	return fields, nil
+}
+
+// walkObject calls fn with each member of doc, in order, until fn fails; doc must be valid
+// JSON (json.Valid). It reports whether doc is an object at all.
+func walkObject(doc []byte, fn func(key string, raw json.RawMessage) error) (isObject bool, err error) {
+	i := skipSpace(doc, 0)
+	if doc[i] != '{' {
+		return false, nil
+	}
+	for i++; ; {
+		i = skipSpace(doc, i)
+		switch doc[i] {
+		case '}':
+			return true, nil
+		case ',':
+			i = skipSpace(doc, i+1)
+		}
+		end := skipValue(doc, i) // the key, a string
+		key, err := jsonKey(doc[i:end])
+		if err != nil {
+			return true, err
+		}
+		i = skipSpace(doc, skipSpace(doc, end)+1) // past the ':'
+		end = skipValue(doc, i)
+		if err := fn(key, doc[i:end]); err != nil {
+			return true, err
+		}
+		i = end
+	}
+}
+
+var errNotObject = errors.New("the body must be a JSON object")
+
+// addField records one member, refusing a deciding field seen before.
+func addField(fields map[string]json.RawMessage, key string, raw json.RawMessage) error {
+	if _, dup := fields[key]; dup && slices.Contains(decidingFields, key) {
+		return fmt.Errorf("field %q appears more than once; send it once", key)
+	}
+	fields[key] = raw
+	return nil
+}
+
+// jsonKey is the text of a valid JSON string: its bytes between the quotes when they are plain
+// ASCII, else as encoding/json reads it ("mod\u0065l" is "model", and so must be for the
+// gateway; invalid UTF-8 becomes U+FFFD).
+func jsonKey(quoted []byte) (string, error) {
+	if plainASCII(quoted) {
+		return string(quoted[1 : len(quoted)-1]), nil
+	}
+	var key string
+	err := json.Unmarshal(quoted, &key)
+	return key, err
+}
+
+// plainASCII: b has no escape and no byte outside ASCII, so a JSON string of it reads as it is.
+func plainASCII(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeValue is json.Unmarshal of one member's valid JSON value into v, with the plain cases
+// of the deciding fields read directly: a string without escapes, a whole number, a boolean.
+// Anything else, and whatever the direct reading refuses, takes encoding/json, which also
+// words the errors.
+func decodeValue(raw json.RawMessage, v any) error {
+	switch p := v.(type) {
+	case **string:
+		if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw[1:n-1], '"') < 0 && plainASCII(raw) {
+			s := string(raw[1 : n-1])
+			*p = &s
+			return nil
+		}
+	case **int64:
+		if len(raw) > 0 && raw[0] != '+' {
+			if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+				*p = &n
+				return nil
+			}
+		}
+	case **bool:
+		if s := string(raw); s == "true" || s == "false" {
+			b := s == "true"
+			*p = &b
+			return nil
+		}
+	}
+	return json.Unmarshal(raw, v)
+}
+
+func skipSpace(doc []byte, i int) int {
+	for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the value starting at doc[i] in a valid JSON document.
+func skipValue(doc []byte, i int) int {
+	depth := 0
+	for ; i < len(doc); i++ {
+		switch doc[i] {
+		case '"':
+			for i++; doc[i] != '"'; i++ {
+				if doc[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // the end of a number or literal at the end of its object
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// decodeTopLevelFields is topLevelFields by encoding/json's decoder.
+func decodeTopLevelFields(doc []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errors.New("the body must be a JSON object")
+		return nil, errNotObject
 	}
 	fields := map[string]json.RawMessage{}
-	var order []string
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -116,15 +272,9 @@ func topLevelFields(doc []byte) (map[string]json.RawMessage, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return nil, err
 		}
-		if _, dup := fields[key]; dup {
-			for _, f := range decidingFields {
-				if key == f {
-					return nil, fmt.Errorf("field %q appears more than once; send it once", key)
-				}
-			}
+		if err := addField(fields, key, raw); err != nil {
+			return nil, err
 		}
-		fields[key] = raw
-		order = append(order, key)
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -333,7 +334,7 @@ func (s *Server) requestID(r *http.Request) string {
 	if id := r.Header.Get(wire.RequestIDHeader); validRequestID(id) {
 		return id
 	}
-	return s.idPrefix + fmt.Sprint(s.idSeq.Add(1))
+	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 10)
 }
 
 func validRequestID(id string) bool {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ const (
 
 // settleBackoff is the wait before attempt i+1 (25 ms, then 50 ms).
 var settleBackoff = []time.Duration{25 * time.Millisecond, 50 * time.Millisecond}
+
+// settlementAttr is the request log line's "settlement" attribute: how the settlement ended.
+func settlementAttr(result string) slog.Attr { return slog.String("settlement", result) }
 
 type settleJob struct {
 	res   ledger.Reservation
@@ -79,7 +83,7 @@ func (st *settler) enqueue(j settleJob) {
 	s.m.inFlight.WithLabelValues(j.res.Quota.Rule).Dec()
 	s.log.Warn("settlement dropped: queue full or closed; the lease will expire and charge the estimate",
 		"request_id", j.rec.id, "rule", j.res.Quota.Rule)
-	s.logRequest(j.rec, "settlement", "dropped")
+	s.logRequest(j.rec, settlementAttr("dropped"))
 }
 
 // close stops accepting jobs and waits for the queue to drain, at most until ctx ends.
@@ -140,19 +144,19 @@ func (st *settler) settle(j settleJob) {
 		s.m.settlements.WithLabelValues(rule, "unacknowledged").Inc()
 		s.log.Warn("settlement applied but not acknowledged by enough replicas; a failover now would charge the estimate instead",
 			"request_id", j.rec.id, "rule", rule, "error", redactErr(err))
-		s.logRequest(j.rec, "settlement", "unacknowledged")
+		s.logRequest(j.rec, settlementAttr("unacknowledged"))
 		return
 	}
 	if err != nil {
 		s.m.settlements.WithLabelValues(rule, "failed").Inc()
 		s.log.Warn("settlement failed after retries; the lease will expire and charge the estimate",
 			"request_id", j.rec.id, "rule", rule, "attempts", settleAttempts, "error", redactErr(err))
-		s.logRequest(j.rec, "settlement", "failed")
+		s.logRequest(j.rec, settlementAttr("failed"))
 		return
 	}
 	if !out.Applied {
 		s.m.settlements.WithLabelValues(rule, "noop").Inc()
-		s.logRequest(j.rec, "settlement", "noop")
+		s.logRequest(j.rec, settlementAttr("noop"))
 		return
 	}
 	s.m.settlements.WithLabelValues(rule, "applied").Inc()
@@ -163,7 +167,7 @@ func (st *settler) settle(j settleJob) {
 	if out.Overage > 0 {
 		s.m.tokensOverage.WithLabelValues(rule).Add(float64(out.Overage))
 	}
-	s.logRequest(j.rec, "settlement", "applied", "charged", out.Charged, "refund", out.Refund, "overage", out.Overage)
+	s.logRequest(j.rec, settlementAttr("applied"), slog.Int64("charged", out.Charged), slog.Int64("refund", out.Refund), slog.Int64("overage", out.Overage))
 }
 
 // renewer extends one reservation's lease every lease/3 while its request is in flight. It

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 
 	"github.com/quotaqual/quotaqual/ledger"
 )
@@ -154,14 +155,50 @@ func usageFromTail(tail []byte) (int64, bool) {
 
 // parseUsageJSON reads the usage of a non-streaming chat completion response body. Missing or
 // garbled usage reports ok false: the request is then charged its estimate.
+//
+// It reads as json.Unmarshal into struct{ Usage *usageJSON } reads (FuzzParseUsageJSON holds
+// it to that): an invalid body or one that is not an object has no usage; a "usage" member
+// matches case-insensitively, and a repeated one is decoded into the same object; a member that
+// does not decode garbles the usage. Only the usage members are decoded.
 func parseUsageJSON(body []byte) (tokens int64, ok bool) {
-	var v struct {
-		Usage *usageJSON `json:"usage"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
+	if !json.Valid(body) {
 		return 0, false
 	}
-	return v.Usage.tokens()
+	var u *usageJSON
+	isObject, err := walkObject(body, func(key string, raw json.RawMessage) error {
+		if !strings.EqualFold(key, "usage") {
+			return nil
+		}
+		return decodeUsage(raw, &u)
+	})
+	if !isObject || err != nil {
+		return 0, false
+	}
+	return u.tokens()
+}
+
+// decodeUsage is json.Unmarshal(raw, u) for a valid JSON value, an object read member by
+// member: its fields matched case-insensitively, a repeated one decoded again (the last wins),
+// others skipped.
+func decodeUsage(raw json.RawMessage, u **usageJSON) error {
+	if len(raw) == 0 || raw[0] != '{' {
+		return json.Unmarshal(raw, u) // null, or the error of any other value
+	}
+	if *u == nil {
+		*u = &usageJSON{}
+	}
+	_, err := walkObject(raw, func(key string, v json.RawMessage) error {
+		switch {
+		case strings.EqualFold(key, "prompt_tokens"):
+			return decodeValue(v, &(*u).PromptTokens)
+		case strings.EqualFold(key, "completion_tokens"):
+			return decodeValue(v, &(*u).CompletionTokens)
+		case strings.EqualFold(key, "total_tokens"):
+			return decodeValue(v, &(*u).TotalTokens)
+		}
+		return nil
+	})
+	return err
 }
 
 // maxSSEEvent bounds one pending (incomplete) SSE event. A provider that sends a longer event
