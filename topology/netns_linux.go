@@ -376,7 +376,7 @@ func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) ProbeR
 }
 
 // connectError reduces a dial error to its cause: "connection refused", "i/o timeout", ...
-func connectError(err error) string {
+func ConnectError(err error) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):

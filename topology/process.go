@@ -266,7 +266,7 @@ const handedOutFor = time.Minute
 
 // newTransport is an HTTP transport with explicit timeouts; dial, when set, creates the
 // connections (the netns engine dials from inside a namespace).
-func newTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	if dial == nil {
 		d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}
 		dial = d.DialContext

@@ -78,7 +78,7 @@ func (s *Spec) validate() error {
 	return nil
 }
 
-func (s *Spec) progress(format string, args ...any) {
+func (s *Spec) Progress(format string, args ...any) {
 	if s.Stdout != nil {
 		fmt.Fprintf(s.Stdout, format+"\n", args...)
 	}

@@ -1,4 +1,4 @@
-package topology
+package kindengine
 
 // kind starts every node with `docker run --privileged` and reaches into it with
 // `docker exec --privileged`. Docker grants a privileged container every capability the kernel
@@ -73,7 +73,7 @@ func (t *kindTopo) ensurePrivilegedNodes(ctx context.Context) error {
 		return fmt.Errorf("kind docker wrapper: %w", err)
 	}
 	privilegedDocker.wrapped = true
-	t.spec.progress("kind: this host cannot grant %s, so Docker cannot start --privileged containers; kind's nodes run with every other capability instead (docker wrapper %s)",
+	t.spec.Progress("kind: this host cannot grant %s, so Docker cannot start --privileged containers; kind's nodes run with every other capability instead (docker wrapper %s)",
 		strings.Join(missing, ", "), dir)
 	return nil
 }
