@@ -137,8 +137,7 @@ type dockerTopo struct {
 	provAddrs  []deployment.ProviderAddr // the providers as the gateways reach them
 	pubHost    string                    // host of published ports
 	valkeyVer  string                    // from Valkey's start-up log
-	downOnce   bool
-	teardown   topology.Teardown
+	down       topology.DownGuard
 	store      dockerStore // the replicated store group (docker_store.go)
 
 	client   *http.Client
@@ -1114,36 +1113,23 @@ func (t *dockerTopo) snapshotLogs(ctx context.Context) error {
 }
 
 func (t *dockerTopo) Down(ctx context.Context) (topology.Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
+	return t.down.Do(func(td *topology.Teardown) {
+		t.mu.Lock()
+		cli := t.cli
 		t.mu.Unlock()
-		return td, nil
-	}
-	t.downOnce = true
-	cli := t.cli
-	t.mu.Unlock()
-	t.stopStoreStart()
-	t.client.CloseIdleConnections()
-	t.observer.CloseIdleConnections()
-	var td topology.Teardown
-	if cli != nil {
+		t.stopStoreStart()
+		t.client.CloseIdleConnections()
+		t.observer.CloseIdleConnections()
+		if cli == nil {
+			return
+		}
 		if err := t.snapshotLogs(ctx); err != nil {
 			td.Errors = append(td.Errors, "saving container logs: "+err.Error())
 		}
 		ctd := dockerCleanup(ctx, cli, t.spec.RunID)
 		td.Removed = append(td.Removed, ctd.Removed...)
 		td.Errors = append(td.Errors, ctd.Errors...)
-	}
-	td.Elapsed = topology.ElapsedSince(start)
-	t.mu.Lock()
-	t.teardown = td
-	t.mu.Unlock()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
-	}
-	return td, nil
+	})
 }
 
 // Cleanup removes every container, network and volume labelled with runID (what a

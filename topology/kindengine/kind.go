@@ -135,8 +135,8 @@ type kindTopo struct {
 	logs       map[string]*bytes.Buffer // host → logs of pods already gone
 	saved      map[string]bool          // pod name → its log is in logs
 	pf         map[string]httpstream.Connection
-	downOnce   bool
-	teardown   topology.Teardown
+	logsFinal  bool // Down saved every pod's log: logsNow asks the cluster no more
+	down       topology.DownGuard
 
 	reqID    atomic.Int64
 	client   *http.Client
@@ -1257,7 +1257,7 @@ func (t *kindTopo) logsNow(ctx context.Context, host string) []byte {
 		out.Write(b.Bytes())
 	}
 	t.mu.Unlock()
-	if t.cs == nil || t.downDone() {
+	if t.cs == nil || t.logsAreFinal() {
 		return out.Bytes()
 	}
 	pods, err := t.pods(ctx, host)
@@ -1276,10 +1276,10 @@ func (t *kindTopo) logsNow(ctx context.Context, host string) []byte {
 	return out.Bytes()
 }
 
-func (t *kindTopo) downDone() bool {
+func (t *kindTopo) logsAreFinal() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.downOnce
+	return t.logsFinal
 }
 
 // CollectLogs writes <host>.log for every component host (pod logs; those of pods a lever
@@ -1303,58 +1303,45 @@ func (t *kindTopo) CollectLogs(dir string) error {
 	return errors.Join(errs...)
 }
 
+// Down saves every pod's log before it deletes anything, and only then marks the logs final
+// (logsNow stops asking the cluster), so the saved copies are complete.
 func (t *kindTopo) Down(ctx context.Context) (topology.Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
+	return t.down.Do(func(td *topology.Teardown) {
+		if t.cs != nil {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			for _, h := range topology.Hosts {
+				t.saveLogs(lctx, h)
+			}
+			cancel()
+		}
+		t.mu.Lock()
+		t.logsFinal = true
+		pfs := t.pf
+		t.pf = map[string]httpstream.Connection{}
+		owns, nsCreated, name := t.owns, t.nsCreated, t.clusterNm
 		t.mu.Unlock()
-		return td, nil
-	}
-	t.mu.Unlock()
-	var td topology.Teardown
-	if t.cs != nil {
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		for _, h := range topology.Hosts {
-			t.saveLogs(lctx, h)
+		t.client.CloseIdleConnections()
+		t.observer.CloseIdleConnections()
+		for _, c := range pfs {
+			c.Close()
 		}
-		cancel()
-	}
-	t.mu.Lock()
-	t.downOnce = true
-	pfs := t.pf
-	t.pf = map[string]httpstream.Connection{}
-	owns, nsCreated, name := t.owns, t.nsCreated, t.clusterNm
-	t.mu.Unlock()
-	t.client.CloseIdleConnections()
-	t.observer.CloseIdleConnections()
-	for _, c := range pfs {
-		c.Close()
-	}
-	switch {
-	case t.opts.Keep && (owns || nsCreated):
-		td.Removed = append(td.Removed, "nothing: kept "+map[bool]string{true: "kind cluster " + name, false: "namespace " + t.ns}[owns]+" (--keep)")
-	case owns:
-		if err := t.provider.Delete(name, t.kubecfg); err != nil {
-			td.Errors = append(td.Errors, fmt.Sprintf("deleting kind cluster %s: %v (remove it with `kind delete cluster --name %s`)", name, err, name))
-		} else {
-			td.Removed = append(td.Removed, "kind cluster "+name)
+		switch {
+		case t.opts.Keep && (owns || nsCreated):
+			td.Removed = append(td.Removed, "nothing: kept "+map[bool]string{true: "kind cluster " + name, false: "namespace " + t.ns}[owns]+" (--keep)")
+		case owns:
+			if err := t.provider.Delete(name, t.kubecfg); err != nil {
+				td.Errors = append(td.Errors, fmt.Sprintf("deleting kind cluster %s: %v (remove it with `kind delete cluster --name %s`)", name, err, name))
+			} else {
+				td.Removed = append(td.Removed, "kind cluster "+name)
+			}
+		case nsCreated:
+			if err := t.deleteNamespace(ctx); err != nil {
+				td.Errors = append(td.Errors, err.Error())
+			} else {
+				td.Removed = append(td.Removed, "namespace "+t.ns+" on "+name)
+			}
 		}
-	case nsCreated:
-		if err := t.deleteNamespace(ctx); err != nil {
-			td.Errors = append(td.Errors, err.Error())
-		} else {
-			td.Removed = append(td.Removed, "namespace "+t.ns+" on "+name)
-		}
-	}
-	td.Elapsed = topology.ElapsedSince(start)
-	t.mu.Lock()
-	t.teardown = td
-	t.mu.Unlock()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
-	}
-	return td, nil
+	})
 }
 
 func (t *kindTopo) deleteNamespace(ctx context.Context) error {
