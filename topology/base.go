@@ -29,8 +29,7 @@ type base struct {
 	ports     Ports
 	observer  *http.Client
 	up        bool
-	downOnce  bool
-	teardown  Teardown
+	down      DownGuard // Down's teardown runs once
 
 	// inValkeyNet runs f where valkeyproc's readiness PING can reach the server (netns: on a
 	// thread inside the valkey namespace); nil runs f directly.

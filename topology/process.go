@@ -164,25 +164,12 @@ func (t *processTopo) startWithFreePorts(ctx context.Context, host string, mk fu
 }
 
 func (t *processTopo) Down(ctx context.Context) (Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
+	return t.down.Do(func(td *Teardown) {
+		t.stopAll(ctx, td)
+		t.mu.Lock()
+		t.up = false
 		t.mu.Unlock()
-		return td, nil
-	}
-	t.downOnce = true
-	t.mu.Unlock()
-	var td Teardown
-	t.stopAll(ctx, &td)
-	td.Elapsed = elapsedSince(start)
-	t.mu.Lock()
-	t.teardown, t.up = td, false
-	t.mu.Unlock()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + td.Errors[0])
-	}
-	return td, nil
+	})
 }
 
 func (t *processTopo) Partition(ctx context.Context, host, peer string) error {
