@@ -46,7 +46,7 @@ type Spec struct {
 	ValkeyImage    string
 	QuotaqualImage string
 
-	// Kind engine only: cluster, node image, existing kubeconfig/context, keep (kind.go).
+	// Kind engine only: cluster, node image, existing kubeconfig/context, keep (kind_options.go).
 	Kind KindOptions
 }
 

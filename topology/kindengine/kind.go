@@ -1,7 +1,7 @@
 package kindengine
 
 // The kind engine: the qualification on Kubernetes. Either a run-scoped kind cluster
-// (sigs.k8s.io/kind, node image configurable) or, with topology.KindOptions.Kubeconfig/Context, any
+// (sigs.k8s.io/kind, node image configurable) or, with KindOptions.Kubeconfig/Context, any
 // existing cluster — always inside the run-scoped namespace quotaqual-<run>, touching nothing
 // outside it. The manifests come from package k8s (typed API values, tested offline); this
 // file applies them with client-go and implements the levers:
@@ -34,7 +34,7 @@ package kindengine
 //     NetworkPolicy), Capabilities says so and the scenarios that need it skip.
 //   - CollectLogs writes each host's pod logs (including pods a restart or scale-down
 //     removed: their logs are saved before they go); Down deletes the kind cluster this run
-//     created, or only the namespace on an existing cluster, unless topology.KindOptions.Keep.
+//     created, or only the namespace on an existing cluster, unless KindOptions.Keep.
 
 import (
 	"bytes"
@@ -256,7 +256,7 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 	}
 	if !existing && !images.Exists(ctx, t.nodeImage) {
 		// Before building anything: no registry is reachable on the project's machines.
-		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or topology.KindOptions.NodeImage)", t.nodeImage, LocalNodeImage, EnvNodeImage)
+		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalNodeImage, EnvNodeImage)
 	}
 	if err := t.images(ctx); err != nil {
 		return err

@@ -124,7 +124,7 @@ func dockerWrapper(real string, missing []string) string {
 	}
 	return `#!/bin/sh
 # Written by quotaqual's kind engine: this host cannot grant ` + strings.Join(missing, ", ") + `, so
-# Docker cannot start --privileged containers (see topology/kind_privileged.go).
+# Docker cannot start --privileged containers (see topology/kindengine/kind_privileged.go).
 sub="$1"
 for a do
 	shift
