@@ -1,3 +1,6 @@
+// Package dockerengine is the docker topology engine: every component in a container on
+// run-scoped Docker networks (the design is below). It registers itself as topology.EngineDocker;
+// import topology/engines rather than this package to build every engine in.
 package dockerengine
 
 // The docker engine: every component in its own container (testcontainers-go) on private,
