@@ -1,6 +1,7 @@
 // Package dockerengine is the docker topology engine: every component in a container on
-// run-scoped Docker networks (the design is below). It registers itself as topology.EngineDocker;
-// import topology/engines rather than this package to build every engine in.
+// run-scoped Docker networks (its design: the comment that opens docker.go). It registers
+// itself as topology.EngineDocker; import topology/engines rather than this package to build
+// every engine in.
 package dockerengine
 
 // The docker engine: every component in its own container (testcontainers-go) on private,

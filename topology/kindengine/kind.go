@@ -1,6 +1,7 @@
-// Package kindengine is the kind topology engine: the qualification on Kubernetes (the design
-// is below). It registers itself as topology.EngineKind; import topology/engines rather than
-// this package to build every engine in. Its manifests come from package topology/k8s.
+// Package kindengine is the kind topology engine: the qualification on Kubernetes (its
+// design: the comment that opens kind.go). It registers itself as topology.EngineKind; import
+// topology/engines rather than this package to build every engine in. Its manifests come from
+// package topology/k8s.
 package kindengine
 
 // The kind engine: the qualification on Kubernetes. Either a run-scoped kind cluster
