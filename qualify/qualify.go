@@ -23,6 +23,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/version"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	_ "github.com/quotaqual/quotaqual/topology/engines" // builds in every engine New and IsEngine know
 	"github.com/quotaqual/quotaqual/wire"
 )
 

@@ -29,8 +29,7 @@ type base struct {
 	ports     Ports
 	observer  *http.Client
 	up        bool
-	downOnce  bool
-	teardown  Teardown
+	down      DownGuard // Down's teardown runs once
 
 	// inValkeyNet runs f where valkeyproc's readiness PING can reach the server (netns: on a
 	// thread inside the valkey namespace); nil runs f directly.
@@ -299,10 +298,10 @@ func (b *base) stopAll(ctx context.Context, td *Teardown) {
 	wg.Wait()
 }
 
-func isGateway(h string) bool { return h == HostGatewayA || h == HostGatewayB }
+func IsGateway(h string) bool { return h == HostGatewayA || h == HostGatewayB }
 
 // siteOf returns the provider site of a provider host (west, central, east).
-func siteOf(host string) string {
+func SiteOf(host string) string {
 	for i, p := range Providers {
 		if p == host && i < len(deployment.Sites) {
 			return deployment.Sites[i]
@@ -338,4 +337,4 @@ func (b *base) baseFacts() map[string]any {
 }
 
 // elapsedSince is a small helper for teardown timing.
-func elapsedSince(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+func ElapsedSince(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }

@@ -1,20 +1,67 @@
 package topology
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+)
 
-// engines registers every engine by name: the one place a new engine is added (its package
-// of files, its name constant and one line here). New, IsEngine and the flag checks of
-// qualify and the commands read it.
-var engines = map[string]func(Spec) (Topology, error){
-	EngineNetns:   newNetns,
-	EngineDocker:  func(s Spec) (Topology, error) { return newDocker(s) },
-	EngineProcess: func(s Spec) (Topology, error) { return newProcess(s), nil },
-	EngineKind:    func(s Spec) (Topology, error) { return newKind(s) },
+// Engines besides netns and process, which live in packages of their own (topology/dockerengine,
+// topology/kindengine) and register themselves under these names. The names are here because
+// the flags, auto detection and the evidence speak them without importing an engine.
+const (
+	EngineDocker = "docker"
+	EngineKind   = "kind"
+)
+
+// Engine is what an engine registers: how to build its topology and, optionally, how auto
+// detection asks whether it can run here and how `quotaqual down` removes what a run of it
+// left behind.
+type Engine struct {
+	New func(Spec) (Topology, error)
+	// Answers, when set, says whether the engine's runtime answers here (a version), or why
+	// not. Auto detection asks it when this host cannot build namespaces.
+	Answers func(ctx context.Context) (string, error)
+	// Cleanup, when set, removes every leftover of run runID (a crashed run, or --keep).
+	Cleanup func(ctx context.Context, runID string) (Teardown, error)
+}
+
+var (
+	enginesMu sync.RWMutex
+	// engines holds every engine by name: netns and process are registered here, the others
+	// by their packages' init (see package topology/engines, which imports them all).
+	engines = map[string]Engine{
+		EngineNetns:   {New: newNetns},
+		EngineProcess: {New: func(s Spec) (Topology, error) { return newProcess(s), nil }},
+	}
+)
+
+// Register adds an engine under name: the one registration a new engine package makes, from
+// its init. It panics when name is taken, as two engines under one name are a build mistake.
+func Register(name string, e Engine) {
+	enginesMu.Lock()
+	defer enginesMu.Unlock()
+	if _, ok := engines[name]; ok {
+		panic("topology: engine " + name + " is registered twice")
+	}
+	if e.New == nil {
+		panic("topology: engine " + name + " registers no New")
+	}
+	engines[name] = e
+}
+
+func engineNamed(name string) (Engine, bool) {
+	enginesMu.RLock()
+	defer enginesMu.RUnlock()
+	e, ok := engines[name]
+	return e, ok
 }
 
 // IsEngine reports whether name is a registered engine (EngineAuto is not one: it picks one).
 func IsEngine(name string) bool {
-	_, ok := engines[name]
+	_, ok := engineNamed(name)
 	return ok
 }
 
@@ -29,9 +76,49 @@ func New(engine string, spec Spec) (Topology, error) {
 	if engine == "" || engine == EngineAuto {
 		engine, _ = DetectAuto()
 	}
-	newEngine, ok := engines[engine]
+	e, ok := engineNamed(engine)
 	if !ok {
 		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
 	}
-	return newEngine(spec)
+	return e.New(spec)
+}
+
+// DetectAuto is Detect with the docker engine in between: netns when this host can build
+// namespaces, else docker when a Docker engine answers, else process — with the reason.
+func DetectAuto() (engine, reason string) {
+	engine, reason = Detect()
+	if engine != EngineProcess {
+		return engine, reason
+	}
+	docker, ok := engineNamed(EngineDocker)
+	if !ok || docker.Answers == nil {
+		return EngineProcess, reason + "; docker: the docker engine is not built in"
+	}
+	v, err := docker.Answers(context.Background())
+	if err != nil {
+		return EngineProcess, reason + "; docker: " + err.Error()
+	}
+	return EngineDocker, reason + "; a Docker engine answers (version " + v + "): containers on private networks"
+}
+
+// CleanupEngines runs every registered engine's Cleanup for run runID, in name order, and
+// joins what they removed; an engine's error is recorded prefixed with its name.
+func CleanupEngines(ctx context.Context, runID string) Teardown {
+	enginesMu.RLock()
+	names := slices.Sorted(maps.Keys(engines))
+	enginesMu.RUnlock()
+	var td Teardown
+	for _, name := range names {
+		e, _ := engineNamed(name)
+		if e.Cleanup == nil {
+			continue
+		}
+		etd, err := e.Cleanup(ctx, runID)
+		td.Removed = append(td.Removed, etd.Removed...)
+		td.Errors = append(td.Errors, etd.Errors...)
+		if err != nil {
+			td.Errors = append(td.Errors, name+": "+err.Error())
+		}
+	}
+	return td
 }

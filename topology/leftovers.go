@@ -103,7 +103,7 @@ func KillRunProcesses(ctx context.Context, runID string, grace time.Duration) Te
 			td.Removed = append(td.Removed, fmt.Sprintf("process pid %d (run %s)", p, runID))
 		}
 	}
-	td.Elapsed = elapsedSince(start)
+	td.Elapsed = ElapsedSince(start)
 	return td
 }
 

@@ -376,7 +376,7 @@ func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) ProbeR
 }
 
 // connectError reduces a dial error to its cause: "connection refused", "i/o timeout", ...
-func connectError(err error) string {
+func ConnectError(err error) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -442,18 +442,13 @@ func (t *netnsTopo) setPartition(ctx context.Context, host, peer string, on bool
 }
 
 func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
-		t.mu.Unlock()
-		return td, nil
-	}
-	t.downOnce = true
-	t.mu.Unlock()
-	var td Teardown
-	t.stopAll(ctx, &td)
-	t.stopStore(&td)
+	return t.down.Do(func(td *Teardown) { t.teardown(ctx, td) })
+}
+
+// teardown stops every process, then deletes the run's namespaces, veths and bridge.
+func (t *netnsTopo) teardown(ctx context.Context, td *Teardown) {
+	t.stopAll(ctx, td)
+	t.stopStore(td)
 
 	// Sockets and handles keep a namespace alive: let go of them first.
 	t.client.CloseIdleConnections()
@@ -504,15 +499,10 @@ func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
 			td.Removed = append(td.Removed, "bridge "+bridgeName)
 		}
 	}
-	td.Elapsed = elapsedSince(start)
 	t.mu.Lock()
-	t.teardown, t.up = td, false
+	t.up = false
 	t.mu.Unlock()
 	t.release()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
-	}
-	return td, nil
 }
 
 // release gives up activeNetns if this topology holds it.

@@ -83,7 +83,7 @@ func (t *netnsTopo) stopStore(td *Teardown) {
 }
 
 // storeSentinelAddrs are the Sentinels as the gateways reach them.
-func storeSentinelAddrs(addr func(string) string) []string {
+func StoreSentinelAddrs(addr func(string) string) []string {
 	out := make([]string, len(StoreSentinels))
 	for i, s := range StoreSentinels {
 		out[i] = net.JoinHostPort(addr(s), strconv.Itoa(SentinelPort))

@@ -25,9 +25,9 @@ func requireNetns(t *testing.T) {
 // listening lists the ports each host serves on the netns engine.
 func listening(host string, p Ports) []int {
 	switch {
-	case isGateway(host):
+	case IsGateway(host):
 		return []int{p.GatewayData, p.GatewayAdmin}
-	case siteOf(host) != "":
+	case SiteOf(host) != "":
 		return []int{p.ProviderData, p.ProviderAdmin}
 	case host == HostValkey:
 		return []int{p.Valkey}

@@ -96,7 +96,7 @@ func denyLines(prefix, mode string, partition bool) string {
 }
 
 // nftPartitionCmd is the nft command that adds (or deletes) peerAddr to the partition set.
-func nftPartitionCmd(add bool, peerAddr string) string {
+func NFTPartitionCommand(add bool, peerAddr string) string {
 	verb := "add"
 	if !add {
 		verb = "delete"

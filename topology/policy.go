@@ -93,9 +93,9 @@ func (p Policy) RulesFor(host string) []PolicyRule {
 
 // Validate checks that every rule names known hosts and a valid port.
 func (p Policy) Validate() error {
-	known := func(h string) bool { return h == HostObserver || slices.Contains(Hosts, h) || isStoreHost(h) }
+	known := func(h string) bool { return h == HostObserver || slices.Contains(Hosts, h) || IsStoreHost(h) }
 	for _, r := range p.Rules {
-		if !slices.Contains(Hosts, r.Host) && !isStoreHost(r.Host) {
+		if !slices.Contains(Hosts, r.Host) && !IsStoreHost(r.Host) {
 			return fmt.Errorf("policy rule %q targets unknown host %q", r.Name, r.Host)
 		}
 		if r.Port < 1 || r.Port > 65535 {

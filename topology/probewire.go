@@ -2,6 +2,7 @@ package topology
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -17,8 +18,8 @@ type ProbeOutput struct {
 
 // readProbeOutput fills res from the last line a probe printed. The elapsed time is the
 // connect itself, as measured inside, not the exec around it.
-func readProbeOutput(out []byte, res *ProbeResult) {
-	line := lastLines(out, 1)
+func ReadProbeOutput(out []byte, res *ProbeResult) {
+	line := LastLines(out, 1)
 	var po ProbeOutput
 	if err := json.Unmarshal([]byte(line), &po); err != nil {
 		res.Error = "probe output not understood: " + line
@@ -28,4 +29,14 @@ func readProbeOutput(out []byte, res *ProbeResult) {
 	if po.ElapsedNS > 0 {
 		res.Elapsed = time.Duration(po.ElapsedNS)
 	}
+}
+
+// LastLines returns the last n lines of b, joined with " | ": the tail of a log or command
+// output, short enough for an error message.
+func LastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
 }

@@ -164,25 +164,12 @@ func (t *processTopo) startWithFreePorts(ctx context.Context, host string, mk fu
 }
 
 func (t *processTopo) Down(ctx context.Context) (Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
+	return t.down.Do(func(td *Teardown) {
+		t.stopAll(ctx, td)
+		t.mu.Lock()
+		t.up = false
 		t.mu.Unlock()
-		return td, nil
-	}
-	t.downOnce = true
-	t.mu.Unlock()
-	var td Teardown
-	t.stopAll(ctx, &td)
-	td.Elapsed = elapsedSince(start)
-	t.mu.Lock()
-	t.teardown, t.up = td, false
-	t.mu.Unlock()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + td.Errors[0])
-	}
-	return td, nil
+	})
 }
 
 func (t *processTopo) Partition(ctx context.Context, host, peer string) error {
@@ -266,7 +253,7 @@ const handedOutFor = time.Minute
 
 // newTransport is an HTTP transport with explicit timeouts; dial, when set, creates the
 // connections (the netns engine dials from inside a namespace).
-func newTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	if dial == nil {
 		d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}
 		dial = d.DialContext

@@ -20,7 +20,7 @@ const (
 	readyPoll    = 20 * time.Millisecond  // readiness poll interval
 	stopGrace    = 5 * time.Second        // SIGTERM to SIGKILL
 	killWait     = 2 * time.Second        // SIGKILL to giving up
-	probeTimeout = 1 * time.Second        // Probe's connect timeout
+	ProbeTimeout = 1 * time.Second        // Probe's connect timeout
 	httpPollWait = 500 * time.Millisecond // one readiness request
 )
 
@@ -108,7 +108,7 @@ func (c *component) waitReady(ctx context.Context, client *http.Client) error {
 	defer tick.Stop()
 	var last string
 	for {
-		ok, status := getOK(ctx, client, c.readyURL, httpPollWait)
+		ok, status := GetOK(ctx, client, c.readyURL, httpPollWait)
 		// A 200 counts only from a process that has been up long enough to have bound its
 		// ports (or failed to) and is still running: if another process holds the port we
 		// picked, it answers for us while ours exits on its failed bind.

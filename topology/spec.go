@@ -46,7 +46,7 @@ type Spec struct {
 	ValkeyImage    string
 	QuotaqualImage string
 
-	// Kind engine only: cluster, node image, existing kubeconfig/context, keep (kind.go).
+	// Kind engine only: cluster, node image, existing kubeconfig/context, keep (kind_options.go).
 	Kind KindOptions
 }
 
@@ -78,7 +78,7 @@ func (s *Spec) validate() error {
 	return nil
 }
 
-func (s *Spec) progress(format string, args ...any) {
+func (s *Spec) Progress(format string, args ...any) {
 	if s.Stdout != nil {
 		fmt.Fprintf(s.Stdout, format+"\n", args...)
 	}

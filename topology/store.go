@@ -112,7 +112,7 @@ func storePolicy(valkeyPort int) []PolicyRule {
 	return rules
 }
 
-func isStoreHost(h string) bool { return slices.Contains(StoreHosts, h) }
+func IsStoreHost(h string) bool { return slices.Contains(StoreHosts, h) }
 
 // sentinelEventRE matches a Sentinel log line: "<pid>:X 30 Nov 2026 14:52:52.960 # +sdown ...".
 var sentinelEventRE = regexp.MustCompile(`^\d+:X (\d{2} \w{3} \d{4} \d{2}:\d{2}:\d{2}\.\d{3}) [#*.-] ([+-][a-z-]+)\s*(.*)$`)
@@ -141,7 +141,7 @@ func sentinelEvents(path, sentinel string) ([]StoreEvent, error) {
 }
 
 // readStoreEvents merges the events of every Sentinel's log in logDir, in time order.
-func readStoreEvents(logPath func(string) string) ([]StoreEvent, error) {
+func ReadStoreEvents(logPath func(string) string) ([]StoreEvent, error) {
 	var all []StoreEvent
 	for _, s := range StoreSentinels {
 		ev, err := sentinelEvents(logPath(s), s)
@@ -161,7 +161,7 @@ func WithStorePolicy(p Policy, valkeyPort int) Policy {
 }
 
 // storePrimary asks the group's Sentinels which node is primary and names it.
-func storePrimary(ctx context.Context, r *valkeyproc.Replicated) (string, error) {
+func StorePrimary(ctx context.Context, r *valkeyproc.Replicated) (string, error) {
 	addr, err := r.PrimaryAddr(ctx)
 	if err != nil {
 		return "", err
@@ -175,7 +175,7 @@ func storePrimary(ctx context.Context, r *valkeyproc.Replicated) (string, error)
 }
 
 // storeNodeState reads one data node's replication role and offset (INFO replication).
-func storeNodeState(ctx context.Context, r *valkeyproc.Replicated, host string) (StoreNodeState, error) {
+func ReadStoreNodeState(ctx context.Context, r *valkeyproc.Replicated, host string) (StoreNodeState, error) {
 	st := StoreNodeState{Host: host}
 	i := slices.Index(StoreNodes, host)
 	if i < 0 {
@@ -193,7 +193,7 @@ func storeNodeState(ctx context.Context, r *valkeyproc.Replicated, host string) 
 }
 
 // storeGroupFacts describes the group for the evidence manifest.
-func storeGroupFacts(addrs map[string]string, replication string) map[string]any {
+func StoreGroupFacts(addrs map[string]string, replication string) map[string]any {
 	return map[string]any{
 		"nodes": StoreNodes, "sentinels": StoreSentinels, "master_name": StoreMasterName,
 		"addresses": maps.Clone(addrs), "quorum": 2, "down_after_ms": 1000, "failover_timeout_ms": 3000,

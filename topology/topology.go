@@ -1,8 +1,9 @@
 // Package topology brings a qualification topology up and down and owns the fault levers the
 // scenarios pull: restart a gateway, stop and start Valkey, partition a host from a peer and
 // heal it, probe reachability from any host to any host:port, and collect component logs. One
-// implementation per engine (netns, process; docker and kind later). Scenario logic lives in
-// package scenarios, never here.
+// implementation per engine: netns and process here, docker and kind in packages dockerengine
+// and kindengine, which register themselves (engines.go). Scenario logic lives in package
+// scenarios, never here.
 package topology
 
 import (
@@ -35,8 +36,18 @@ var (
 // Scenarios that need it report skipped with that reason.
 var ErrUnsupported = errors.New("not supported by this topology")
 
-// Topology is one running (or ready to run) set of components.
+// Topology is one running (or ready to run) set of components: its lifecycle, the vantage
+// points the harness sees it from, and the levers scenarios pull. A function that needs only
+// one part asks for that interface; the replicated store group (StoreGroup) and rolling policy
+// changes (PolicyRollout) are separate, as not every engine has them.
 type Topology interface {
+	Lifecycle
+	VantagePoints
+	Levers
+}
+
+// Lifecycle brings a topology up and down and describes it for the evidence.
+type Lifecycle interface {
 	// Engine names the implementation: "netns", "process", "docker", "kind".
 	Engine() string
 	// Up brings every component up and waits until each is ready. On error, whatever was
@@ -45,7 +56,16 @@ type Topology interface {
 	// Down stops everything this run created and reports what it removed. It is safe to call
 	// more than once and after a failed Up.
 	Down(ctx context.Context) (Teardown, error)
+	// CollectLogs copies each component's log into dir as <host>.log (unredacted: the
+	// evidence package redacts what it writes).
+	CollectLogs(dir string) error
+	// Facts describes the topology for the evidence manifest: engine, addresses, versions,
+	// deny mode, run id.
+	Facts() map[string]any
+}
 
+// VantagePoints are where the harness reaches the components from, and where they listen.
+type VantagePoints interface {
 	// Client is an HTTP client whose connections originate from the client host: the vantage
 	// point of an application calling the gateways.
 	Client() *http.Client
@@ -59,7 +79,14 @@ type Topology interface {
 	Provider(name string) ProviderEndpoint
 	// Valkey returns Valkey's address as the gateways see it (no credentials).
 	ValkeyAddr() string
+	// Probe tries a TCP connection from one host to another host's port, with a timeout.
+	Probe(ctx context.Context, from, to string, port int) ProbeResult
+	// Ports lists the ports the components listen on, by role.
+	Ports() Ports
+}
 
+// Levers are the faults scenarios inject, and which of them work here.
+type Levers interface {
 	// RestartGateway stops a gateway process and starts a new one with the same config,
 	// returning once it is ready again.
 	RestartGateway(ctx context.Context, name string) error
@@ -75,19 +102,8 @@ type Topology interface {
 	// Heal restores it.
 	Partition(ctx context.Context, host, peer string) error
 	Heal(ctx context.Context, host, peer string) error
-	// Probe tries a TCP connection from one host to another host's port, with a timeout.
-	Probe(ctx context.Context, from, to string, port int) ProbeResult
-	// Ports lists the ports the components listen on, by role.
-	Ports() Ports
-
 	// Capabilities says which levers work here, and why not when they do not.
 	Capabilities() Capabilities
-	// CollectLogs copies each component's log into dir as <host>.log (unredacted: the
-	// evidence package redacts what it writes).
-	CollectLogs(dir string) error
-	// Facts describes the topology for the evidence manifest: engine, addresses, versions,
-	// deny mode, run id.
-	Facts() map[string]any
 }
 
 // PolicyRollout is implemented by engines that can restart a gateway on another rule policy

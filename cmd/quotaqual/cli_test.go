@@ -28,6 +28,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 	"github.com/quotaqual/quotaqual/wire"
@@ -513,7 +514,7 @@ func removeOwnImageAfterwards(t *testing.T) {
 }
 
 func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
-	if !topology.DockerAvailable() {
+	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
 	removeOwnImageAfterwards(t)
@@ -554,7 +555,7 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 // 1) on exactly that — tokens held beyond the capacity, the lost reservations named, porcupine
 // Illegal.
 func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
-	if !topology.DockerAvailable() {
+	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
 	removeOwnImageAfterwards(t)
@@ -601,7 +602,7 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 // removeDockerImage removes a quotaqual image this test built, after the netfilter sidecar
 // images the store group built on it.
 func removeDockerImage(tag string) {
-	out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label="+topology.LabelNetfilterBase+"="+tag).Output()
+	out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label="+dockerengine.LabelNetfilterBase+"="+tag).Output()
 	for _, id := range strings.Fields(string(out)) {
 		_ = exec.Command("docker", "image", "rm", id).Run()
 	}

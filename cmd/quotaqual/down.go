@@ -59,20 +59,11 @@ that still have processes.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			td := topology.KillRunProcesses(ctx, runID, 5*time.Second)
-			// A docker run leaves containers, networks and volumes labelled with its run id.
-			dtd, derr := topology.DockerCleanup(ctx, runID)
-			td.Removed = append(td.Removed, dtd.Removed...)
-			td.Errors = append(td.Errors, dtd.Errors...)
-			if derr != nil {
-				td.Errors = append(td.Errors, "docker: "+derr.Error())
-			}
-			// A kind run leaves a cluster named after its run id (when --keep or a crash).
-			ktd, kerr := topology.KindCleanup(ctx, runID)
-			td.Removed = append(td.Removed, ktd.Removed...)
-			td.Errors = append(td.Errors, ktd.Errors...)
-			if kerr != nil {
-				td.Errors = append(td.Errors, "kind: "+kerr.Error())
-			}
+			// A docker run leaves containers, networks and volumes labelled with its run id, a
+			// kind run a cluster named after it (when --keep or a crash): each engine removes its own.
+			ctd := topology.CleanupEngines(ctx, runID)
+			td.Removed = append(td.Removed, ctd.Removed...)
+			td.Errors = append(td.Errors, ctd.Errors...)
 			// Its work directory (configs, logs, the Valkey password file) once it is dead.
 			wdRemoved, wdErrs := topology.RemoveDeadWorkDirs(runID)
 			td.Errors = append(td.Errors, wdErrs...)

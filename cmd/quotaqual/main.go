@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	_ "github.com/quotaqual/quotaqual/topology/engines" // builds in every engine (up, run, down)
 	"github.com/quotaqual/quotaqual/wire"
 )
 

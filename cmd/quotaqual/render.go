@@ -9,6 +9,7 @@ import (
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
+	"github.com/quotaqual/quotaqual/topology/kindengine"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -51,7 +52,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			y, err := topology.RenderKindYAML(d, topology.KindManifestOptions{
+			y, err := kindengine.RenderYAML(d, kindengine.ManifestOptions{
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
 				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
 			})

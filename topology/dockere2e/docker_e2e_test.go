@@ -22,6 +22,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
@@ -51,7 +52,7 @@ func requireDocker(t *testing.T) {
 	if topology.Inside() {
 		t.Skip("inside the netns engine's namespaces the Docker engine cannot be reached")
 	}
-	if !topology.DockerAvailable() {
+	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be tested here")
 	}
 }
@@ -77,7 +78,7 @@ func ensureImages(t *testing.T) string {
 	// netfilter sidecar images built on it (removed first: cleanups run last-in first-out).
 	t.Cleanup(func() { removeImage(t, tag) })
 	t.Cleanup(func() {
-		out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label="+topology.LabelNetfilterBase+"="+tag).Output()
+		out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label="+dockerengine.LabelNetfilterBase+"="+tag).Output()
 		for _, id := range strings.Fields(string(out)) {
 			removeImage(t, id)
 		}
@@ -122,7 +123,7 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *deployment.Deplo
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, _ = topo.Down(ctx)
-		if td, err := topology.DockerCleanup(ctx, id); err != nil || len(td.Removed) > 0 {
+		if td, err := dockerengine.Cleanup(ctx, id); err != nil || len(td.Removed) > 0 {
 			t.Errorf("leftovers of run %s after Down: removed %v, error %v", id, td.Removed, err)
 		}
 	})
@@ -354,7 +355,7 @@ func TestDockerTopology(t *testing.T) {
 func TestDockerTopologyExecAccess(t *testing.T) {
 	requireDocker(t)
 	img := ensureImages(t)
-	t.Setenv(topology.EnvDockerAccess, "exec")
+	t.Setenv(dockerengine.EnvAccess, "exec")
 	topo, d, _ := newTopo(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

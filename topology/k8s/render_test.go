@@ -28,6 +28,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/k8s"
+	"github.com/quotaqual/quotaqual/topology/kindengine"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in topology/testdata/kind")
@@ -49,10 +50,10 @@ func testDeployment(t *testing.T) *deployment.Deployment {
 	return d
 }
 
-func render(t *testing.T, d *deployment.Deployment, o topology.KindManifestOptions) []runtime.Object {
+func render(t *testing.T, d *deployment.Deployment, o kindengine.ManifestOptions) []runtime.Object {
 	t.Helper()
 	o.RunID = goldenRunID
-	objs, err := topology.RenderKind(d, o)
+	objs, err := kindengine.Render(d, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +64,12 @@ func TestManifestsMatchGoldenFiles(t *testing.T) {
 	d := testDeployment(t)
 	cases := []struct {
 		file string
-		opts topology.KindManifestOptions
+		opts kindengine.ManifestOptions
 	}{
-		{"manifests.yaml", topology.KindManifestOptions{Placeholders: true}},
-		{"manifests-emptydir-never.yaml", topology.KindManifestOptions{Placeholders: true, EmptyDir: true,
+		{"manifests.yaml", kindengine.ManifestOptions{Placeholders: true}},
+		{"manifests-emptydir-never.yaml", kindengine.ManifestOptions{Placeholders: true, EmptyDir: true,
 			PullPolicy: corev1.PullNever, QuotaqualImage: "quotaqual:bin-0123456789ab", ValkeyImage: "valkey/valkey:8"}},
-		{"manifests-store-group.yaml", topology.KindManifestOptions{Placeholders: true, StoreGroup: true}},
+		{"manifests-store-group.yaml", kindengine.ManifestOptions{Placeholders: true, StoreGroup: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -138,7 +139,7 @@ func typed(kind string) runtime.Object {
 // Kubernetes API type, and decodes to exactly the object that was rendered.
 func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 	d := testDeployment(t)
-	for _, o := range withAndWithoutStore(topology.KindManifestOptions{Placeholders: true}, topology.KindManifestOptions{}) {
+	for _, o := range withAndWithoutStore(kindengine.ManifestOptions{Placeholders: true}, kindengine.ManifestOptions{}) {
 		objs := render(t, d, o)
 		y, err := k8s.YAML(objs)
 		if err != nil {
@@ -202,7 +203,7 @@ func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 
 // Names, labels and namespaces are what the API server accepts.
 func TestNamesAndLabelsAreValid(t *testing.T) {
-	for _, o := range renderBoth(t, testDeployment(t), topology.KindManifestOptions{}) {
+	for _, o := range renderBoth(t, testDeployment(t), kindengine.ManifestOptions{}) {
 		m := o.(interface {
 			GetName() string
 			GetNamespace() string
@@ -231,7 +232,7 @@ func TestNamesAndLabelsAreValid(t *testing.T) {
 // Every pod is "restricted": non-root, no privilege escalation, ALL capabilities dropped,
 // RuntimeDefault seccomp, read-only root filesystem, no service account token, local images.
 func TestEveryPodIsRestricted(t *testing.T) {
-	for _, o := range renderBoth(t, testDeployment(t), topology.KindManifestOptions{}) {
+	for _, o := range renderBoth(t, testDeployment(t), kindengine.ManifestOptions{}) {
 		dep, ok := o.(*appsv1.Deployment)
 		if !ok {
 			continue
@@ -273,7 +274,7 @@ func TestEveryPodIsRestricted(t *testing.T) {
 // password_env their config names is among them; Valkey gets its password from a Secret file.
 func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 	d := testDeployment(t)
-	objs := render(t, d, topology.KindManifestOptions{})
+	objs := render(t, d, kindengine.ManifestOptions{})
 	var gwSecret, vkSecret *corev1.Secret
 	configs := map[string]string{}
 	for _, o := range objs {
@@ -326,7 +327,7 @@ func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 func TestSecretsAppearOnlyInSecrets(t *testing.T) {
 	d := testDeployment(t)
 	for _, placeholders := range []bool{false, true} {
-		for _, o := range renderBoth(t, d, topology.KindManifestOptions{Placeholders: placeholders}) {
+		for _, o := range renderBoth(t, d, kindengine.ManifestOptions{Placeholders: placeholders}) {
 			b, _ := json.Marshal(o)
 			_, isSecret := o.(*corev1.Secret)
 			for _, s := range d.Secrets() {
@@ -339,8 +340,8 @@ func TestSecretsAppearOnlyInSecrets(t *testing.T) {
 }
 
 // withAndWithoutStore returns each option set as given and with the store group.
-func withAndWithoutStore(opts ...topology.KindManifestOptions) []topology.KindManifestOptions {
-	var out []topology.KindManifestOptions
+func withAndWithoutStore(opts ...kindengine.ManifestOptions) []kindengine.ManifestOptions {
+	var out []kindengine.ManifestOptions
 	for _, o := range opts {
 		o.StoreGroup = false
 		out = append(out, o)
@@ -351,7 +352,7 @@ func withAndWithoutStore(opts ...topology.KindManifestOptions) []topology.KindMa
 }
 
 // renderBoth renders o without and with the store group, one list after the other.
-func renderBoth(t *testing.T, d *deployment.Deployment, o topology.KindManifestOptions) []runtime.Object {
+func renderBoth(t *testing.T, d *deployment.Deployment, o kindengine.ManifestOptions) []runtime.Object {
 	t.Helper()
 	var objs []runtime.Object
 	for _, oo := range withAndWithoutStore(o) {
@@ -400,10 +401,10 @@ func checkReachability(t *testing.T, objs []runtime.Object, pol topology.Policy)
 
 func TestNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
 	pol := topology.DefaultPolicy(ports)
-	checkReachability(t, render(t, testDeployment(t), topology.KindManifestOptions{}), pol)
+	checkReachability(t, render(t, testDeployment(t), kindengine.ManifestOptions{}), pol)
 
 	// A second client pod (e.g. an ad-hoc negative probe pod with role=client) is the client.
-	objs := render(t, testDeployment(t), topology.KindManifestOptions{})
+	objs := render(t, testDeployment(t), kindengine.ManifestOptions{})
 	cluster, pods := k8s.ClusterOf(objs)
 	extra := pods[topology.HostClient]
 	extra.Name = "client-2"
@@ -429,7 +430,7 @@ func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
 			pol.Rules = append(pol.Rules, r)
 		}
 	}
-	objs := render(t, testDeployment(t), topology.KindManifestOptions{Policy: &pol})
+	objs := render(t, testDeployment(t), kindengine.ManifestOptions{Policy: &pol})
 	checkReachability(t, objs, pol)
 	cluster, pods := k8s.ClusterOf(objs)
 	for _, g := range topology.Gateways {
@@ -441,11 +442,11 @@ func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
 
 // The kind engine partitions by rendering the policy without the pair's allowances.
 func TestPartitionedPolicyCutsOnlyThePair(t *testing.T) {
-	pol := topology.KindPartitionedPolicy(topology.DefaultPolicy(ports), [][2]string{{topology.HostValkey, topology.HostGatewayA}})
+	pol := kindengine.PartitionedPolicy(topology.DefaultPolicy(ports), [][2]string{{topology.HostValkey, topology.HostGatewayA}})
 	if pol.Allows(topology.HostGatewayA, topology.HostValkey, ports.Valkey) || !pol.Allows(topology.HostGatewayB, topology.HostValkey, ports.Valkey) {
 		t.Fatal("partitioned policy must deny gateway-a → valkey and keep gateway-b → valkey")
 	}
-	checkReachability(t, render(t, testDeployment(t), topology.KindManifestOptions{Policy: &pol}), pol)
+	checkReachability(t, render(t, testDeployment(t), kindengine.ManifestOptions{Policy: &pol}), pol)
 }
 
 // The evaluator itself, on hand-made policies: isolation, ports, named ports, endPort,
@@ -509,7 +510,7 @@ func TestEvaluatorSemantics(t *testing.T) {
 // runs the group under (DefaultPolicy plus the group's rules), on every triple of every host.
 func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
 	pol := topology.WithStorePolicy(topology.DefaultPolicy(ports), ports.Valkey)
-	objs := render(t, testDeployment(t), topology.KindManifestOptions{StoreGroup: true})
+	objs := render(t, testDeployment(t), kindengine.ManifestOptions{StoreGroup: true})
 	checkReachability(t, objs, pol)
 	cluster, pods := k8s.ClusterOf(objs)
 	for _, h := range topology.StoreHosts {
@@ -541,11 +542,11 @@ func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testi
 		}
 	}
 	// A partition of a store node from a Sentinel is rendered and cuts only that pair.
-	cut := topology.KindPartitionedPolicy(pol, [][2]string{{topology.HostStore1, topology.HostSentinel1}})
+	cut := kindengine.PartitionedPolicy(pol, [][2]string{{topology.HostStore1, topology.HostSentinel1}})
 	if cut.Allows(topology.HostSentinel1, topology.HostStore1, ports.Valkey) || !cut.Allows(topology.HostSentinel2, topology.HostStore1, ports.Valkey) {
 		t.Fatal("partitioned policy must deny sentinel-1 → valkey-1 and keep sentinel-2 → valkey-1")
 	}
-	checkReachability(t, render(t, testDeployment(t), topology.KindManifestOptions{StoreGroup: true, Policy: &cut}), cut)
+	checkReachability(t, render(t, testDeployment(t), kindengine.ManifestOptions{StoreGroup: true, Policy: &cut}), cut)
 }
 
 // The group's configs: valkey-1 primary, valkey-2/3 its replicas by Service name, the Sentinels
@@ -553,7 +554,7 @@ func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testi
 // password only in the store-auth Secret, included from there; each pod mounts what it uses.
 func TestKindStoreGroupConfigs(t *testing.T) {
 	d := testDeployment(t)
-	objs := render(t, d, topology.KindManifestOptions{StoreGroup: true})
+	objs := render(t, d, kindengine.ManifestOptions{StoreGroup: true})
 	var cm *corev1.ConfigMap
 	var sec *corev1.Secret
 	deps := map[string]*appsv1.Deployment{}

@@ -26,8 +26,10 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
+	"github.com/quotaqual/quotaqual/topology/kindengine"
 )
 
 var binary string
@@ -56,19 +58,19 @@ func nodeImage(t *testing.T) string {
 	if topology.Inside() {
 		t.Skip("inside the netns engine's namespaces neither Docker nor a kind API server can be reached")
 	}
-	if !topology.DockerAvailable() {
+	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers: kind cannot create a cluster here")
 	}
-	img := os.Getenv(topology.EnvKindNodeImage)
+	img := os.Getenv(kindengine.EnvNodeImage)
 	if img == "" {
-		img = topology.DefaultKindNodeImage
+		img = kindengine.DefaultNodeImage
 		if !e2e.ImageExists(img) {
-			img = topology.LocalKindNodeImage
+			img = kindengine.LocalNodeImage
 		}
 	}
 	if !e2e.ImageExists(img) {
 		t.Skipf("no kind node image present locally (%s): a kind cluster cannot start on this machine; build one (make kind-node-image: %s) or load one (docker load) and set %s to it",
-			img, topology.LocalKindNodeImage, topology.EnvKindNodeImage)
+			img, kindengine.LocalNodeImage, kindengine.EnvNodeImage)
 	}
 	return img
 }
@@ -291,7 +293,7 @@ func TestKindTopologyExistingCluster(t *testing.T) {
 // with Docker but no kind node image, Up builds the images, then stops before creating
 // anything, naming the missing image and the fix, and Down has nothing to remove.
 func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
-	if topology.Inside() || !topology.DockerAvailable() {
+	if topology.Inside() || !dockerengine.Available() {
 		t.Skip("needs a Docker engine outside the netns engine's namespaces")
 	}
 	const missing = "kindest/node:v0.0.0-quotaqual-absent"
@@ -311,7 +313,7 @@ func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	err := topo.Up(ctx)
-	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), topology.EnvKindNodeImage) {
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), kindengine.EnvNodeImage) {
 		t.Fatalf("Up without a node image: %v", err)
 	}
 	td, err := topo.Down(ctx)
@@ -323,10 +325,10 @@ func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
 // KindCleanup asks the Docker engine (through kind's provider) for the run's cluster and
 // removes nothing that is not its own.
 func TestKindCleanupOfAnUnknownRunRemovesNothing(t *testing.T) {
-	if topology.Inside() || !topology.DockerAvailable() {
+	if topology.Inside() || !dockerengine.Available() {
 		t.Skip("needs a Docker engine outside the netns engine's namespaces")
 	}
-	td, err := topology.KindCleanup(context.Background(), topology.NewRunID())
+	td, err := kindengine.Cleanup(context.Background(), topology.NewRunID())
 	if err != nil || len(td.Removed) != 0 {
 		t.Errorf("KindCleanup of an unknown run: %+v, %v", td, err)
 	}

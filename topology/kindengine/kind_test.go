@@ -1,4 +1,4 @@
-package topology
+package kindengine
 
 // Offline tests of the kind engine (no cluster). The live test is in topology/kinde2e: this
 // package's tests run inside the netns engine's namespaces, where neither the Docker engine nor
@@ -21,32 +21,33 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
-func kindSpec(t *testing.T) Spec {
+func kindSpec(t *testing.T) topology.Spec {
 	t.Helper()
 	p, _ := deployment.ProfileByName("quick")
 	d, err := deployment.NewDeployment("kindunit", p, []string{"valid-auth"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Spec{RunID: "kindunit", WorkDir: t.TempDir(), Binary: "/bin/true", Deployment: d}
+	return topology.Spec{RunID: "kindunit", WorkDir: t.TempDir(), Binary: "/bin/true", Deployment: d}
 }
 
 func TestKindEngineBeforeUp(t *testing.T) {
-	topo, err := New(EngineKind, kindSpec(t))
+	topo, err := topology.New(topology.EngineKind, kindSpec(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if topo.Engine() != EngineKind {
+	if topo.Engine() != topology.EngineKind {
 		t.Fatalf("engine %q", topo.Engine())
 	}
-	if got, want := topo.Gateway(HostGatewayA).DataURL, "http://gateway-a.quotaqual-kindunit.svc.cluster.local:8080"; got != want {
+	if got, want := topo.Gateway(topology.HostGatewayA).DataURL, "http://gateway-a.quotaqual-kindunit.svc.cluster.local:8080"; got != want {
 		t.Errorf("gateway-a data URL %q, want %q", got, want)
 	}
-	if got := topo.Provider(HostProviderEast); got.Site != "east" || !strings.HasSuffix(got.AdminURL, ".svc.cluster.local:9000") {
+	if got := topo.Provider(topology.HostProviderEast); got.Site != "east" || !strings.HasSuffix(got.AdminURL, ".svc.cluster.local:9000") {
 		t.Errorf("provider-east endpoint %+v", got)
 	}
 	if got := topo.ValkeyAddr(); got != "valkey.quotaqual-kindunit.svc.cluster.local:6379" {
@@ -57,22 +58,22 @@ func TestKindEngineBeforeUp(t *testing.T) {
 	}
 	// Levers before Up fail with a reason instead of panicking.
 	ctx := context.Background()
-	if err := topo.RestartGateway(ctx, HostGatewayA); err == nil {
+	if err := topo.RestartGateway(ctx, topology.HostGatewayA); err == nil {
 		t.Error("RestartGateway before Up succeeded")
 	}
 	if err := topo.StopValkey(ctx); err == nil {
 		t.Error("StopValkey before Up succeeded")
 	}
-	if err := topo.CrashGateway(ctx, HostGatewayA); !errors.Is(err, ErrUnsupported) {
+	if err := topo.CrashGateway(ctx, topology.HostGatewayA); !errors.Is(err, topology.ErrUnsupported) {
 		t.Errorf("CrashGateway on kind: %v, want ErrUnsupported (the scenario is skipped there)", err)
 	}
-	if err := topo.Partition(ctx, HostGatewayA, "nowhere"); err == nil || !strings.Contains(err.Error(), "unknown host") {
+	if err := topo.Partition(ctx, topology.HostGatewayA, "nowhere"); err == nil || !strings.Contains(err.Error(), "unknown host") {
 		t.Errorf("Partition with an unknown host: %v", err)
 	}
-	if r := topo.Probe(ctx, HostValkey, HostGatewayA, 8080); r.Supported {
+	if r := topo.Probe(ctx, topology.HostValkey, topology.HostGatewayA, 8080); r.Supported {
 		t.Error("probes from valkey must be unsupported (its image has no quotaqual binary)")
 	}
-	if r := topo.Probe(ctx, HostClient, HostValkey, 6379); r.Reached || r.Error == "" {
+	if r := topo.Probe(ctx, topology.HostClient, topology.HostValkey, 6379); r.Reached || r.Error == "" {
 		t.Errorf("probe before Up: %+v", r)
 	}
 	if _, err := topo.Observer().Get("http://example.org:80/"); err == nil || !strings.Contains(err.Error(), "not a Service of namespace") {
@@ -84,7 +85,7 @@ func TestKindEngineBeforeUp(t *testing.T) {
 	if err := topo.CollectLogs(t.TempDir()); err != nil {
 		t.Errorf("CollectLogs after Down: %v", err)
 	}
-	if f := topo.Facts(); f["namespace"] != "quotaqual-kindunit" || f["engine"] != EngineKind {
+	if f := topo.Facts(); f["namespace"] != "quotaqual-kindunit" || f["engine"] != topology.EngineKind {
 		t.Errorf("facts %v", f)
 	}
 }
@@ -109,7 +110,7 @@ func TestKindClusterConfigIsStrictV1Alpha4(t *testing.T) {
 
 func TestKindNodeImageOption(t *testing.T) {
 	s := kindSpec(t)
-	t.Setenv(EnvKindNodeImage, "kindest/node:v9.9.9")
+	t.Setenv(EnvNodeImage, "kindest/node:v9.9.9")
 	k, _ := newKind(s)
 	if k.nodeImage != "kindest/node:v9.9.9" || k.opts.ClusterName != "qq-kindunit" {
 		t.Errorf("node image %q, cluster %q", k.nodeImage, k.opts.ClusterName)
@@ -119,9 +120,9 @@ func TestKindNodeImageOption(t *testing.T) {
 	if k.nodeImage != "mine:1" {
 		t.Errorf("node image %q, want the option's", k.nodeImage)
 	}
-	t.Setenv(EnvKindNodeImage, "")
+	t.Setenv(EnvNodeImage, "")
 	k, _ = newKind(kindSpec(t))
-	if k.nodeImage != DefaultKindNodeImage {
+	if k.nodeImage != DefaultNodeImage {
 		t.Errorf("node image %q, want kind's default", k.nodeImage)
 	}
 }
@@ -163,7 +164,7 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 		}
 		return hosts
 	}
-	cut := map[[2]string]bool{pairKey(HostValkey, HostGatewayA): true}
+	cut := map[[2]string]bool{pairKey(topology.HostValkey, topology.HostGatewayA): true}
 	in := k.in
 	in.Rules = nil
 	for _, r := range partitionedPolicy(k.base, cut).Rules {
@@ -172,18 +173,18 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	if err := k.syncPolicies(ctx, in.NetworkPolicies()); err != nil {
 		t.Fatal(err)
 	}
-	if got := from(); !slices.Equal(got, []string{HostGatewayB}) {
+	if got := from(); !slices.Equal(got, []string{topology.HostGatewayB}) {
 		t.Errorf("partitioned: valkey accepts %v, want only gateway-b", got)
 	}
 	if err := k.syncPolicies(ctx, k.in.NetworkPolicies()); err != nil {
 		t.Fatal(err)
 	}
-	if got := from(); !slices.Equal(got, []string{HostGatewayA, HostGatewayB}) {
+	if got := from(); !slices.Equal(got, []string{topology.HostGatewayA, topology.HostGatewayB}) {
 		t.Errorf("healed: valkey accepts %v", got)
 	}
 	// Cutting gateway-a from the client and the observer leaves its data rule without a
 	// source: that policy goes (an allow rule with an empty from would allow everyone).
-	cut = map[[2]string]bool{pairKey(HostClient, HostGatewayA): true, pairKey(HostObserver, HostGatewayA): true}
+	cut = map[[2]string]bool{pairKey(topology.HostClient, topology.HostGatewayA): true, pairKey(topology.HostObserver, topology.HostGatewayA): true}
 	in.Rules = nil
 	for _, r := range partitionedPolicy(k.base, cut).Rules {
 		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
@@ -199,23 +200,23 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	}
 
 	// A rollout is done only when the status says so and a ready pod exists.
-	dep, _ := cs.AppsV1().Deployments(k.ns).Get(ctx, HostValkey, metav1.GetOptions{})
+	dep, _ := cs.AppsV1().Deployments(k.ns).Get(ctx, topology.HostValkey, metav1.GetOptions{})
 	dep.Status = appsv1.DeploymentStatus{Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
 	if _, err := cs.AppsV1().Deployments(k.ns).UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.waitRollout(ctx, HostValkey, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no pod exists") {
+	if err := k.waitRollout(ctx, topology.HostValkey, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no pod exists") {
 		t.Errorf("rollout without a pod: %v", err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "valkey-1", Namespace: k.ns, Labels: map[string]string{k8s.LabelHost: HostValkey}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "valkey-1", Namespace: k.ns, Labels: map[string]string{k8s.LabelHost: topology.HostValkey}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	if _, err := cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.waitRollout(ctx, HostValkey, 2*time.Second); err != nil {
+	if err := k.waitRollout(ctx, topology.HostValkey, 2*time.Second); err != nil {
 		t.Errorf("rollout with a ready pod: %v", err)
 	}
-	if p, err := k.readyPod(ctx, HostValkey); err != nil || p.Name != "valkey-1" {
+	if p, err := k.readyPod(ctx, topology.HostValkey); err != nil || p.Name != "valkey-1" {
 		t.Errorf("ready pod: %v, %v", p, err)
 	}
 
@@ -231,13 +232,13 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 
 // The image `make kind-node-image` tags must be the one the engine looks for.
 func TestLocalKindNodeImageIsWhatTheBuildTags(t *testing.T) {
-	b, err := os.ReadFile("../hack/kind-node-image/versions.env")
+	b, err := os.ReadFile("../../hack/kind-node-image/versions.env")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "NODE_IMAGE=${NODE_IMAGE:-" + LocalKindNodeImage + "}"
+	want := "NODE_IMAGE=${NODE_IMAGE:-" + LocalNodeImage + "}"
 	if !strings.Contains(string(b), want) {
-		t.Errorf("hack/kind-node-image/versions.env does not tag %s (want a line %q)", LocalKindNodeImage, want)
+		t.Errorf("hack/kind-node-image/versions.env does not tag %s (want a line %q)", LocalNodeImage, want)
 	}
 }
 
@@ -249,7 +250,7 @@ func TestKindProbeThatDidNotRunIsNotADenial(t *testing.T) {
 	ctx := context.Background()
 	k, _ := newKind(kindSpec(t))
 	k.cs = fake.NewClientset()
-	res := k.Probe(ctx, HostClient, HostValkey, kindPorts.Valkey)
+	res := k.Probe(ctx, topology.HostClient, topology.HostValkey, kindPorts.Valkey)
 	if res.Supported && !res.Reached {
 		t.Errorf("a probe with no pod to run in reads as denied: %+v", res)
 	}
@@ -258,7 +259,7 @@ func TestKindProbeThatDidNotRunIsNotADenial(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if res := k.Probe(cctx, HostGatewayA, HostValkey, kindPorts.Valkey); res.Supported && !res.Reached {
+	if res := k.Probe(cctx, topology.HostGatewayA, topology.HostValkey, kindPorts.Valkey); res.Supported && !res.Reached {
 		t.Errorf("a probe cut short by its context reads as denied: %+v", res)
 	}
 }

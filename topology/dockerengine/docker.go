@@ -1,4 +1,8 @@
-package topology
+// Package dockerengine is the docker topology engine: every component in a container on
+// run-scoped Docker networks (its design: the comment that opens docker.go). It registers
+// itself as topology.EngineDocker; import topology/engines rather than this package to build
+// every engine in.
+package dockerengine
 
 // The docker engine: every component in its own container (testcontainers-go) on private,
 // run-scoped Docker networks. Network policy is network membership:
@@ -40,7 +44,7 @@ package topology
 // valkey) disconnects the gateway from the backend network and Heal reconnects it with the
 // same alias. The replicated store group's containers are cut off from any host by nftables
 // in their own namespaces instead (docker_store.go). Every container, network and volume carries org.quotaqual.run-id=<run> and
-// org.quotaqual.managed=true; Down (and DockerCleanup, for `quotaqual down --run-id`) removes
+// org.quotaqual.managed=true; Down (and Cleanup, for `quotaqual down --run-id`) removes
 // them by those labels, so nothing depends on testcontainers' reaper (disabled here:
 // TESTCONTAINERS_RYUK_DISABLED=true unless set otherwise).
 
@@ -71,14 +75,12 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 )
 
-// EngineDocker is the docker engine's name.
-const EngineDocker = "docker"
-
-// EnvDockerAccess overrides how the harness reaches the containers: "published" or "exec".
-const EnvDockerAccess = "QUOTAQUAL_DOCKER_ACCESS"
+// EnvAccess overrides how the harness reaches the containers: "published" or "exec".
+const EnvAccess = "QUOTAQUAL_DOCKER_ACCESS"
 
 const (
 	accessPublished = "published"
@@ -98,17 +100,17 @@ var dockerNetRoles = []string{dnetEdge, dnetBackend, dnetProvider, dnetAdmin}
 // dockerMembership lists each host's networks, home network first (the address other hosts
 // are probed at when they share no network).
 var dockerMembership = map[string][]string{
-	HostClient:          {dnetEdge},
-	HostGatewayA:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
-	HostGatewayB:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
-	HostProviderWest:    {dnetProvider, dnetAdmin},
-	HostProviderCentral: {dnetProvider, dnetAdmin},
-	HostProviderEast:    {dnetProvider, dnetAdmin},
-	HostValkey:          {dnetBackend},
+	topology.HostClient:          {dnetEdge},
+	topology.HostGatewayA:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
+	topology.HostGatewayB:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
+	topology.HostProviderWest:    {dnetProvider, dnetAdmin},
+	topology.HostProviderCentral: {dnetProvider, dnetAdmin},
+	topology.HostProviderEast:    {dnetProvider, dnetAdmin},
+	topology.HostValkey:          {dnetBackend},
 }
 
 // dockerPorts are the in-container ports, the same for every host (each has its own address).
-var dockerPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+var dockerPorts = topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
 
 // Deadlines of the docker engine.
 const (
@@ -121,9 +123,9 @@ const (
 )
 
 type dockerTopo struct {
-	spec   Spec
+	spec   topology.Spec
 	access string
-	policy Policy
+	policy topology.Policy
 
 	mu         sync.Mutex
 	cli        *testcontainers.DockerClient
@@ -133,14 +135,13 @@ type dockerTopo struct {
 	netIDs     map[string]string // role → network id
 	volume     string
 	ctrs       map[string]*testcontainers.DockerContainer
-	gateways   map[string]GatewayEndpoint
-	providers  map[string]ProviderEndpoint
+	gateways   map[string]topology.GatewayEndpoint
+	providers  map[string]topology.ProviderEndpoint
 	partitions map[string]bool           // gateway → disconnected from backend
 	provAddrs  []deployment.ProviderAddr // the providers as the gateways reach them
 	pubHost    string                    // host of published ports
 	valkeyVer  string                    // from Valkey's start-up log
-	downOnce   bool
-	teardown   Teardown
+	down       topology.DownGuard
 	store      dockerStore // the replicated store group (docker_store.go)
 
 	client   *http.Client
@@ -164,14 +165,14 @@ func dockerInit() {
 	})
 }
 
-// DockerAvailable reports whether a Docker engine answers within two seconds.
-func DockerAvailable() bool {
-	_, err := dockerPing(context.Background())
+// Available reports whether a Docker engine answers within two seconds.
+func Available() bool {
+	_, err := Ping(context.Background())
 	return err == nil
 }
 
-// dockerPing returns the engine's version, or why no engine answers.
-func dockerPing(ctx context.Context) (string, error) {
+// Ping returns the engine's version, or why no engine answers.
+func Ping(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	cli, err := dockerClient(ctx)
@@ -186,43 +187,38 @@ func dockerPing(ctx context.Context) (string, error) {
 	return v.Version, nil
 }
 
-// DetectAuto is Detect with the docker engine in between: netns when this host can build
-// namespaces, else docker when a Docker engine answers, else process — with the reason.
-func DetectAuto() (engine, reason string) {
-	engine, reason = Detect()
-	if engine != EngineProcess {
-		return engine, reason
-	}
-	v, err := dockerPing(context.Background())
-	if err != nil {
-		return EngineProcess, reason + "; docker: " + err.Error()
-	}
-	return EngineDocker, reason + "; a Docker engine answers (version " + v + "): containers on private networks"
+// The engine registers itself: importing this package (topology/engines does) builds it in.
+func init() {
+	topology.Register(topology.EngineDocker, topology.Engine{
+		New:     func(s topology.Spec) (topology.Topology, error) { return newDocker(s) },
+		Answers: Ping,
+		Cleanup: Cleanup,
+	})
 }
 
-func newDocker(spec Spec) (*dockerTopo, error) {
+func newDocker(spec topology.Spec) (*dockerTopo, error) {
 	dockerInit()
-	access := os.Getenv(EnvDockerAccess)
+	access := os.Getenv(EnvAccess)
 	switch access {
 	case "":
 		access = accessPublished
-		if Inside() {
+		if topology.Inside() {
 			access = accessExec
 		}
 	case accessPublished, accessExec:
 	default:
-		return nil, fmt.Errorf("%s=%q is unknown: use %q or %q", EnvDockerAccess, access, accessPublished, accessExec)
+		return nil, fmt.Errorf("%s=%q is unknown: use %q or %q", EnvAccess, access, accessPublished, accessExec)
 	}
 	t := &dockerTopo{
 		spec:       spec,
 		access:     access,
-		policy:     DefaultPolicy(dockerPorts),
+		policy:     topology.DefaultPolicy(dockerPorts),
 		nets:       map[string]string{},
 		netIDs:     map[string]string{},
 		volume:     dockerName(spec.RunID, "valkey-data"),
 		ctrs:       map[string]*testcontainers.DockerContainer{},
-		gateways:   map[string]GatewayEndpoint{},
-		providers:  map[string]ProviderEndpoint{},
+		gateways:   map[string]topology.GatewayEndpoint{},
+		providers:  map[string]topology.ProviderEndpoint{},
 		partitions: map[string]bool{},
 		pubHost:    "127.0.0.1",
 	}
@@ -230,12 +226,12 @@ func newDocker(spec Spec) (*dockerTopo, error) {
 		t.nets[r] = dockerName(spec.RunID, r)
 	}
 	if access == accessPublished {
-		t.observer = &http.Client{Transport: newTransport(nil)}
-		t.client = &http.Client{Transport: newTransport(nil)}
+		t.observer = &http.Client{Transport: topology.NewTransport(nil)}
+		t.client = &http.Client{Transport: topology.NewTransport(nil)}
 	} else {
-		t.observer = &http.Client{Transport: newTransport(t.observerDial)}
-		t.client = &http.Client{Transport: newTransport(func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return t.relayDial(ctx, HostClient, addr)
+		t.observer = &http.Client{Transport: topology.NewTransport(t.observerDial)}
+		t.client = &http.Client{Transport: topology.NewTransport(func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return t.relayDial(ctx, topology.HostClient, addr)
 		})}
 	}
 	return t, nil
@@ -251,31 +247,31 @@ func (t *dockerTopo) labels(host string) map[string]string {
 	return l
 }
 
-func (t *dockerTopo) Engine() string         { return EngineDocker }
+func (t *dockerTopo) Engine() string         { return topology.EngineDocker }
 func (t *dockerTopo) Client() *http.Client   { return t.client }
 func (t *dockerTopo) Observer() *http.Client { return t.observer }
-func (t *dockerTopo) Ports() Ports           { return dockerPorts }
+func (t *dockerTopo) Ports() topology.Ports  { return dockerPorts }
 func (t *dockerTopo) ValkeyAddr() string {
-	return net.JoinHostPort(HostValkey, strconv.Itoa(dockerPorts.Valkey))
+	return net.JoinHostPort(topology.HostValkey, strconv.Itoa(dockerPorts.Valkey))
 }
 
 // Policy returns the network policy the membership implements.
-func (t *dockerTopo) Policy() Policy { return t.policy }
+func (t *dockerTopo) Policy() topology.Policy { return t.policy }
 
-func (t *dockerTopo) Gateway(name string) GatewayEndpoint {
+func (t *dockerTopo) Gateway(name string) topology.GatewayEndpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.gateways[name]
 }
 
-func (t *dockerTopo) Provider(name string) ProviderEndpoint {
+func (t *dockerTopo) Provider(name string) topology.ProviderEndpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.providers[name]
 }
 
-func (t *dockerTopo) Capabilities() Capabilities {
-	return Capabilities{NetworkPolicy: true, Partition: true,
+func (t *dockerTopo) Capabilities() topology.Capabilities {
+	return topology.Capabilities{NetworkPolicy: true, Partition: true,
 		PartitionReason: "docker partitions disconnect a gateway from the backend network (gateway↔valkey), or drop a peer's traffic with nftables in a store group container's namespace (store host↔any host on the backend network)"}
 }
 
@@ -319,14 +315,14 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	if err := t.images(ctx); err != nil {
 		return err
 	}
-	t.spec.progress("images: %s, %s", t.qqImg, t.valkeyImg)
+	t.spec.Progress("images: %s, %s", t.qqImg, t.valkeyImg)
 	if err := t.createNetworks(ctx); err != nil {
 		return err
 	}
-	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: t.volume, Labels: t.labels(HostValkey)}); err != nil {
+	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: t.volume, Labels: t.labels(topology.HostValkey)}); err != nil {
 		return fmt.Errorf("creating volume %s: %w", t.volume, err)
 	}
-	t.spec.progress("docker networks %s, %s, %s, %s and volume %s (harness access: %s)",
+	t.spec.Progress("docker networks %s, %s, %s, %s and volume %s (harness access: %s)",
 		t.nets[dnetEdge], t.nets[dnetBackend], t.nets[dnetProvider], t.nets[dnetAdmin], t.volume, t.access)
 
 	// The replicated store group starts in the background: only valkey-failover uses it, and
@@ -338,11 +334,11 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	}
 	// Providers, the client and the gateways in parallel.
 	var provAddrs []deployment.ProviderAddr
-	for _, h := range Providers {
-		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: siteOf(h),
+	for _, h := range topology.Providers {
+		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: topology.SiteOf(h),
 			URL: "http://" + net.JoinHostPort(h, strconv.Itoa(dockerPorts.ProviderData))})
 	}
-	hosts := append(append([]string{HostClient}, Providers...), Gateways...)
+	hosts := append(append([]string{topology.HostClient}, topology.Providers...), topology.Gateways...)
 	errs := make([]error, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -350,16 +346,16 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 		go func() {
 			defer wg.Done()
 			switch {
-			case h == HostClient:
+			case h == topology.HostClient:
 				errs[i] = t.startQuotaqual(ctx, h, []string{"sleep"}, nil, nil, nil)
-			case isGateway(h):
+			case topology.IsGateway(h):
 				errs[i] = t.startGateway(ctx, h, provAddrs)
 			default:
-				args := t.spec.Deployment.ProviderArgs(siteOf(h), ":"+strconv.Itoa(dockerPorts.ProviderData),
+				args := t.spec.Deployment.ProviderArgs(topology.SiteOf(h), ":"+strconv.Itoa(dockerPorts.ProviderData),
 					net.JoinHostPort(h+"-admin", strconv.Itoa(dockerPorts.ProviderAdmin)))
 				errs[i] = t.startQuotaqual(ctx, h, args, nil, nil, []int{dockerPorts.ProviderAdmin})
 			}
-			if errs[i] == nil && h != HostClient {
+			if errs[i] == nil && h != topology.HostClient {
 				errs[i] = t.waitReady(ctx, h)
 			}
 		}()
@@ -368,7 +364,7 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	t.spec.progress("docker topology up in %s", elapsedSince(start))
+	t.spec.Progress("docker topology up in %s", topology.ElapsedSince(start))
 	return nil
 }
 
@@ -497,7 +493,7 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []depl
 	}
 	// The config holds no secret; keep a copy next to the logs as the other engines do.
 	_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", host+".yaml"), cfg, 0o600)
-	env := map[string]string{EnvRunID: t.spec.RunID}
+	env := map[string]string{topology.EnvRunID: t.spec.RunID}
 	// The store's password alone too, should UseReplicatedStore put the gateway on the group
 	// (a container's environment is fixed when it is created).
 	for _, kv := range append(t.spec.Deployment.GatewayEnv(t.ValkeyAddr()), t.spec.Deployment.StoreEnv()...) {
@@ -523,14 +519,14 @@ func (t *dockerTopo) startValkeyContainer(ctx context.Context) error {
 		"requirepass " + t.spec.Deployment.ValkeyPassword,
 		"",
 	}, "\n")
-	req := t.request(HostValkey, t.valkeyImg, nil)
+	req := t.request(topology.HostValkey, t.valkeyImg, nil)
 	req.Cmd = []string{"valkey-server", dockerValkeyConf}
 	req.Files = []testcontainers.ContainerFile{{Reader: strings.NewReader(conf), ContainerFilePath: dockerValkeyConf, FileMode: 0o444}}
 	req.Mounts = testcontainers.ContainerMounts{{
 		Source: testcontainers.GenericVolumeMountSource{Name: t.volume},
 		Target: "/data",
 	}}
-	if err := t.run(ctx, HostValkey, req); err != nil {
+	if err := t.run(ctx, topology.HostValkey, req); err != nil {
 		return err
 	}
 	if err := t.waitValkey(ctx, 1); err != nil {
@@ -546,7 +542,7 @@ func (t *dockerTopo) startValkeyContainer(ctx context.Context) error {
 // waitValkey waits until Valkey's log says "Ready to accept connections" for the n-th time
 // (once per start), or its container stops.
 func (t *dockerTopo) waitValkey(ctx context.Context, n int) error {
-	return t.waitLogLine(ctx, HostValkey, valkeyReadyLogLine, n)
+	return t.waitLogLine(ctx, topology.HostValkey, valkeyReadyLogLine, n)
 }
 
 // waitLogLine waits until host's log holds line for the n-th time, or its container stops.
@@ -560,11 +556,11 @@ func (t *dockerTopo) waitLogLine(ctx context.Context, host, line string, n int) 
 			return nil
 		}
 		if st, serr := c.State(ctx); serr == nil && !st.Running {
-			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, lastLines(logs, 5))
+			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, topology.LastLines(logs, 5))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready within %s: %s", host, dockerReadyTimeout, lastLines(logs, 5))
+			return fmt.Errorf("%s not ready within %s: %s", host, dockerReadyTimeout, topology.LastLines(logs, 5))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -596,21 +592,13 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
 // refreshEndpoints (re)reads a host's endpoints: published host ports change when a container
 // restarts.
 func (t *dockerTopo) refreshEndpoints(ctx context.Context, host string) error {
 	c := t.ctr(host)
 	url := func(port int) (string, error) {
 		if t.access == accessExec {
-			if isGateway(host) && port == dockerPorts.GatewayData {
+			if topology.IsGateway(host) && port == dockerPorts.GatewayData {
 				return "http://" + net.JoinHostPort(host, strconv.Itoa(port)), nil
 			}
 			return "http://" + net.JoinHostPort(host+"-admin", strconv.Itoa(port)), nil
@@ -621,7 +609,7 @@ func (t *dockerTopo) refreshEndpoints(ctx context.Context, host string) error {
 		}
 		return "http://" + net.JoinHostPort(t.pubHost, p.Port()), nil
 	}
-	if isGateway(host) {
+	if topology.IsGateway(host) {
 		data, err := url(dockerPorts.GatewayData)
 		if err != nil {
 			return err
@@ -631,7 +619,7 @@ func (t *dockerTopo) refreshEndpoints(ctx context.Context, host string) error {
 			return err
 		}
 		t.mu.Lock()
-		t.gateways[host] = GatewayEndpoint{Name: host, DataURL: data, AdminURL: admin}
+		t.gateways[host] = topology.GatewayEndpoint{Name: host, DataURL: data, AdminURL: admin}
 		t.mu.Unlock()
 		return nil
 	}
@@ -640,7 +628,7 @@ func (t *dockerTopo) refreshEndpoints(ctx context.Context, host string) error {
 		return err
 	}
 	t.mu.Lock()
-	t.providers[host] = ProviderEndpoint{Name: host, Site: siteOf(host), AdminURL: admin,
+	t.providers[host] = topology.ProviderEndpoint{Name: host, Site: topology.SiteOf(host), AdminURL: admin,
 		DataURL: "http://" + net.JoinHostPort(host, strconv.Itoa(dockerPorts.ProviderData))}
 	t.mu.Unlock()
 	return nil
@@ -653,7 +641,7 @@ func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 		return err
 	}
 	readyURL := t.Provider(host).AdminURL + "/healthz"
-	if isGateway(host) {
+	if topology.IsGateway(host) {
 		readyURL = t.Gateway(host).AdminURL + "/readyz"
 	}
 	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
@@ -661,19 +649,19 @@ func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 	c := t.ctr(host)
 	var last string
 	for {
-		ok, status := getOK(ctx, t.observer, readyURL, 2*time.Second)
+		ok, status := topology.GetOK(ctx, t.observer, readyURL, 2*time.Second)
 		if ok {
 			return nil
 		}
 		last = status
 		if st, serr := c.State(ctx); serr == nil && !st.Running {
 			logs, _ := t.containerLog(ctx, c.GetContainerID())
-			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, lastLines(logs, 5))
+			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, topology.LastLines(logs, 5))
 		}
 		select {
 		case <-ctx.Done():
 			logs, _ := t.containerLog(context.WithoutCancel(ctx), c.GetContainerID())
-			return fmt.Errorf("%s not ready at %s within %s (last answer: %s): %s", host, readyURL, dockerReadyTimeout, last, lastLines(logs, 5))
+			return fmt.Errorf("%s not ready at %s within %s (last answer: %s): %s", host, readyURL, dockerReadyTimeout, last, topology.LastLines(logs, 5))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -692,8 +680,8 @@ func (t *dockerTopo) CrashGateway(ctx context.Context, name string) error {
 // replaceGateway stops a gateway container within stop, copies cfg in as its config when
 // given, and starts it again, ready.
 func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.Duration, cfg []byte) error {
-	if !isGateway(name) {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+	if !topology.IsGateway(name) {
+		return fmt.Errorf("no gateway %q: use %s or %s", name, topology.HostGatewayA, topology.HostGatewayB)
 	}
 	c := t.ctr(name)
 	if c == nil {
@@ -739,7 +727,7 @@ func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, 
 }
 
 func (t *dockerTopo) StopValkey(ctx context.Context) error {
-	c := t.ctr(HostValkey)
+	c := t.ctr(topology.HostValkey)
 	if c == nil {
 		return errors.New("valkey is not running: bring the topology up first")
 	}
@@ -751,7 +739,7 @@ func (t *dockerTopo) StopValkey(ctx context.Context) error {
 }
 
 func (t *dockerTopo) StartValkey(ctx context.Context) error {
-	c := t.ctr(HostValkey)
+	c := t.ctr(topology.HostValkey)
 	if c == nil {
 		return errors.New("valkey was never started: bring the topology up first")
 	}
@@ -769,21 +757,21 @@ func (t *dockerTopo) StartValkey(ctx context.Context) error {
 // partitionPair checks that {host, peer} is a gateway and valkey and returns the gateway.
 func partitionPair(host, peer string) (string, error) {
 	switch {
-	case isGateway(host) && peer == HostValkey:
+	case topology.IsGateway(host) && peer == topology.HostValkey:
 		return host, nil
-	case host == HostValkey && isGateway(peer):
+	case host == topology.HostValkey && topology.IsGateway(peer):
 		return peer, nil
 	}
 	for _, h := range []string{host, peer} {
 		if _, ok := dockerMembership[h]; !ok {
-			return "", fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(Hosts, ", "))
+			return "", fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(topology.Hosts, ", "))
 		}
 	}
-	return "", fmt.Errorf("partition %s from %s: %w: docker partitions disconnect a gateway from the backend network, so only a gateway and valkey can be partitioned", host, peer, ErrUnsupported)
+	return "", fmt.Errorf("partition %s from %s: %w: docker partitions disconnect a gateway from the backend network, so only a gateway and valkey can be partitioned", host, peer, topology.ErrUnsupported)
 }
 
 func (t *dockerTopo) Partition(ctx context.Context, host, peer string) error {
-	if isStoreHost(host) || isStoreHost(peer) {
+	if topology.IsStoreHost(host) || topology.IsStoreHost(peer) {
 		return t.setStorePartition(ctx, host, peer, true)
 	}
 	gw, err := partitionPair(host, peer)
@@ -807,7 +795,7 @@ func (t *dockerTopo) Partition(ctx context.Context, host, peer string) error {
 }
 
 func (t *dockerTopo) Heal(ctx context.Context, host, peer string) error {
-	if isStoreHost(host) || isStoreHost(peer) {
+	if topology.IsStoreHost(host) || topology.IsStoreHost(peer) {
 		return t.setStorePartition(ctx, host, peer, false)
 	}
 	gw, err := partitionPair(host, peer)
@@ -880,9 +868,9 @@ func (t *dockerTopo) addrOn(ctx context.Context, host, role string) (string, err
 // publishedPorts are the in-container ports of each role the harness (observer) can reach.
 func publishedPorts(host string) []int {
 	switch {
-	case isGateway(host):
+	case topology.IsGateway(host):
 		return []int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin}
-	case slices.Contains(Providers, host):
+	case slices.Contains(topology.Providers, host):
 		return []int{dockerPorts.ProviderAdmin}
 	}
 	return nil
@@ -891,8 +879,8 @@ func publishedPorts(host string) []int {
 // probeFromObserver tries a TCP connection from the harness to to:port: through the published
 // port (or, with exec access, the relay into the container). Ports that are not published
 // are out of the observer's reach, as the policy wants.
-func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int) ProbeResult {
-	res := ProbeResult{From: HostObserver, To: to, Port: port, Supported: true}
+func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int) topology.ProbeResult {
+	res := topology.ProbeResult{From: topology.HostObserver, To: to, Port: port, Supported: true}
 	if !slices.Contains(publishedPorts(to), port) {
 		res.Error = "not published to the harness"
 		return res
@@ -902,14 +890,14 @@ func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int)
 		res.Error = "the docker topology is not up"
 		return res
 	}
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, topology.ProbeTimeout)
 	defer cancel()
 	start := time.Now()
 	var conn net.Conn
 	var err error
 	if t.access == accessExec {
 		alias := to + "-admin"
-		if isGateway(to) && port == dockerPorts.GatewayData {
+		if topology.IsGateway(to) && port == dockerPorts.GatewayData {
 			alias = to
 		}
 		conn, err = t.relayDial(pctx, to, net.JoinHostPort(alias, strconv.Itoa(port)))
@@ -923,7 +911,7 @@ func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int)
 	}
 	res.Elapsed = time.Since(start)
 	if err != nil {
-		res.Error = connectError(err)
+		res.Error = topology.ConnectError(err)
 		return res
 	}
 	conn.Close()
@@ -931,24 +919,24 @@ func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int)
 	return res
 }
 
-func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
-	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
+func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) topology.ProbeResult {
+	res := topology.ProbeResult{From: from, To: to, Port: port, Supported: true}
 	_, fok := dockerMembership[from]
 	_, tok := dockerMembership[to]
-	if from == HostObserver && tok {
+	if from == topology.HostObserver && tok {
 		return t.probeFromObserver(ctx, to, port)
 	}
 	if !fok || !tok {
 		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
 		return res
 	}
-	if from == HostValkey {
+	if from == topology.HostValkey {
 		res.Supported = false
 		res.Error = "the valkey image has no quotaqual binary to probe from"
 		return res
 	}
 	c := t.ctr(from)
-	if isStoreHost(from) { // the Valkey image has no quotaqual: probe from the netfilter sidecar
+	if topology.IsStoreHost(from) { // the Valkey image has no quotaqual: probe from the netfilter sidecar
 		c = t.ctr(sidecarOf(from))
 	}
 	if c == nil {
@@ -961,14 +949,14 @@ func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) Probe
 		return res
 	}
 	start := time.Now()
-	_, out, err := c.Exec(ctx, []string{images.QuotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()}, tcexec.Multiplexed())
+	_, out, err := c.Exec(ctx, []string{images.QuotaqualInContainer, "probe", "--to", addr, "--timeout", topology.ProbeTimeout.String()}, tcexec.Multiplexed())
 	res.Elapsed = time.Since(start)
 	if err != nil {
 		res.Error = "exec in " + from + ": " + err.Error()
 		return res
 	}
 	b, _ := io.ReadAll(out)
-	readProbeOutput(b, &res)
+	topology.ReadProbeOutput(b, &res)
 	return res
 }
 
@@ -980,7 +968,7 @@ func (t *dockerTopo) observerDial(ctx context.Context, _, addr string) (net.Conn
 		return nil, err
 	}
 	h := strings.TrimSuffix(host, "-admin")
-	if _, ok := dockerMembership[h]; !ok || h == HostValkey || isStoreHost(h) {
+	if _, ok := dockerMembership[h]; !ok || h == topology.HostValkey || topology.IsStoreHost(h) {
 		return nil, fmt.Errorf("observer: no component answers at %s", addr)
 	}
 	return t.relayDial(ctx, h, addr)
@@ -1087,7 +1075,7 @@ func (t *dockerTopo) CollectLogs(dir string) error {
 		return err
 	}
 	var errs []error
-	for _, h := range append(slices.Clone(Hosts), StoreHosts...) {
+	for _, h := range append(slices.Clone(topology.Hosts), topology.StoreHosts...) {
 		b, err := os.ReadFile(filepath.Join(t.logDir(), h+".log"))
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -1128,62 +1116,49 @@ func (t *dockerTopo) snapshotLogs(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (t *dockerTopo) Down(ctx context.Context) (Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
+func (t *dockerTopo) Down(ctx context.Context) (topology.Teardown, error) {
+	return t.down.Do(func(td *topology.Teardown) {
+		t.mu.Lock()
+		cli := t.cli
 		t.mu.Unlock()
-		return td, nil
-	}
-	t.downOnce = true
-	cli := t.cli
-	t.mu.Unlock()
-	t.stopStoreStart()
-	t.client.CloseIdleConnections()
-	t.observer.CloseIdleConnections()
-	var td Teardown
-	if cli != nil {
+		t.stopStoreStart()
+		t.client.CloseIdleConnections()
+		t.observer.CloseIdleConnections()
+		if cli == nil {
+			return
+		}
 		if err := t.snapshotLogs(ctx); err != nil {
 			td.Errors = append(td.Errors, "saving container logs: "+err.Error())
 		}
 		ctd := dockerCleanup(ctx, cli, t.spec.RunID)
 		td.Removed = append(td.Removed, ctd.Removed...)
 		td.Errors = append(td.Errors, ctd.Errors...)
-	}
-	td.Elapsed = elapsedSince(start)
-	t.mu.Lock()
-	t.teardown = td
-	t.mu.Unlock()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
-	}
-	return td, nil
+	})
 }
 
-// DockerCleanup removes every container, network and volume labelled with runID (what a
+// Cleanup removes every container, network and volume labelled with runID (what a
 // docker run created, and nothing else), for `quotaqual down --run-id`. Without a Docker
 // engine there is nothing to remove: it returns an empty teardown.
-func DockerCleanup(ctx context.Context, runID string) (Teardown, error) {
+func Cleanup(ctx context.Context, runID string) (topology.Teardown, error) {
 	start := time.Now()
-	if err := ValidateRunID(runID); err != nil {
-		return Teardown{}, err
+	if err := topology.ValidateRunID(runID); err != nil {
+		return topology.Teardown{}, err
 	}
 	cli, err := dockerClient(ctx)
 	if err != nil {
-		return Teardown{Elapsed: elapsedSince(start)}, nil
+		return topology.Teardown{Elapsed: topology.ElapsedSince(start)}, nil
 	}
 	defer cli.Close()
 	td := dockerCleanup(ctx, cli, runID)
-	td.Elapsed = elapsedSince(start)
+	td.Elapsed = topology.ElapsedSince(start)
 	if len(td.Errors) > 0 {
 		return td, errors.New("docker cleanup: " + strings.Join(td.Errors, "; "))
 	}
 	return td, nil
 }
 
-func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID string) Teardown {
-	var td Teardown
+func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID string) topology.Teardown {
+	var td topology.Teardown
 	var mu sync.Mutex
 	f := make(client.Filters).Add("label", images.LabelRunID+"="+runID).Add("label", images.LabelManaged+"=true")
 	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
@@ -1252,7 +1227,7 @@ func (t *dockerTopo) Facts() map[string]any {
 		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
 	}
 	containers := map[string]string{}
-	for _, h := range Hosts {
+	for _, h := range topology.Hosts {
 		containers[h] = dockerName(t.spec.RunID, h)
 	}
 	membership := map[string][]string{}
@@ -1266,9 +1241,9 @@ func (t *dockerTopo) Facts() map[string]any {
 		rules = append(rules, fmt.Sprintf("%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
 	}
 	return map[string]any{
-		"engine":          EngineDocker,
+		"engine":          topology.EngineDocker,
 		"run_id":          t.spec.RunID,
-		"valkey_addr":     net.JoinHostPort(HostValkey, strconv.Itoa(dockerPorts.Valkey)),
+		"valkey_addr":     net.JoinHostPort(topology.HostValkey, strconv.Itoa(dockerPorts.Valkey)),
 		"valkey_image":    t.valkeyImg,
 		"valkey_version":  t.valkeyVer,
 		"quotaqual_image": t.qqImg,
@@ -1292,7 +1267,7 @@ func (t *dockerTopo) Facts() map[string]any {
 
 // valkeyVersion reads the version from Valkey's start-up log ("Valkey version=8.0.1").
 func (t *dockerTopo) valkeyVersion() string {
-	c := t.ctr(HostValkey)
+	c := t.ctr(topology.HostValkey)
 	if c == nil || t.cli == nil {
 		return "unknown"
 	}

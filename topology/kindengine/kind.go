@@ -1,4 +1,8 @@
-package topology
+// Package kindengine is the kind topology engine: the qualification on Kubernetes (its
+// design: the comment that opens kind.go). It registers itself as topology.EngineKind; import
+// topology/engines rather than this package to build every engine in. Its manifests come from
+// package topology/k8s.
+package kindengine
 
 // The kind engine: the qualification on Kubernetes. Either a run-scoped kind cluster
 // (sigs.k8s.io/kind, node image configurable) or, with KindOptions.Kubeconfig/Context, any
@@ -77,26 +81,25 @@ import (
 	kindlog "sigs.k8s.io/kind/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
-// EngineKind is the kind engine's name.
-const EngineKind = "kind"
-
 // kindClusterDomain is the cluster DNS domain the Service names use (k8s.Input's default).
 const kindClusterDomain = "cluster.local"
 
-// EnvKindNodeImage names a kind node image to use instead of kind's default.
-const EnvKindNodeImage = "QUOTAQUAL_KIND_NODE_IMAGE"
+// EnvNodeImage names a kind node image to use instead of kind's default.
+const EnvNodeImage = "QUOTAQUAL_KIND_NODE_IMAGE"
 
-// DefaultKindNodeImage is the node image of sigs.k8s.io/kind v0.33.0.
-const DefaultKindNodeImage = kinddefaults.Image
+// DefaultNodeImage is the node image of sigs.k8s.io/kind v0.33.0.
+const DefaultNodeImage = kinddefaults.Image
 
-// LocalKindNodeImage is the node image `make kind-node-image` builds locally (from Debian
+// LocalNodeImage is the node image `make kind-node-image` builds locally (from Debian
 // packages and the Go module proxy; hack/kind-node-image). With no node image named, it is used
 // when kind's default is not present.
-const LocalKindNodeImage = "quotaqual/kind-node:v1.37.0"
+const LocalNodeImage = "quotaqual/kind-node:v1.37.0"
 
 // Deadlines of the kind engine.
 const (
@@ -109,30 +112,10 @@ const (
 	kindExecTimeout     = 20 * time.Second
 )
 
-// KindOptions are the kind engine's choices (Spec.Kind).
-type KindOptions struct {
-	// NodeImage is the kind node image ("" = QUOTAQUAL_KIND_NODE_IMAGE, else kind's default).
-	NodeImage string
-	// ClusterName names the cluster to create ("" = qq-<run id>).
-	ClusterName string
-	// Kubeconfig and Context select an existing cluster instead of creating one; the run then
-	// only creates (and Down only deletes) its namespace there. When the context is a kind
-	// cluster's (kind-<name>), the images are loaded into its nodes; otherwise the cluster
-	// must be able to pull Spec.QuotaqualImage and Spec.ValkeyImage itself.
-	Kubeconfig string
-	Context    string
-	// Keep leaves the cluster (or namespace) in place on Down.
-	Keep bool
-	// StorageClass of Valkey's PVC ("" = the cluster's default); EmptyDir uses no PVC (then
-	// Valkey's state does not survive StopValkey).
-	StorageClass string
-	EmptyDir     bool
-}
-
 type kindTopo struct {
-	spec Spec
-	opts KindOptions
-	base Policy // the qualification's policy; partitions are cut out of it
+	spec topology.Spec
+	opts topology.KindOptions
+	base topology.Policy // the qualification's policy; partitions are cut out of it
 
 	mu         sync.Mutex
 	in         k8s.Input // rendered input (real secrets)
@@ -156,22 +139,30 @@ type kindTopo struct {
 	logs       map[string]*bytes.Buffer // host → logs of pods already gone
 	saved      map[string]bool          // pod name → its log is in logs
 	pf         map[string]httpstream.Connection
-	downOnce   bool
-	teardown   Teardown
+	logsFinal  bool // Down saved every pod's log: logsNow asks the cluster no more
+	down       topology.DownGuard
 
 	reqID    atomic.Int64
 	client   *http.Client
 	observer *http.Client
 }
 
-func newKind(spec Spec) (*kindTopo, error) {
+// The engine registers itself: importing this package (topology/engines does) builds it in.
+func init() {
+	topology.Register(topology.EngineKind, topology.Engine{
+		New:     func(s topology.Spec) (topology.Topology, error) { return newKind(s) },
+		Cleanup: Cleanup,
+	})
+}
+
+func newKind(spec topology.Spec) (*kindTopo, error) {
 	o := spec.Kind
 	if o.NodeImage == "" {
-		o.NodeImage = os.Getenv(EnvKindNodeImage)
+		o.NodeImage = os.Getenv(EnvNodeImage)
 	}
 	imageDefaulted := o.NodeImage == ""
 	if imageDefaulted {
-		o.NodeImage = DefaultKindNodeImage
+		o.NodeImage = DefaultNodeImage
 	}
 	if o.ClusterName == "" {
 		o.ClusterName = "qq-" + spec.RunID
@@ -179,7 +170,7 @@ func newKind(spec Spec) (*kindTopo, error) {
 	t := &kindTopo{
 		spec:      spec,
 		opts:      o,
-		base:      DefaultPolicy(kindPorts),
+		base:      topology.DefaultPolicy(kindPorts),
 		ns:        "quotaqual-" + spec.RunID,
 		nodeImage: o.NodeImage,
 		defaulted: imageDefaulted,
@@ -192,18 +183,18 @@ func newKind(spec Spec) (*kindTopo, error) {
 		t.base = spec.AdjustPolicy(t.base)
 	}
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return t.dialService(ctx, addr) }
-	t.client = &http.Client{Transport: newTransport(dial)}
-	t.observer = &http.Client{Transport: newTransport(dial)}
+	t.client = &http.Client{Transport: topology.NewTransport(dial)}
+	t.observer = &http.Client{Transport: topology.NewTransport(dial)}
 	return t, nil
 }
 
-func (t *kindTopo) Engine() string         { return EngineKind }
+func (t *kindTopo) Engine() string         { return topology.EngineKind }
 func (t *kindTopo) Client() *http.Client   { return t.client }
 func (t *kindTopo) Observer() *http.Client { return t.observer }
-func (t *kindTopo) Ports() Ports           { return kindPorts }
+func (t *kindTopo) Ports() topology.Ports  { return kindPorts }
 
 // Policy returns the network policy the NetworkPolicies are rendered from.
-func (t *kindTopo) Policy() Policy { return t.base }
+func (t *kindTopo) Policy() topology.Policy { return t.base }
 
 func (t *kindTopo) svcHost(host string) string {
 	return host + "." + t.ns + ".svc." + kindClusterDomain
@@ -214,30 +205,30 @@ func (t *kindTopo) url(host string, port int) string {
 }
 
 func (t *kindTopo) ValkeyAddr() string {
-	return net.JoinHostPort(t.svcHost(HostValkey), strconv.Itoa(kindPorts.Valkey))
+	return net.JoinHostPort(t.svcHost(topology.HostValkey), strconv.Itoa(kindPorts.Valkey))
 }
 
-func (t *kindTopo) Gateway(name string) GatewayEndpoint {
-	if !isGateway(name) {
-		return GatewayEndpoint{}
+func (t *kindTopo) Gateway(name string) topology.GatewayEndpoint {
+	if !topology.IsGateway(name) {
+		return topology.GatewayEndpoint{}
 	}
-	return GatewayEndpoint{Name: name, DataURL: t.url(name, kindPorts.GatewayData), AdminURL: t.url(name, kindPorts.GatewayAdmin)}
+	return topology.GatewayEndpoint{Name: name, DataURL: t.url(name, kindPorts.GatewayData), AdminURL: t.url(name, kindPorts.GatewayAdmin)}
 }
 
-func (t *kindTopo) Provider(name string) ProviderEndpoint {
-	if siteOf(name) == "" {
-		return ProviderEndpoint{}
+func (t *kindTopo) Provider(name string) topology.ProviderEndpoint {
+	if topology.SiteOf(name) == "" {
+		return topology.ProviderEndpoint{}
 	}
-	return ProviderEndpoint{Name: name, Site: siteOf(name),
+	return topology.ProviderEndpoint{Name: name, Site: topology.SiteOf(name),
 		DataURL: t.url(name, kindPorts.ProviderData), AdminURL: t.url(name, kindPorts.ProviderAdmin)}
 }
 
 const kindPartitionReason = "kind partitions remove the a↔b allowances from the NetworkPolicies and are trusted only after a probe is denied; NetworkPolicy governs new connections, so established ones may survive depending on the CNI"
 
-func (t *kindTopo) Capabilities() Capabilities {
+func (t *kindTopo) Capabilities() topology.Capabilities {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := Capabilities{NetworkPolicy: true, Partition: true, PartitionReason: kindPartitionReason,
+	c := topology.Capabilities{NetworkPolicy: true, Partition: true, PartitionReason: kindPartitionReason,
 		NetworkPolicyReason: "Kubernetes NetworkPolicy, proven live at start-up by a denied negative control next to a reached positive control"}
 	if t.cs != nil && !t.enforced {
 		c.NetworkPolicy, c.Partition = false, false
@@ -264,12 +255,12 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		}
 	}()
 	existing := t.opts.Kubeconfig != "" || t.opts.Context != ""
-	if !existing && !images.Exists(ctx, t.nodeImage) && t.defaulted && images.Exists(ctx, LocalKindNodeImage) {
-		t.nodeImage = LocalKindNodeImage
+	if !existing && !images.Exists(ctx, t.nodeImage) && t.defaulted && images.Exists(ctx, LocalNodeImage) {
+		t.nodeImage = LocalNodeImage
 	}
 	if !existing && !images.Exists(ctx, t.nodeImage) {
 		// Before building anything: no registry is reachable on the project's machines.
-		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalKindNodeImage, EnvKindNodeImage)
+		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalNodeImage, EnvNodeImage)
 	}
 	if err := t.images(ctx); err != nil {
 		return err
@@ -287,22 +278,22 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 	if err := t.apply(ctx); err != nil {
 		return err
 	}
-	t.spec.progress("kind: manifests applied in namespace %s; waiting for the rollouts", t.ns)
+	t.spec.Progress("kind: manifests applied in namespace %s; waiting for the rollouts", t.ns)
 	rollout := time.Now()
 	if err := t.waitRollouts(ctx, kindRolloutTimeout); err != nil {
 		return err
 	}
-	for _, g := range Gateways {
+	for _, g := range topology.Gateways {
 		if err := t.waitHTTP(ctx, t.Gateway(g).AdminURL+"/readyz", kindLeverTimeout); err != nil {
 			return fmt.Errorf("%s through a port-forward: %w", g, err)
 		}
 	}
-	t.spec.progress("kind: rollouts done and gateways ready through port-forwards in %s", elapsedSince(rollout))
+	t.spec.Progress("kind: rollouts done and gateways ready through port-forwards in %s", topology.ElapsedSince(rollout))
 	proof := time.Now()
 	t.proveEnforcement(ctx)
-	t.spec.progress("kind: NetworkPolicy enforcement check took %s (enforced: %v)", elapsedSince(proof), t.enforced)
-	t.spec.progress("kind topology up in %s (cluster %s, namespace %s, NetworkPolicy enforced: %v)",
-		elapsedSince(start), t.clusterNm, t.ns, t.enforced)
+	t.spec.Progress("kind: NetworkPolicy enforcement check took %s (enforced: %v)", topology.ElapsedSince(proof), t.enforced)
+	t.spec.Progress("kind topology up in %s (cluster %s, namespace %s, NetworkPolicy enforced: %v)",
+		topology.ElapsedSince(start), t.clusterNm, t.ns, t.enforced)
 	return nil
 }
 
@@ -349,7 +340,7 @@ func (t *kindTopo) createCluster(ctx context.Context) error {
 	if err := t.ensurePrivilegedNodes(ctx); err != nil {
 		return err
 	}
-	t.spec.progress("kind: creating cluster %s (node image %s)", t.clusterNm, t.nodeImage)
+	t.spec.Progress("kind: creating cluster %s (node image %s)", t.clusterNm, t.nodeImage)
 	create := time.Now()
 	err = t.provider.Create(t.clusterNm,
 		cluster.CreateWithRawConfig(raw),
@@ -362,7 +353,7 @@ func (t *kindTopo) createCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating kind cluster %s: %w", t.clusterNm, err)
 	}
-	t.spec.progress("kind: cluster %s created in %s", t.clusterNm, elapsedSince(create))
+	t.spec.Progress("kind: cluster %s created in %s", t.clusterNm, topology.ElapsedSince(create))
 	if err := t.loadImages(ctx); err != nil {
 		return err
 	}
@@ -459,7 +450,7 @@ func (t *kindTopo) loadImages(ctx context.Context) error {
 			return fmt.Errorf("loading the images into kind node %s: %w", n.String(), err)
 		}
 	}
-	t.spec.progress("kind: loaded %s and %s into %d node(s) in %s", t.qqImg, t.valkeyImg, len(nodes), elapsedSince(start))
+	t.spec.Progress("kind: loaded %s and %s into %d node(s) in %s", t.qqImg, t.valkeyImg, len(nodes), topology.ElapsedSince(start))
 	return nil
 }
 
@@ -470,7 +461,7 @@ func (t *kindTopo) render() error {
 	if t.provider != nil {
 		pull = corev1.PullNever // loaded into the nodes: never try a registry
 	}
-	in, err := KindInput(t.spec.Deployment, KindManifestOptions{
+	in, err := Input(t.spec.Deployment, ManifestOptions{
 		RunID: t.spec.RunID, Namespace: t.ns, QuotaqualImage: t.qqImg, ValkeyImage: t.valkeyImg,
 		PullPolicy: pull, StorageClass: t.opts.StorageClass, EmptyDir: t.opts.EmptyDir,
 	})
@@ -544,7 +535,7 @@ func (t *kindTopo) create(ctx context.Context, o runtime.Object) error {
 
 // waitRollouts waits until every Deployment in the namespace is rolled out.
 func (t *kindTopo) waitRollouts(ctx context.Context, within time.Duration) error {
-	names := append(append(append([]string{HostValkey}, Providers...), Gateways...), HostClient, HostObserver)
+	names := append(append(append([]string{topology.HostValkey}, topology.Providers...), topology.Gateways...), topology.HostClient, topology.HostObserver)
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i, n := range names {
@@ -873,7 +864,7 @@ func (t *kindTopo) waitHTTP(ctx context.Context, url string, within time.Duratio
 	defer cancel()
 	var last string
 	for {
-		ok, status := getOK(ctx, t.observer, url, 5*time.Second)
+		ok, status := topology.GetOK(ctx, t.observer, url, 5*time.Second)
 		if ok {
 			return nil
 		}
@@ -919,9 +910,9 @@ func (t *kindTopo) probeAddr(ctx context.Context, from, to string, port int) (st
 		return net.JoinHostPort("127.0.0.1", p), nil
 	}
 	switch {
-	case to == HostValkey && port == kindPorts.Valkey,
-		isGateway(to) && (port == kindPorts.GatewayData || port == kindPorts.GatewayAdmin),
-		siteOf(to) != "" && (port == kindPorts.ProviderData || port == kindPorts.ProviderAdmin):
+	case to == topology.HostValkey && port == kindPorts.Valkey,
+		topology.IsGateway(to) && (port == kindPorts.GatewayData || port == kindPorts.GatewayAdmin),
+		topology.SiteOf(to) != "" && (port == kindPorts.ProviderData || port == kindPorts.ProviderAdmin):
 		return net.JoinHostPort(t.svcHost(to), p), nil
 	}
 	pod, err := t.readyPod(ctx, to)
@@ -931,14 +922,14 @@ func (t *kindTopo) probeAddr(ctx context.Context, from, to string, port int) (st
 	return net.JoinHostPort(pod.Status.PodIP, p), nil
 }
 
-func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
-	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
-	known := func(h string) bool { return slices.Contains(Hosts, h) }
-	if !(known(from) || from == HostObserver) || !known(to) {
+func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) topology.ProbeResult {
+	res := topology.ProbeResult{From: from, To: to, Port: port, Supported: true}
+	known := func(h string) bool { return slices.Contains(topology.Hosts, h) }
+	if !(known(from) || from == topology.HostObserver) || !known(to) {
 		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
 		return res
 	}
-	if from == HostValkey {
+	if from == topology.HostValkey {
 		res.Supported = false
 		res.Error = "the valkey image has no quotaqual binary to probe from"
 		return res
@@ -951,7 +942,7 @@ func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeRe
 	}()
 	// Until the probe program reports, nothing was observed: a failure of the harness (no
 	// ready pod, the API, the exec, a cancelled context) is not a denied connection.
-	didNotRun := func(err error) ProbeResult {
+	didNotRun := func(err error) topology.ProbeResult {
 		res.Supported, res.Error = false, "the probe did not run: "+err.Error()
 		return res
 	}
@@ -965,11 +956,11 @@ func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) ProbeRe
 	}
 	ectx, cancel := context.WithTimeout(ctx, kindExecTimeout)
 	defer cancel()
-	out, err := t.exec(ectx, pod.Name, []string{k8s.QuotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()})
+	out, err := t.exec(ectx, pod.Name, []string{k8s.QuotaqualInContainer, "probe", "--to", addr, "--timeout", topology.ProbeTimeout.String()})
 	if err != nil {
 		return didNotRun(err)
 	}
-	readProbeOutput(out, &res)
+	topology.ReadProbeOutput(out, &res)
 	return res
 }
 
@@ -981,10 +972,10 @@ func (t *kindTopo) proveEnforcement(ctx context.Context) {
 	start := time.Now()
 	deadline := time.NewTimer(kindPolicyLiveWait)
 	defer deadline.Stop()
-	var neg, pos ProbeResult
+	var neg, pos topology.ProbeResult
 	for {
-		pos = t.Probe(ctx, HostGatewayA, HostValkey, kindPorts.Valkey)
-		neg = t.Probe(ctx, HostClient, HostValkey, kindPorts.Valkey)
+		pos = t.Probe(ctx, topology.HostGatewayA, topology.HostValkey, kindPorts.Valkey)
+		neg = t.Probe(ctx, topology.HostClient, topology.HostValkey, kindPorts.Valkey)
 		if pos.Supported && pos.Reached && neg.Supported && !neg.Reached && neg.Error != "" {
 			t.mu.Lock()
 			t.enforced = true
@@ -1004,14 +995,14 @@ func (t *kindTopo) proveEnforcement(ctx context.Context) {
 		t.mu.Lock()
 		t.enforced = false
 		t.enforceWhy = fmt.Sprintf("NetworkPolicy is not enforced in this cluster: within %s the negative control client → valkey was %s and the positive control gateway-a → valkey was %s (does the CNI implement NetworkPolicy?)",
-			elapsedSince(start).Round(time.Second), probeState(neg), probeState(pos))
+			topology.ElapsedSince(start).Round(time.Second), probeState(neg), probeState(pos))
 		t.proof = []string{t.enforceWhy}
 		t.mu.Unlock()
 		return
 	}
 }
 
-func probeState(p ProbeResult) string {
+func probeState(p topology.ProbeResult) string {
 	switch {
 	case !p.Supported && p.Error != "":
 		return "not observed (" + p.Error + ")"
@@ -1026,8 +1017,8 @@ func probeState(p ProbeResult) string {
 // RestartGateway is a rollout restart: a new pod with the same config, ready, the old one gone
 // from the endpoints.
 func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
-	if !isGateway(name) {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+	if !topology.IsGateway(name) {
+		return fmt.Errorf("no gateway %q: use %s or %s", name, topology.HostGatewayA, topology.HostGatewayB)
 	}
 	if t.cs == nil {
 		return errors.New("the kind topology is not up: bring it up first")
@@ -1052,12 +1043,12 @@ func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
 // CrashGateway is not wired on kind yet (it would delete the pod with no grace period): the
 // scenario that needs it reports skipped with this reason.
 func (t *kindTopo) CrashGateway(ctx context.Context, name string) error {
-	return fmt.Errorf("crashing %s: %w: killing a pod with no grace period is not wired on kind yet", name, ErrUnsupported)
+	return fmt.Errorf("crashing %s: %w: killing a pod with no grace period is not wired on kind yet", name, topology.ErrUnsupported)
 }
 
 func (t *kindTopo) scaleValkey(ctx context.Context, n int) error {
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, n)
-	_, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, HostValkey, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, topology.HostValkey, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }
 
@@ -1066,14 +1057,14 @@ func (t *kindTopo) StopValkey(ctx context.Context) error {
 	if t.cs == nil {
 		return errors.New("valkey is not running: bring the topology up first")
 	}
-	t.saveLogs(ctx, HostValkey)
+	t.saveLogs(ctx, topology.HostValkey)
 	if err := t.scaleValkey(ctx, 0); err != nil {
 		return fmt.Errorf("stopping valkey (scale to 0): %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, kindLeverTimeout)
 	defer cancel()
 	for {
-		pods, err := t.pods(ctx, HostValkey)
+		pods, err := t.pods(ctx, topology.HostValkey)
 		if err == nil && len(pods) == 0 {
 			return nil
 		}
@@ -1093,15 +1084,15 @@ func (t *kindTopo) StartValkey(ctx context.Context) error {
 	if err := t.scaleValkey(ctx, 1); err != nil {
 		return fmt.Errorf("starting valkey (scale to 1): %w", err)
 	}
-	if err := t.waitRollout(ctx, HostValkey, kindLeverTimeout); err != nil {
+	if err := t.waitRollout(ctx, topology.HostValkey, kindLeverTimeout); err != nil {
 		return fmt.Errorf("starting valkey: %w", err)
 	}
 	return nil
 }
 
 // partitionedPolicy is p without the allowances between the pairs in cuts (both directions).
-func partitionedPolicy(p Policy, cuts map[[2]string]bool) Policy {
-	var out Policy
+func partitionedPolicy(p topology.Policy, cuts map[[2]string]bool) topology.Policy {
+	var out topology.Policy
 	for _, r := range p.Rules {
 		r.From = slices.DeleteFunc(slices.Clone(r.From), func(f string) bool {
 			return cuts[pairKey(f, r.Host)]
@@ -1130,8 +1121,8 @@ func (t *kindTopo) Heal(ctx context.Context, host, peer string) error {
 
 func (t *kindTopo) setPartition(ctx context.Context, host, peer string, on bool) error {
 	for _, h := range []string{host, peer} {
-		if !slices.Contains(Hosts, h) {
-			return fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(Hosts, ", "))
+		if !slices.Contains(topology.Hosts, h) {
+			return fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(topology.Hosts, ", "))
 		}
 	}
 	if host == peer {
@@ -1163,7 +1154,7 @@ func (t *kindTopo) setPartition(ctx context.Context, host, peer string, on bool)
 	defer cancel()
 	for _, pr := range [][2]string{{host, peer}, {peer, host}} {
 		from, to := pr[0], pr[1]
-		if from == HostValkey {
+		if from == topology.HostValkey {
 			continue
 		}
 		for _, r := range t.base.RulesFor(to) {
@@ -1270,7 +1261,7 @@ func (t *kindTopo) logsNow(ctx context.Context, host string) []byte {
 		out.Write(b.Bytes())
 	}
 	t.mu.Unlock()
-	if t.cs == nil || t.downDone() {
+	if t.cs == nil || t.logsAreFinal() {
 		return out.Bytes()
 	}
 	pods, err := t.pods(ctx, host)
@@ -1289,10 +1280,10 @@ func (t *kindTopo) logsNow(ctx context.Context, host string) []byte {
 	return out.Bytes()
 }
 
-func (t *kindTopo) downDone() bool {
+func (t *kindTopo) logsAreFinal() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.downOnce
+	return t.logsFinal
 }
 
 // CollectLogs writes <host>.log for every component host (pod logs; those of pods a lever
@@ -1304,7 +1295,7 @@ func (t *kindTopo) CollectLogs(dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
-	for _, h := range Hosts {
+	for _, h := range topology.Hosts {
 		b := t.logsNow(ctx, h)
 		if len(b) == 0 {
 			continue
@@ -1316,58 +1307,45 @@ func (t *kindTopo) CollectLogs(dir string) error {
 	return errors.Join(errs...)
 }
 
-func (t *kindTopo) Down(ctx context.Context) (Teardown, error) {
-	start := time.Now()
-	t.mu.Lock()
-	if t.downOnce {
-		td := t.teardown
+// Down saves every pod's log before it deletes anything, and only then marks the logs final
+// (logsNow stops asking the cluster), so the saved copies are complete.
+func (t *kindTopo) Down(ctx context.Context) (topology.Teardown, error) {
+	return t.down.Do(func(td *topology.Teardown) {
+		if t.cs != nil {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			for _, h := range topology.Hosts {
+				t.saveLogs(lctx, h)
+			}
+			cancel()
+		}
+		t.mu.Lock()
+		t.logsFinal = true
+		pfs := t.pf
+		t.pf = map[string]httpstream.Connection{}
+		owns, nsCreated, name := t.owns, t.nsCreated, t.clusterNm
 		t.mu.Unlock()
-		return td, nil
-	}
-	t.mu.Unlock()
-	var td Teardown
-	if t.cs != nil {
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		for _, h := range Hosts {
-			t.saveLogs(lctx, h)
+		t.client.CloseIdleConnections()
+		t.observer.CloseIdleConnections()
+		for _, c := range pfs {
+			c.Close()
 		}
-		cancel()
-	}
-	t.mu.Lock()
-	t.downOnce = true
-	pfs := t.pf
-	t.pf = map[string]httpstream.Connection{}
-	owns, nsCreated, name := t.owns, t.nsCreated, t.clusterNm
-	t.mu.Unlock()
-	t.client.CloseIdleConnections()
-	t.observer.CloseIdleConnections()
-	for _, c := range pfs {
-		c.Close()
-	}
-	switch {
-	case t.opts.Keep && (owns || nsCreated):
-		td.Removed = append(td.Removed, "nothing: kept "+map[bool]string{true: "kind cluster " + name, false: "namespace " + t.ns}[owns]+" (--keep)")
-	case owns:
-		if err := t.provider.Delete(name, t.kubecfg); err != nil {
-			td.Errors = append(td.Errors, fmt.Sprintf("deleting kind cluster %s: %v (remove it with `kind delete cluster --name %s`)", name, err, name))
-		} else {
-			td.Removed = append(td.Removed, "kind cluster "+name)
+		switch {
+		case t.opts.Keep && (owns || nsCreated):
+			td.Removed = append(td.Removed, "nothing: kept "+map[bool]string{true: "kind cluster " + name, false: "namespace " + t.ns}[owns]+" (--keep)")
+		case owns:
+			if err := t.provider.Delete(name, t.kubecfg); err != nil {
+				td.Errors = append(td.Errors, fmt.Sprintf("deleting kind cluster %s: %v (remove it with `kind delete cluster --name %s`)", name, err, name))
+			} else {
+				td.Removed = append(td.Removed, "kind cluster "+name)
+			}
+		case nsCreated:
+			if err := t.deleteNamespace(ctx); err != nil {
+				td.Errors = append(td.Errors, err.Error())
+			} else {
+				td.Removed = append(td.Removed, "namespace "+t.ns+" on "+name)
+			}
 		}
-	case nsCreated:
-		if err := t.deleteNamespace(ctx); err != nil {
-			td.Errors = append(td.Errors, err.Error())
-		} else {
-			td.Removed = append(td.Removed, "namespace "+t.ns+" on "+name)
-		}
-	}
-	td.Elapsed = elapsedSince(start)
-	t.mu.Lock()
-	t.teardown = td
-	t.mu.Unlock()
-	if len(td.Errors) > 0 {
-		return td, errors.New("teardown: " + strings.Join(td.Errors, "; "))
-	}
-	return td, nil
+	})
 }
 
 func (t *kindTopo) deleteNamespace(ctx context.Context) error {
@@ -1396,12 +1374,12 @@ func (t *kindTopo) deleteNamespace(ctx context.Context) error {
 
 func (t *kindTopo) Facts() map[string]any {
 	gws := map[string]any{}
-	for _, g := range Gateways {
+	for _, g := range topology.Gateways {
 		e := t.Gateway(g)
 		gws[g] = map[string]string{"data_url": e.DataURL, "admin_url": e.AdminURL}
 	}
 	prs := map[string]any{}
-	for _, p := range Providers {
+	for _, p := range topology.Providers {
 		e := t.Provider(p)
 		prs[p] = map[string]string{"site": e.Site, "data_url": e.DataURL, "admin_url": e.AdminURL}
 	}
@@ -1420,7 +1398,7 @@ func (t *kindTopo) Facts() map[string]any {
 		storage = "emptyDir (state does not survive StopValkey)"
 	}
 	return map[string]any{
-		"engine":                  EngineKind,
+		"engine":                  topology.EngineKind,
 		"run_id":                  t.spec.RunID,
 		"cluster":                 clusterKind,
 		"namespace":               t.ns,
@@ -1428,7 +1406,7 @@ func (t *kindTopo) Facts() map[string]any {
 		"kubernetes_version":      t.serverVer,
 		"quotaqual_image":         t.qqImg,
 		"valkey_image":            t.valkeyImg,
-		"valkey_addr":             net.JoinHostPort(t.svcHost(HostValkey), strconv.Itoa(kindPorts.Valkey)),
+		"valkey_addr":             net.JoinHostPort(t.svcHost(topology.HostValkey), strconv.Itoa(kindPorts.Valkey)),
 		"valkey_storage":          storage,
 		"gateways":                gws,
 		"providers":               prs,
@@ -1445,17 +1423,17 @@ func (t *kindTopo) Facts() map[string]any {
 	}
 }
 
-// KindCleanup deletes the kind cluster a crashed run created (qq-<run id>), for `quotaqual
+// Cleanup deletes the kind cluster a crashed run created (qq-<run id>), for `quotaqual
 // down --run-id`. Without Docker, or without such a cluster, there is nothing to remove. (A
 // run against an existing cluster leaves at most its namespace quotaqual-<run id> there.)
-func KindCleanup(ctx context.Context, runID string) (Teardown, error) {
+func Cleanup(ctx context.Context, runID string) (topology.Teardown, error) {
 	start := time.Now()
-	if err := ValidateRunID(runID); err != nil {
-		return Teardown{}, err
+	if err := topology.ValidateRunID(runID); err != nil {
+		return topology.Teardown{}, err
 	}
-	var td Teardown
-	if _, err := dockerPing(ctx); err != nil {
-		td.Elapsed = elapsedSince(start)
+	var td topology.Teardown
+	if _, err := dockerengine.Ping(ctx); err != nil {
+		td.Elapsed = topology.ElapsedSince(start)
 		return td, nil
 	}
 	p := cluster.NewProvider(cluster.ProviderWithDocker(), cluster.ProviderWithLogger(kindlog.NoopLogger{}))
@@ -1472,7 +1450,7 @@ func KindCleanup(ctx context.Context, runID string) (Teardown, error) {
 			td.Removed = append(td.Removed, "kind cluster "+name)
 		}
 	}
-	td.Elapsed = elapsedSince(start)
+	td.Elapsed = topology.ElapsedSince(start)
 	if len(td.Errors) > 0 {
 		return td, errors.New("kind cleanup: " + strings.Join(td.Errors, "; "))
 	}

@@ -1,4 +1,4 @@
-package topology
+package kindengine
 
 import (
 	"fmt"
@@ -10,16 +10,17 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
 // kindPorts are the container and Service ports of the kind topology (each pod has its own
 // address, so every host uses the same numbers, as on docker).
-var kindPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+var kindPorts = topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
 
-// KindManifestOptions are the choices of the kind manifests besides the deployment.
-type KindManifestOptions struct {
+// ManifestOptions are the choices of the kind manifests besides the deployment.
+type ManifestOptions struct {
 	RunID          string
 	Namespace      string // default quotaqual-<run id>
 	QuotaqualImage string // default quotaqual:dev
@@ -32,7 +33,7 @@ type KindManifestOptions struct {
 	Placeholders bool
 	// Policy is the network policy to render; nil means DefaultPolicy(kindPorts), with the
 	// store group's rules when StoreGroup is set.
-	Policy *Policy
+	Policy *topology.Policy
 	// StoreGroup renders the replicated store group (valkey-1..3, sentinel-1..3, store.go) too.
 	StoreGroup bool
 }
@@ -43,15 +44,15 @@ const (
 	kindStoreFailover = 3 * time.Second // failover-timeout
 )
 
-// KindInput builds the renderer's input for deployment d: gateway configs whose addresses are
+// Input builds the renderer's input for deployment d: gateway configs whose addresses are
 // the Service DNS names, the providers' arguments, the policy's rules and the secrets.
-func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, error) {
-	if err := ValidateRunID(o.RunID); err != nil {
+func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
+	if err := topology.ValidateRunID(o.RunID); err != nil {
 		return k8s.Input{}, err
 	}
-	pol := DefaultPolicy(kindPorts)
+	pol := topology.DefaultPolicy(kindPorts)
 	if o.StoreGroup {
-		pol = WithStorePolicy(pol, kindPorts.Valkey)
+		pol = topology.WithStorePolicy(pol, kindPorts.Valkey)
 	}
 	if o.Policy != nil {
 		pol = *o.Policy
@@ -67,9 +68,9 @@ func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, erro
 		PullPolicy:     o.PullPolicy,
 		Ports: k8s.Ports{GatewayData: kindPorts.GatewayData, GatewayAdmin: kindPorts.GatewayAdmin,
 			ProviderData: kindPorts.ProviderData, ProviderAdmin: kindPorts.ProviderAdmin, Valkey: kindPorts.Valkey},
-		ValkeyHost:         HostValkey,
-		ClientHost:         HostClient,
-		Observer:           HostObserver,
+		ValkeyHost:         topology.HostValkey,
+		ClientHost:         topology.HostClient,
+		Observer:           topology.HostObserver,
 		ValkeyPassword:     d.ValkeyPassword,
 		Placeholders:       o.Placeholders,
 		ValkeyStorageClass: o.StorageClass,
@@ -85,19 +86,19 @@ func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, erro
 	}
 	in = in.Defaulted()
 	if o.StoreGroup {
-		in.Store = &k8s.StoreGroup{Nodes: StoreNodes, Sentinels: StoreSentinels, MasterName: StoreMasterName, SentinelPort: SentinelPort,
-			Monitor: valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: StoreMasterName, Quorum: 2,
-				DownAfter: kindStoreDown, FailoverTimeout: kindStoreFailover}, in.ServiceHost(HostStore1), kindPorts.Valkey, "")}
+		in.Store = &k8s.StoreGroup{Nodes: topology.StoreNodes, Sentinels: topology.StoreSentinels, MasterName: topology.StoreMasterName, SentinelPort: topology.SentinelPort,
+			Monitor: valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: topology.StoreMasterName, Quorum: 2,
+				DownAfter: kindStoreDown, FailoverTimeout: kindStoreFailover}, in.ServiceHost(topology.HostStore1), kindPorts.Valkey, "")}
 	}
-	valkeyAddr := in.ServiceAddr(HostValkey, kindPorts.Valkey)
+	valkeyAddr := in.ServiceAddr(topology.HostValkey, kindPorts.Valkey)
 	in.GatewayEnv = d.GatewayEnv(valkeyAddr)
 	var provs []deployment.ProviderAddr
-	for _, h := range Providers {
-		provs = append(provs, deployment.ProviderAddr{Site: siteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
-		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: siteOf(h),
-			Args: d.ProviderArgs(siteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
+	for _, h := range topology.Providers {
+		provs = append(provs, deployment.ProviderAddr{Site: topology.SiteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
+		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: topology.SiteOf(h),
+			Args: d.ProviderArgs(topology.SiteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
-	for _, g := range Gateways {
+	for _, g := range topology.Gateways {
 		cfg, err := d.GatewayConfig(g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
@@ -115,18 +116,18 @@ func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, erro
 	return in, nil
 }
 
-// RenderKind renders the kind topology's manifests for deployment d.
-func RenderKind(d *deployment.Deployment, o KindManifestOptions) ([]runtime.Object, error) {
-	in, err := KindInput(d, o)
+// Render renders the kind topology's manifests for deployment d.
+func Render(d *deployment.Deployment, o ManifestOptions) ([]runtime.Object, error) {
+	in, err := Input(d, o)
 	if err != nil {
 		return nil, err
 	}
 	return k8s.Render(in)
 }
 
-// RenderKindYAML renders the manifests as one multi-document YAML stream.
-func RenderKindYAML(d *deployment.Deployment, o KindManifestOptions) ([]byte, error) {
-	objs, err := RenderKind(d, o)
+// RenderYAML renders the manifests as one multi-document YAML stream.
+func RenderYAML(d *deployment.Deployment, o ManifestOptions) ([]byte, error) {
+	objs, err := Render(d, o)
 	if err != nil {
 		return nil, err
 	}
@@ -137,9 +138,9 @@ func RenderKindYAML(d *deployment.Deployment, o KindManifestOptions) ([]byte, er
 	return y, nil
 }
 
-// KindPartitionedPolicy is p without the allowances between each pair of hosts (both
+// PartitionedPolicy is p without the allowances between each pair of hosts (both
 // directions): what the kind engine renders while those pairs are partitioned.
-func KindPartitionedPolicy(p Policy, pairs [][2]string) Policy {
+func PartitionedPolicy(p topology.Policy, pairs [][2]string) topology.Policy {
 	cuts := map[[2]string]bool{}
 	for _, pr := range pairs {
 		cuts[pairKey(pr[0], pr[1])] = true

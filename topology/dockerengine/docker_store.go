@@ -1,4 +1,4 @@
-package topology
+package dockerengine
 
 // The docker engine's replicated store group (see store.go): valkey-1..3 and sentinel-1..3,
 // each a container of the Valkey image on the backend network, beside the single Valkey.
@@ -40,6 +40,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 )
 
@@ -63,7 +64,7 @@ const (
 )
 
 func init() {
-	for _, h := range StoreHosts {
+	for _, h := range topology.StoreHosts {
 		dockerMembership[h] = []string{dnetBackend}
 	}
 }
@@ -147,7 +148,7 @@ func (t *dockerTopo) startStore(ctx context.Context) error {
 	t.store.cuts = map[[2]string]string{}
 	t.store.mu.Unlock()
 	var sidecars sync.WaitGroup
-	sidecarErrs := make([]error, len(StoreHosts))
+	sidecarErrs := make([]error, len(topology.StoreHosts))
 	defer sidecars.Wait() // also on an early return: Down must find every container started
 	// inParallel starts hosts' containers, waits until each logged ready, and starts their
 	// sidecars in the background.
@@ -157,7 +158,7 @@ func (t *dockerTopo) startStore(ctx context.Context) error {
 		for i, h := range hosts {
 			wg.Go(func() {
 				if errs[i] = t.startStoreContainer(ctx, h, confPath, conf(h), ready); errs[i] == nil {
-					sidecars.Go(func() { sidecarErrs[slices.Index(StoreHosts, h)] = t.startSidecar(ctx, h) })
+					sidecars.Go(func() { sidecarErrs[slices.Index(topology.StoreHosts, h)] = t.startSidecar(ctx, h) })
 				}
 			})
 		}
@@ -165,35 +166,35 @@ func (t *dockerTopo) startStore(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	pw := t.spec.Deployment.ValkeyPassword
-	if err := inParallel([]string{HostStore1}, dockerStoreConf, func(string) string { return t.storeNodeConf("") }, valkeyReadyLogLine); err != nil {
+	if err := inParallel([]string{topology.HostStore1}, dockerStoreConf, func(string) string { return t.storeNodeConf("") }, valkeyReadyLogLine); err != nil {
 		return err
 	}
-	primary := t.storeAddr(HostStore1)
+	primary := t.storeAddr(topology.HostStore1)
 	// A replica logs its ready line before it has synced; it logs the end of its first sync.
-	if err := inParallel(StoreNodes[1:], dockerStoreConf, func(string) string { return t.storeNodeConf(primary) }, replicaSyncedLogLine); err != nil {
+	if err := inParallel(topology.StoreNodes[1:], dockerStoreConf, func(string) string { return t.storeNodeConf(primary) }, replicaSyncedLogLine); err != nil {
 		return err
 	}
-	sconf := t.sentinelConf(valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: StoreMasterName, Quorum: 2,
+	sconf := t.sentinelConf(valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: topology.StoreMasterName, Quorum: 2,
 		DownAfter: dockerStoreDown, FailoverTimeout: dockerStoreFailover}, primary, dockerPorts.Valkey, pw))
-	if err := inParallel(StoreSentinels, dockerSentinelConf, func(string) string { return sconf }, sentinelReadyLogLine); err != nil {
+	if err := inParallel(topology.StoreSentinels, dockerSentinelConf, func(string) string { return sconf }, sentinelReadyLogLine); err != nil {
 		return err
 	}
 	sidecars.Wait()
 	if err := errors.Join(sidecarErrs...); err != nil {
 		return err
 	}
-	r := &valkeyproc.Replicated{MasterName: StoreMasterName, Dial: t.storeDial}
-	for _, h := range StoreNodes {
+	r := &valkeyproc.Replicated{MasterName: topology.StoreMasterName, Dial: t.storeDial}
+	for _, h := range topology.StoreNodes {
 		n := valkeyproc.Remote(t.storeAddr(h), dockerPorts.Valkey, pw)
-		if h == HostStore1 {
+		if h == topology.HostStore1 {
 			r.Primary = n
 		} else {
 			r.Replicas = append(r.Replicas, n)
 		}
 	}
 	r.Replica = r.Replicas[0]
-	for _, h := range StoreSentinels {
-		r.Sentinels = append(r.Sentinels, valkeyproc.Remote(t.storeAddr(h), SentinelPort, ""))
+	for _, h := range topology.StoreSentinels {
+		r.Sentinels = append(r.Sentinels, valkeyproc.Remote(t.storeAddr(h), topology.SentinelPort, ""))
 	}
 	t.store.mu.Lock()
 	t.store.r = r
@@ -221,7 +222,7 @@ func (t *dockerTopo) storeNodeConf(replicaOf string) string {
 // sentinelConf is a Sentinel's configuration around its monitor lines: it rewrites the file
 // with what it learns, so the file lives in its writable data directory.
 func (t *dockerTopo) sentinelConf(monitor string) string {
-	return strings.Join([]string{"port " + strconv.Itoa(SentinelPort), "bind * -::*", "protected-mode no",
+	return strings.Join([]string{"port " + strconv.Itoa(topology.SentinelPort), "bind * -::*", "protected-mode no",
 		"dir " + dockerStoreDir, "loglevel notice"}, "\n") + "\n" + monitor
 }
 
@@ -254,7 +255,7 @@ func (t *dockerTopo) startStoreContainer(ctx context.Context, host, confPath, co
 // startSidecar starts host's netfilter sidecar in host's network namespace and loads the
 // partition ruleset there.
 func (t *dockerTopo) startSidecar(ctx context.Context, host string) error {
-	rules, err := CompilePartitionNFT(t.spec.DenyMode)
+	rules, err := topology.CompilePartitionNFT(t.spec.DenyMode)
 	if err != nil {
 		return err
 	}
@@ -402,37 +403,37 @@ func (t *dockerTopo) StorePrimary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return storePrimary(ctx, r)
+	return topology.StorePrimary(ctx, r)
 }
 
-func (t *dockerTopo) StoreNode(ctx context.Context, host string) (StoreNodeState, error) {
+func (t *dockerTopo) StoreNode(ctx context.Context, host string) (topology.StoreNodeState, error) {
 	r, err := t.replicated(ctx)
 	if err != nil {
-		return StoreNodeState{Host: host}, err
+		return topology.StoreNodeState{Host: host}, err
 	}
-	return storeNodeState(ctx, r, host)
+	return topology.ReadStoreNodeState(ctx, r, host)
 }
 
 // StoreEvents reads the Sentinels' events from their container logs.
-func (t *dockerTopo) StoreEvents() ([]StoreEvent, error) {
+func (t *dockerTopo) StoreEvents() ([]topology.StoreEvent, error) {
 	if err := t.snapshotLogs(context.Background()); err != nil {
 		return nil, err
 	}
-	return readStoreEvents(func(h string) string { return filepath.Join(t.logDir(), h+".log") })
+	return topology.ReadStoreEvents(func(h string) string { return filepath.Join(t.logDir(), h+".log") })
 }
 
 // UseReplicatedStore restarts a gateway container on the group (through its Sentinels, by
 // their names on the backend network) or back on the single Valkey.
 func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on bool) error {
-	if !isGateway(gateway) {
-		return fmt.Errorf("no gateway %q: use %s or %s", gateway, HostGatewayA, HostGatewayB)
+	if !topology.IsGateway(gateway) {
+		return fmt.Errorf("no gateway %q: use %s or %s", gateway, topology.HostGatewayA, topology.HostGatewayB)
 	}
 	t.mu.Lock()
 	a := t.gatewayAddrs(gateway, t.provAddrs)
 	t.mu.Unlock()
 	if on {
-		a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Replication: t.spec.StoreReplication,
-			Sentinels: storeSentinelAddrs(func(h string) string { return h })}
+		a.Store = &deployment.StoreAddrs{MasterName: topology.StoreMasterName, Replication: t.spec.StoreReplication,
+			Sentinels: topology.StoreSentinelAddrs(func(h string) string { return h })}
 	}
 	cfg, err := t.spec.Deployment.GatewayConfig(gateway, a)
 	if err != nil {
@@ -450,12 +451,12 @@ func (t *dockerTopo) setStorePartition(ctx context.Context, host, peer string, o
 	// One namespace per pair, whichever side names it first: the store host, or of two store
 	// hosts the one that sorts first.
 	node, other := host, peer
-	if !isStoreHost(node) || (isStoreHost(other) && other < node) {
+	if !topology.IsStoreHost(node) || (topology.IsStoreHost(other) && other < node) {
 		node, other = peer, host
 	}
 	if _, ok := dockerMembership[other]; !ok || other == node {
 		return fmt.Errorf("partition %s from %s: unknown peer %q: use one of %s", host, peer, other,
-			strings.Join(append(slices.Clone(Hosts), StoreHosts...), ", "))
+			strings.Join(append(slices.Clone(topology.Hosts), topology.StoreHosts...), ", "))
 	}
 	if _, err := t.replicated(ctx); err != nil {
 		return fmt.Errorf("partition %s from %s: %w", node, other, err)
@@ -473,7 +474,7 @@ func (t *dockerTopo) setStorePartition(ctx context.Context, host, peer string, o
 			return fmt.Errorf("partition %s from %s: %w", node, other, err)
 		}
 	}
-	if err := t.nft(ctx, node, nftPartitionCmd(on, addr)); err != nil {
+	if err := t.nft(ctx, node, topology.NFTPartitionCommand(on, addr)); err != nil {
 		return fmt.Errorf("partition %s from %s: %w", node, other, err)
 	}
 	if on {
@@ -487,9 +488,9 @@ func (t *dockerTopo) setStorePartition(ctx context.Context, host, peer string, o
 func (t *dockerTopo) storeFacts() map[string]any {
 	t.store.mu.Lock()
 	defer t.store.mu.Unlock()
-	f := storeGroupFacts(t.store.addrs, t.spec.StoreReplication)
+	f := topology.StoreGroupFacts(t.store.addrs, t.spec.StoreReplication)
 	f["partitions"] = "nftables in each store container's namespace, loaded by its netfilter sidecar (" + t.store.img + ", CAP_NET_ADMIN only)"
 	return f
 }
 
-var _ StoreGroup = (*dockerTopo)(nil)
+var _ topology.StoreGroup = (*dockerTopo)(nil)

@@ -1,4 +1,4 @@
-package topology
+package dockerengine
 
 // Unit tests of the docker engine that need no Docker engine. The end-to-end tests against a
 // real engine are in ./dockere2e: this package's TestMain runs every test inside the netns
@@ -9,14 +9,17 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/quotaqual/quotaqual/internal/testbin"
+	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 )
 
 func TestDockerValkeyDockerfileMatchesTheRepositoryCopy(t *testing.T) {
-	b, err := os.ReadFile("../docker/valkey/Dockerfile")
+	b, err := os.ReadFile("../../docker/valkey/Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,11 +33,11 @@ func TestDockerPartitionPairs(t *testing.T) {
 		name, host, peer, want string
 		unsupported            bool
 	}{
-		{name: "gateway from valkey", host: HostGatewayA, peer: HostValkey, want: HostGatewayA},
-		{name: "valkey from gateway", host: HostValkey, peer: HostGatewayB, want: HostGatewayB},
-		{name: "gateway from provider is unsupported", host: HostGatewayA, peer: HostProviderWest, unsupported: true},
-		{name: "client from gateway is unsupported", host: HostClient, peer: HostGatewayA, unsupported: true},
-		{name: "unknown host", host: "nope", peer: HostValkey},
+		{name: "gateway from valkey", host: topology.HostGatewayA, peer: topology.HostValkey, want: topology.HostGatewayA},
+		{name: "valkey from gateway", host: topology.HostValkey, peer: topology.HostGatewayB, want: topology.HostGatewayB},
+		{name: "gateway from provider is unsupported", host: topology.HostGatewayA, peer: topology.HostProviderWest, unsupported: true},
+		{name: "client from gateway is unsupported", host: topology.HostClient, peer: topology.HostGatewayA, unsupported: true},
+		{name: "unknown host", host: "nope", peer: topology.HostValkey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,11 +48,11 @@ func TestDockerPartitionPairs(t *testing.T) {
 					t.Errorf("got %q, %v; want %q", got, err, tc.want)
 				}
 			case tc.unsupported:
-				if !errors.Is(err, ErrUnsupported) {
+				if !errors.Is(err, topology.ErrUnsupported) {
 					t.Errorf("want ErrUnsupported, got %v", err)
 				}
 			default:
-				if err == nil || errors.Is(err, ErrUnsupported) {
+				if err == nil || errors.Is(err, topology.ErrUnsupported) {
 					t.Errorf("want an unknown-host error, got %v", err)
 				}
 			}
@@ -60,11 +63,11 @@ func TestDockerPartitionPairs(t *testing.T) {
 // dockerListens says whether to listens on port, and on its admin-network address only.
 func dockerListens(to string, port int) (listens, adminOnly bool) {
 	switch {
-	case isGateway(to):
+	case topology.IsGateway(to):
 		return port == dockerPorts.GatewayData || port == dockerPorts.GatewayAdmin, port == dockerPorts.GatewayAdmin
-	case slices.Contains(Providers, to):
+	case slices.Contains(topology.Providers, to):
 		return port == dockerPorts.ProviderData || port == dockerPorts.ProviderAdmin, port == dockerPorts.ProviderAdmin
-	case to == HostValkey:
+	case to == topology.HostValkey:
 		return port == dockerPorts.Valkey, false
 	}
 	return false, false
@@ -93,18 +96,18 @@ func membershipAllows(from, to string, port int) bool {
 }
 
 func TestDockerMembershipImplementsThePolicy(t *testing.T) {
-	pol := DefaultPolicy(dockerPorts)
+	pol := topology.DefaultPolicy(dockerPorts)
 	ports := []int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin, dockerPorts.ProviderData, dockerPorts.ProviderAdmin, dockerPorts.Valkey}
 	// Where membership is coarser than the policy (no scenario probes these): data ports
 	// listen on every address of a container, so every host that shares a network with a
 	// gateway (valkey, the providers, the other gateway) reaches its data port; and the providers share the
 	// provider network, so they reach each other's data port.
 	coarser := func(from, to string, port int) bool {
-		return (isGateway(to) && port == dockerPorts.GatewayData) ||
-			(slices.Contains(Providers, to) && port == dockerPorts.ProviderData && slices.Contains(Providers, from))
+		return (topology.IsGateway(to) && port == dockerPorts.GatewayData) ||
+			(slices.Contains(topology.Providers, to) && port == dockerPorts.ProviderData && slices.Contains(topology.Providers, from))
 	}
-	for _, from := range Hosts {
-		for _, to := range Hosts {
+	for _, from := range topology.Hosts {
+		for _, to := range topology.Hosts {
 			for _, port := range ports {
 				if listens, _ := dockerListens(to, port); !listens {
 					continue
@@ -123,22 +126,22 @@ func TestDockerMembershipImplementsThePolicy(t *testing.T) {
 }
 
 func TestDockerAccessSetting(t *testing.T) {
-	t.Setenv(EnvDockerAccess, "tunnel")
-	if _, err := newDocker(Spec{RunID: "q1"}); err == nil {
+	t.Setenv(EnvAccess, "tunnel")
+	if _, err := newDocker(topology.Spec{RunID: "q1"}); err == nil {
 		t.Error("unknown access accepted")
 	}
-	t.Setenv(EnvDockerAccess, accessExec)
-	d, err := newDocker(Spec{RunID: "q1"})
+	t.Setenv(EnvAccess, accessExec)
+	d, err := newDocker(topology.Spec{RunID: "q1"})
 	if err != nil || d.access != accessExec {
 		t.Fatalf("access %v, %v", d, err)
 	}
-	if d.Engine() != EngineDocker || d.ValkeyAddr() != "valkey:6379" || d.Ports() != dockerPorts {
+	if d.Engine() != topology.EngineDocker || d.ValkeyAddr() != "valkey:6379" || d.Ports() != dockerPorts {
 		t.Errorf("engine %s valkey %s ports %+v", d.Engine(), d.ValkeyAddr(), d.Ports())
 	}
 	if c := d.Capabilities(); !c.NetworkPolicy || !c.Partition {
 		t.Errorf("capabilities %+v", c)
 	}
-	if r := d.Probe(context.Background(), HostValkey, HostGatewayA, 8080); r.Supported {
+	if r := d.Probe(context.Background(), topology.HostValkey, topology.HostGatewayA, 8080); r.Supported {
 		t.Errorf("probe from valkey supported: %+v", r)
 	}
 	// Down before Up is safe and removes nothing.
@@ -148,7 +151,7 @@ func TestDockerAccessSetting(t *testing.T) {
 }
 
 func TestDockerCleanupRejectsBadRunIDs(t *testing.T) {
-	if _, err := DockerCleanup(context.Background(), "Bad ID"); err == nil {
+	if _, err := Cleanup(context.Background(), "Bad ID"); err == nil {
 		t.Error("bad run id accepted")
 	}
 }
@@ -170,14 +173,15 @@ func TestDockerSharedLibraries(t *testing.T) {
 		}
 	})
 	t.Run("a static binary is alone", func(t *testing.T) {
-		if testBinary == "" {
-			t.Skip("QQ_TEST_BINARY is unset: TestMain built no quotaqual binary to inspect")
+		bin := filepath.Join(t.TempDir(), "quotaqual")
+		if err := testbin.Build(bin); err != nil {
+			t.Fatal(err)
 		}
-		files, err := images.WithSharedLibraries(testBinary)
+		files, err := images.WithSharedLibraries(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if files[0] != testBinary {
+		if files[0] != bin {
 			t.Errorf("files %v", files)
 		}
 	})

@@ -1,4 +1,4 @@
-package topology
+package kindengine
 
 // kind starts every node with `docker run --privileged` and reaches into it with
 // `docker exec --privileged`. Docker grants a privileged container every capability the kernel
@@ -73,7 +73,7 @@ func (t *kindTopo) ensurePrivilegedNodes(ctx context.Context) error {
 		return fmt.Errorf("kind docker wrapper: %w", err)
 	}
 	privilegedDocker.wrapped = true
-	t.spec.progress("kind: this host cannot grant %s, so Docker cannot start --privileged containers; kind's nodes run with every other capability instead (docker wrapper %s)",
+	t.spec.Progress("kind: this host cannot grant %s, so Docker cannot start --privileged containers; kind's nodes run with every other capability instead (docker wrapper %s)",
 		strings.Join(missing, ", "), dir)
 	return nil
 }
@@ -124,7 +124,7 @@ func dockerWrapper(real string, missing []string) string {
 	}
 	return `#!/bin/sh
 # Written by quotaqual's kind engine: this host cannot grant ` + strings.Join(missing, ", ") + `, so
-# Docker cannot start --privileged containers (see topology/kind_privileged.go).
+# Docker cannot start --privileged containers (see topology/kindengine/kind_privileged.go).
 sub="$1"
 for a do
 	shift
