@@ -1,0 +1,76 @@
+package undertest_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/undertest"
+)
+
+func testDeployment(t *testing.T, backend string) *fixtures.Deployment {
+	t.Helper()
+	p, err := fixtures.ProfileByName("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := fixtures.NewDeployment("q-seam-test", p, []string{"shared-budget", "usage-accounting", "hard-gate", "long-generation", "valkey-failover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Backend = backend
+	return d
+}
+
+func testAddrs() fixtures.Addresses {
+	return fixtures.Addresses{DataListen: ":8080", AdminListen: "127.0.0.1:9090", ValkeyAddr: "10.0.0.5:6379",
+		Providers: []fixtures.ProviderAddr{{Site: "west", URL: "http://10.0.0.2:8000"}, {Site: "east", URL: "http://10.0.0.3:8000"}}}
+}
+
+// TestDefaultRendersTodaysConfig pins the default profile to the config the qualification
+// rendered before the seam existed: the same bytes for the shared store, the replicated store
+// group in both modes, the memory backend and a policy change.
+func TestDefaultRendersTodaysConfig(t *testing.T) {
+	def := undertest.Default()
+	group := testAddrs()
+	group.Store = &fixtures.StoreAddrs{MasterName: "qq", Sentinels: []string{"10.0.0.7:26379", "10.0.0.8:26379"}}
+	async := testAddrs()
+	async.Store = &fixtures.StoreAddrs{MasterName: "qq", Sentinels: []string{"10.0.0.7:26379"}, Replication: fixtures.ReplicationAsync}
+	ref, _ := fixtures.ProfileByName("reference")
+	cases := []struct {
+		name    string
+		backend string
+		a       fixtures.Addresses
+		p       *fixtures.Profile
+	}{
+		{"valkey", fixtures.BackendValkey, testAddrs(), nil},
+		{"store group acknowledged", fixtures.BackendValkey, group, nil},
+		{"store group async", fixtures.BackendValkey, async, nil},
+		{"memory", fixtures.BackendMemory, testAddrs(), nil},
+		{"policy change", fixtures.BackendValkey, testAddrs(), &ref},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := testDeployment(t, c.backend)
+			p := d.Profile
+			if c.p != nil {
+				p = *c.p
+			}
+			want, err := d.GatewayConfigFor("gateway-a", c.a, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := undertest.FactsFor(d, "gateway-a", c.a, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := def.Render(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("default profile renders\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
