@@ -119,7 +119,7 @@ func FactsFor(d *fixtures.Deployment, name string, a fixtures.Addresses, p fixtu
 		Providers: a.Providers,
 		Store: Store{Backend: backend, Addr: a.ValkeyAddr, URLEnv: fixtures.ValkeyURLEnv,
 			PasswordEnv: fixtures.ValkeyPasswordEnv, Namespace: d.Namespace, Timeout: p.StoreTimeout},
-		Budget: Budget{Rule: RuleName, Window: p.Window, Capacity: p.Capacity, Estimate: p.Estimate, Lease: p.Lease},
+		Budget:        Budget{Rule: RuleName, Window: p.Window, Capacity: p.Capacity, Estimate: p.Estimate, Lease: p.Lease},
 		ScenarioRules: d.ScenarioRules(),
 	}
 	for _, c := range d.Credentials {
