@@ -15,7 +15,8 @@ func gatewayCrash() Scenario {
 			"reservation holds until its lease runs out, and then its estimate is charged",
 		Invariant: "a dead gateway's lease expires in the store and its estimate stays charged (conservative): " +
 			"the expiry sweep writes what admission reads",
-		Run: runGatewayCrash,
+		Needs: []Need{NeedRestart, NeedLeases, NeedQuotaInspection},
+		Run:   runGatewayCrash,
 	}
 }
 

@@ -24,14 +24,38 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
-// Need is a topology capability a scenario cannot run without.
+// Need is a capability a scenario cannot run without: of the topology (its levers) or of the
+// gateway under test (its profile's capabilities, package undertest).
 type Need string
 
 const (
 	NeedNetworkPolicy Need = "network-policy"
 	NeedPartition     Need = "partition"
+
+	// NeedRestart: a gateway restarted (or killed) by the topology comes back on the same
+	// config; every topology and every profile provides it, declared so a reader sees it.
+	NeedRestart Need = "restart"
+	// NeedQuotaInspection: the gateway reports a subject's quota state (settled, reserved).
+	// A scenario that only prefers it (Scenario.Prefers) uses black-box evidence without it.
+	NeedQuotaInspection Need = "quota-inspection"
+	// NeedSharedStore: the gateway keeps its quota state in the run's Valkey, so the store
+	// levers (stop, partition) are levers on the gateway's quota.
+	NeedSharedStore Need = "shared-store"
+	// NeedStoreGroup: the gateway can be put on the replicated store group.
+	NeedStoreGroup Need = "store-group"
+	// NeedScenarioRules: the gateway renders the scenarios' own rules.
+	NeedScenarioRules Need = "scenario-rules"
+	// NeedPolicyChange: the gateway can be restarted on another budget.
+	NeedPolicyChange Need = "policy-change"
+	// NeedLeases: admitted requests hold reservations that expire unless renewed.
+	NeedLeases Need = "leases"
+	// NeedAttribution: each admitted response names the provider that served it, and the id
+	// it forwarded, so the provider's log confirms it. Only ever preferred: without it the
+	// sites are counted at the providers.
+	NeedAttribution Need = "attribution"
 )
 
 // Scenario is one qualification scenario.
@@ -40,7 +64,11 @@ type Scenario struct {
 	Summary   string // what it proves, one line
 	Invariant string // which invariant: "hard gate: …" or "meter: …"
 	Needs     []Need
-	Run       func(ctx context.Context, env *Env) *Result
+	// Prefers are capabilities the scenario uses when the gateway has them and replaces with
+	// black-box evidence when it has not; its result then names the checks not made
+	// (Result.NotMade) and carries a lower evidence level.
+	Prefers []Need
+	Run     func(ctx context.Context, env *Env) *Result
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
@@ -125,6 +153,7 @@ type Result struct {
 	errs       []error
 	skip       string
 	faults     []evidence.FaultWindow // recorded by Env.Fault
+	notMade    []string               // checks the gateway under test could not support
 }
 
 // NewResult returns an empty result (unit tests; scenarios use env.NewResult).
@@ -152,6 +181,21 @@ func (r *Result) Error(err error) *Result {
 		r.errs = append(r.errs, err)
 	}
 	return r
+}
+
+// NotMade records a check that could not be made because the gateway under test lacks a
+// capability, and why. The result keeps its other checks but is marked with the lower,
+// black-box evidence level: it never passes as if the check had been made.
+func (r *Result) NotMade(check, why string) {
+	r.notMade = append(r.notMade, check+" ("+why+")")
+}
+
+// evidenceLevel is "" for the full evidence, or what decided the verdict instead.
+func (r *Result) evidenceLevel() string {
+	if len(r.notMade) == 0 {
+		return ""
+	}
+	return "black-box: decided by provider-side counts and the request history; not made: " + strings.Join(r.notMade, "; ")
 }
 
 // Skip marks the result skipped with a reason (a missing lever). A skip is never a pass.
@@ -239,7 +283,7 @@ func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResu
 			out = append(out, res)
 			continue
 		}
-		if reason := missingNeed(sc.Needs, caps); reason != "" {
+		if reason := missingNeed(sc.Needs, caps, env.gateway()); reason != "" {
 			res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
 			out = env.progressed(sc.Name, out, res)
 			continue
@@ -255,6 +299,7 @@ func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResu
 		res.Assertions = append(res.Assertions, r.assertions...)
 		res.KeyFact = r.keyFact
 		res.Status, res.Reason = r.verdict()
+		res.Evidence = r.evidenceLevel()
 		if ctx.Err() != nil && res.Status != evidence.Skipped {
 			// Cut short: the verdict was not reached, and checks that failed after the
 			// interruption failed because of it. Everything recorded is kept.
@@ -269,6 +314,9 @@ func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResu
 			if res.Reason != "" {
 				res.KeyFact = firstLine(res.Reason)
 			}
+		}
+		if res.Evidence != "" {
+			res.KeyFact = "[black-box] " + res.KeyFact
 		}
 		out = env.progressed(sc.Name, out, res)
 	}
@@ -294,11 +342,44 @@ func firstLine(s string) string {
 	return s
 }
 
-// missingNeed returns why the topology cannot run a scenario with these needs, or "".
-func missingNeed(needs []Need, caps topology.Capabilities) string {
+// missingNeed returns why the topology or the gateway under test cannot run a scenario with
+// these needs, or "".
+func missingNeed(needs []Need, caps topology.Capabilities, gw *undertest.Profile) string {
 	var reasons []string
+	lacks := func(what string) {
+		reasons = append(reasons, fmt.Sprintf("needs %s, which gateway profile %s does not offer", what, gw.Name))
+	}
 	for _, n := range needs {
 		switch n {
+		case NeedRestart:
+		case NeedQuotaInspection:
+			if !gw.Inspects() {
+				lacks("quota inspection")
+			}
+		case NeedSharedStore:
+			if !gw.Caps.SharedStore {
+				lacks("its quota state in the run's store")
+			}
+		case NeedStoreGroup:
+			if !gw.Caps.StoreGroup {
+				lacks("the replicated store group")
+			}
+		case NeedScenarioRules:
+			if !gw.Caps.ScenarioRules {
+				lacks("the scenarios' own rules")
+			}
+		case NeedPolicyChange:
+			if !gw.Caps.PolicyChange {
+				lacks("a restart on another budget")
+			}
+		case NeedLeases:
+			if !gw.Caps.Leases {
+				lacks("reservation leases")
+			}
+		case NeedAttribution:
+			if gw.Expect.Attribution.Header == "" || gw.Expect.RequestIDHeader == "" {
+				lacks("attribution headers")
+			}
 		case NeedNetworkPolicy:
 			if !caps.NetworkPolicy {
 				reasons = append(reasons, "needs network policy enforcement: "+orUnknown(caps.NetworkPolicyReason))

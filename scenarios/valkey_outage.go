@@ -10,14 +10,25 @@ import (
 // outageRequestsPerGateway is how many requests each gateway gets while the store is down.
 const outageRequestsPerGateway = 3
 
-// storeUnavailable is the error type of a 503 for a store failure.
-const storeUnavailable = "quota_store_unavailable"
+// checkStoreFailure checks o is the gateway's store-failure answer: its status (503 for
+// quotaqual) and, when its profile names one, its error type (quota_store_unavailable).
+func (env *Env) checkStoreFailure(r *Result, what string, o Outcome) {
+	want := env.gateway().Expect.StoreFailure
+	r.Check(fmt.Sprintf("%s → %d", what, want.Status), want.Status, o.Status, o.Status == want.Status)
+	if want.ErrorType == "" {
+		r.NotMade(what+" error type", "the profile names no store-failure error type")
+		return
+	}
+	r.Check(what+" error type", want.ErrorType, o.ErrorType, o.ErrorType == want.ErrorType)
+}
 
 func valkeyOutage() Scenario {
 	return Scenario{
 		Name:      "valkey-outage",
 		Summary:   "Valkey stopped: both gateways answer 503 within the store timeout plus a margin, no provider contacted; Valkey back: admission recovers",
 		Invariant: "fail closed: a store failure is a 503 (never 200, never 429), decided in bounded time before any provider is contacted",
+		Needs:     []Need{NeedSharedStore},
+		Prefers:   []Need{NeedQuotaInspection},
 		Run:       runValkeyOutage,
 	}
 }
@@ -65,8 +76,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 			decisions = append(decisions, ms(o.Latency))
 			worst = max(worst, o.Latency)
 			what := fmt.Sprintf("%s request %d", gw, i+1)
-			r.Check(what+" → 503", http.StatusServiceUnavailable, o.Status, o.Status == http.StatusServiceUnavailable)
-			r.Check(what+" error type", storeUnavailable, o.ErrorType, o.ErrorType == storeUnavailable)
+			env.checkStoreFailure(r, what, o)
 			r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
 			r.Check(what+" names no provider site", "", o.Site, o.Site == "")
 		}
@@ -104,14 +114,14 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		r.Fact("time_to_recovery_ms_"+gw, ms(recovery))
 		bad := 0
 		for _, s := range statusesSeen {
-			if s == http.StatusOK || s == http.StatusServiceUnavailable {
+			if s == http.StatusOK || s == env.gateway().Expect.StoreFailure.Status {
 				continue
 			}
 			bad++
 		}
 		r.Check("admission recovered on "+gw+" within RecoveryMax", "≤ "+p.RecoveryMax.String(),
 			fmt.Sprintf("%s after %d tries (%v)", recovery.Round(time.Millisecond), tries, err), got.Admitted() && recovery <= p.RecoveryMax)
-		r.Check("while recovering "+gw+" answered only 503 or 200", "no 429, no transport failure", statusesSeen, bad == 0)
+		r.Check(fmt.Sprintf("while recovering %s answered only %d or 200", gw, env.gateway().Expect.StoreFailure.Status), "no 429, no transport failure", statusesSeen, bad == 0)
 	}
 	r.Key("503 within %s (SLO %s), recovered", worst.Round(time.Millisecond), slo)
 	return r
