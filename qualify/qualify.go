@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/version"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Options are what `quotaqual run` takes.
@@ -44,6 +46,11 @@ type Options struct {
 	Image            string               // docker, kind: the quotaqual image (default: built from the running binary)
 	Kind             topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
 	Reporter         Reporter             // progress; nil: silent
+	// Gateway is the gateway profile to qualify (--gateway): a profile file, or the name of a
+	// shipped one (undertest.ShippedNames); empty: quotaqual's own gateway.
+	Gateway string
+
+	gateway *undertest.Profile // Gateway, loaded by Validate
 }
 
 // Reporter receives progress. The ui package implements it for terminals and plain logs.
@@ -117,7 +124,23 @@ func (o *Options) Validate() error {
 	if o.EvidenceDir == "" {
 		o.EvidenceDir = "quotaqual-evidence"
 	}
+	if o.Gateway != "" {
+		gw, err := loadGateway(o.Gateway)
+		if err != nil {
+			return &UsageError{fmt.Errorf("--gateway: %w", err)}
+		}
+		o.gateway = gw
+	}
 	return nil
+}
+
+// loadGateway reads a gateway profile file or, when no such file exists and the name is one,
+// a shipped profile.
+func loadGateway(s string) (*undertest.Profile, error) {
+	if _, err := os.Stat(s); err != nil && slices.Contains(undertest.ShippedNames(), s) {
+		return undertest.Shipped(s)
+	}
+	return undertest.Load(s)
 }
 
 // Run performs one qualification. It always tries to write the evidence bundle, even when the
@@ -196,12 +219,16 @@ func Run(ctx context.Context, o Options) Outcome {
 	if engine == "" {
 		engine = "auto"
 	}
+	if gw := o.gateway; gw != nil {
+		rep.Note("gateway under test: profile %s (%s): %s", gw.Name, gw.Status, gw.Description)
+	}
 	rep.Step("topology up (" + engine + ")")
 	topo, err := topology.New(engine, topology.Spec{
 		RunID:            o.RunID,
 		WorkDir:          workDir,
 		Binary:           binary,
 		Deployment:       deployment,
+		Gateway:          o.gateway,
 		DenyMode:         o.DenyMode,
 		StoreReplication: o.StoreReplication,
 		ValkeyImage:      o.ValkeyImage,
@@ -233,6 +260,9 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	rep.Done("ok", fmt.Sprintf("engine %s, run %s", topo.Engine(), o.RunID))
 	manifest.TopologyFacts = topo.Facts()
+	if gw := o.gateway; gw != nil {
+		manifest.TopologyFacts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
+	}
 	if o.EngineWhy != "" {
 		manifest.TopologyFacts["engine_choice"] = o.EngineWhy
 	}
@@ -241,6 +271,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		Topo:       topo,
 		Deployment: deployment,
 		Profile:    profile,
+		Gateway:    o.gateway,
 		Record:     writer.Request,
 		Progress:   func(s string) { rep.Note("%s", s) },
 	}

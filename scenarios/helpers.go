@@ -12,6 +12,7 @@ import (
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 const (
@@ -76,6 +77,32 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 	}
 	return q, nil
 }
+
+// fixedWindowStart, for a gateway whose profile declares fixed windows, waits until just after
+// the next window boundary (fixed windows are aligned to the Unix epoch, as a counter keyed by
+// now/period is), so a sequence that must fit in one window is not cut by a reset in its
+// middle; it records how long it waited. For a sliding window it returns at once: any
+// sequence shorter than the window fits.
+func (env *Env) fixedWindowStart(ctx context.Context, r *Result) error {
+	if env.gateway().Expect.Admission.Window != undertest.WindowFixed {
+		return nil
+	}
+	w := env.Profile.Window
+	wait := w - time.Duration(time.Now().UnixNano()%int64(w)) + fixedWindowMargin
+	r.Fact("waited_for_a_fixed_window_start_ms", ms(wait))
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// fixedWindowMargin is how long after a fixed window's boundary a sequence starts: far more
+// than the clock skew between the harness and the gateway on one machine.
+const fixedWindowMargin = 50 * time.Millisecond
 
 // exhaustion is a sequential run of requests until the first answer that is not 200.
 type exhaustion struct {

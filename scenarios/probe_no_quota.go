@@ -120,6 +120,10 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 		fmt.Sprintf("before %s after the seed", p.Window), fmt.Sprintf("%s after the seed", checkedAt.Sub(seed.Start).Round(time.Millisecond)),
 		checkedAt.Before(leaveAt))
 	r.Check(probeLeakCheck(paths), "no subject username in "+strings.Join(leakPaths, ", "), subjectLeaks, len(subjectLeaks) == 0)
+	if !env.inspects() {
+		r.Key("%d probes, provider calls +%d", probes, TotalDelta(pBefore, pAfter))
+		return r
+	}
 	r.Key("%d probes, settled %d → %d, provider calls +%d", probes, before[appA].Settled(), after[appA].Settled(), TotalDelta(pBefore, pAfter))
 	return r
 }

@@ -65,6 +65,9 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 
 	// The ledger's trace for the report: settled usage rising, then leaving the window.
 	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
+	if err := env.fixedWindowStart(ctx, r); err != nil {
+		return r.Error(err)
+	}
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
 	if err != nil {
 		return r.Error(err)

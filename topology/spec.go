@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Engines New accepts besides "auto".
@@ -29,6 +30,8 @@ type Spec struct {
 	WorkDir    string // the run's private directory: configs, logs, valkey data
 	Binary     string // the quotaqual binary to run for gateways and providers (os.Executable())
 	Deployment *fixtures.Deployment
+	// Gateway is the gateway under test; nil means quotaqual's own (undertest.Default).
+	Gateway *undertest.Profile
 	DenyMode   string    // DenyReject (default) or DenyDrop
 	Stdout     io.Writer // optional progress lines
 	// AdjustPolicy, when set, changes the network policy before the netns engine enforces
@@ -98,6 +101,10 @@ func New(engine string, spec Spec) (Topology, error) {
 		if engine == EngineProcess && DockerAvailable() {
 			engine = EngineDocker
 		}
+	}
+	if g := spec.Gateway; g != nil && g.Name != undertest.DefaultName && (engine == EngineDocker || engine == EngineKind) {
+		// These engines still render quotaqual's gateway config themselves (issue 12).
+		return nil, fmt.Errorf("gateway profile %s: the %s engine launches only quotaqual's own gateway so far: use --topology netns or process", g.Name, engine)
 	}
 	switch engine {
 	case EngineDocker:
