@@ -19,8 +19,8 @@ import (
 // storeGroup is the netns engine's replicated store group (see store.go): each node a real
 // valkey-server in its own namespace, so a partition between any two of them is real.
 type storeGroup struct {
-	mu      sync.Mutex
-	r       *valkeyproc.Replicated
+	mu sync.Mutex
+	r  *valkeyproc.Replicated
 }
 
 // storeNodeOptions are the options of one group node on host.
