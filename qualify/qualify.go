@@ -130,6 +130,9 @@ func (o *Options) Validate() error {
 			return &UsageError{fmt.Errorf("--gateway: %w", err)}
 		}
 		o.gateway = gw
+		if o.Topology == topology.EngineDocker || o.Topology == topology.EngineKind {
+			return &UsageError{fmt.Errorf("--gateway %s: the %s topology launches only quotaqual's own gateway so far: use --topology netns or process", gw.Name, o.Topology)}
+		}
 	}
 	return nil
 }

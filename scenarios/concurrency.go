@@ -79,7 +79,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 
 	// Sampler: the ledger's reserved tokens every ~10 ms, until the burst has settled.
-	if err := env.fixedWindowStart(ctx, r); err != nil {
+	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	sampler := env.sampleLedger(ctx, appA, quotaSampleInterval)

@@ -21,7 +21,7 @@ func gatewayRestart() Scenario {
 func runGatewayRestart(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	if err := env.fixedWindowStart(ctx, r); err != nil {
+	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)

@@ -78,17 +78,17 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 	return q, nil
 }
 
-// fixedWindowStart, for a gateway whose profile declares fixed windows, waits until just after
-// the next window boundary (fixed windows are aligned to the Unix epoch, as a counter keyed by
-// now/period is), so a sequence that must fit in one window is not cut by a reset in its
-// middle; it records how long it waited. For a sliding window it returns at once: any
+// fixedWindowStart, for a gateway whose profile declares fixed windows, waits until offset
+// after the next window boundary (fixed windows are aligned to the Unix epoch, as a counter
+// keyed by now/period is), so a sequence that must fit in one window is not cut by a reset in
+// its middle; it records how long it waited. For a sliding window it returns at once: any
 // sequence shorter than the window fits.
-func (env *Env) fixedWindowStart(ctx context.Context, r *Result) error {
+func (env *Env) fixedWindowStart(ctx context.Context, r *Result, offset time.Duration) error {
 	if env.gateway().Expect.Admission.Window != undertest.WindowFixed {
 		return nil
 	}
 	w := env.Profile.Window
-	wait := w - time.Duration(time.Now().UnixNano()%int64(w)) + fixedWindowMargin
+	wait := (w - time.Duration(time.Now().UnixNano()%int64(w)) + offset) % w
 	r.Fact("waited_for_a_fixed_window_start_ms", ms(wait))
 	t := time.NewTimer(wait)
 	defer t.Stop()

@@ -35,7 +35,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 
 	// The ledger's trace for the report: one budget filling from both gateways.
 	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
-	if err := env.fixedWindowStart(ctx, r); err != nil {
+	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)

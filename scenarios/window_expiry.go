@@ -65,7 +65,9 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 
 	// The ledger's trace for the report: settled usage rising, then leaving the window.
 	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
-	if err := env.fixedWindowStart(ctx, r); err != nil {
+	// On a fixed window the charges land mid-window: usage that leaves at the next boundary
+	// then leaves half a window early, far beyond the poll's resolution.
+	if err := env.fixedWindowStart(ctx, r, p.Window/2); err != nil {
 		return r.Error(err)
 	}
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
