@@ -14,7 +14,9 @@ import (
 )
 
 // shippedProfile is the path of a shipped gateway profile from this package's directory.
-func shippedProfile(name string) string { return filepath.Join("..", "..", "undertest", "profiles", name+".yaml") }
+func shippedProfile(name string) string {
+	return filepath.Join("..", "..", "undertest", "profiles", name+".yaml")
+}
 
 // runGateway runs `quotaqual run --gateway profile --json` with the scenarios given and
 // returns the decoded output and the exit code.
