@@ -342,44 +342,36 @@ func firstLine(s string) string {
 	return s
 }
 
+// gatewayNeeds are the needs a gateway profile answers: what each is, in a reason, and
+// whether the profile offers it.
+var gatewayNeeds = map[Need]struct {
+	what string
+	has  func(*undertest.Profile) bool
+}{
+	NeedRestart:         {"a restart", func(*undertest.Profile) bool { return true }},
+	NeedQuotaInspection: {"quota inspection", (*undertest.Profile).Inspects},
+	NeedSharedStore:     {"its quota state in the run's store", func(g *undertest.Profile) bool { return g.Caps.SharedStore }},
+	NeedStoreGroup:      {"the replicated store group", func(g *undertest.Profile) bool { return g.Caps.StoreGroup }},
+	NeedScenarioRules:   {"the scenarios' own rules", func(g *undertest.Profile) bool { return g.Caps.ScenarioRules }},
+	NeedPolicyChange:    {"a restart on another budget", func(g *undertest.Profile) bool { return g.Caps.PolicyChange }},
+	NeedLeases:          {"reservation leases", func(g *undertest.Profile) bool { return g.Caps.Leases }},
+	NeedAttribution: {"attribution headers", func(g *undertest.Profile) bool {
+		return g.Expect.Attribution.Header != "" && g.Expect.RequestIDHeader != ""
+	}},
+}
+
 // missingNeed returns why the topology or the gateway under test cannot run a scenario with
 // these needs, or "".
 func missingNeed(needs []Need, caps topology.Capabilities, gw *undertest.Profile) string {
 	var reasons []string
-	lacks := func(what string) {
-		reasons = append(reasons, fmt.Sprintf("needs %s, which gateway profile %s does not offer", what, gw.Name))
-	}
 	for _, n := range needs {
+		if g, ok := gatewayNeeds[n]; ok {
+			if !g.has(gw) {
+				reasons = append(reasons, fmt.Sprintf("needs %s, which gateway profile %s does not offer", g.what, gw.Name))
+			}
+			continue
+		}
 		switch n {
-		case NeedRestart:
-		case NeedQuotaInspection:
-			if !gw.Inspects() {
-				lacks("quota inspection")
-			}
-		case NeedSharedStore:
-			if !gw.Caps.SharedStore {
-				lacks("its quota state in the run's store")
-			}
-		case NeedStoreGroup:
-			if !gw.Caps.StoreGroup {
-				lacks("the replicated store group")
-			}
-		case NeedScenarioRules:
-			if !gw.Caps.ScenarioRules {
-				lacks("the scenarios' own rules")
-			}
-		case NeedPolicyChange:
-			if !gw.Caps.PolicyChange {
-				lacks("a restart on another budget")
-			}
-		case NeedLeases:
-			if !gw.Caps.Leases {
-				lacks("reservation leases")
-			}
-		case NeedAttribution:
-			if gw.Expect.Attribution.Header == "" || gw.Expect.RequestIDHeader == "" {
-				lacks("attribution headers")
-			}
 		case NeedNetworkPolicy:
 			if !caps.NetworkPolicy {
 				reasons = append(reasons, "needs network policy enforcement: "+orUnknown(caps.NetworkPolicyReason))
