@@ -159,3 +159,14 @@ func checkHostPort(what, addr string) error {
 	}
 	return nil
 }
+
+// RenderFor renders gateway name's config for the run's deployment d on addresses a under
+// qualification profile qp: FactsFor, then Render. For engines that place the file
+// themselves (a container's file, a ConfigMap).
+func (p *Profile) RenderFor(d *fixtures.Deployment, name string, a fixtures.Addresses, qp fixtures.Profile) ([]byte, error) {
+	f, err := FactsFor(d, name, a, qp)
+	if err != nil {
+		return nil, err
+	}
+	return p.Render(f)
+}

@@ -2,6 +2,10 @@ package undertest_test
 
 import (
 	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/quotaqual/quotaqual/fixtures"
@@ -26,6 +30,8 @@ func testAddrs() fixtures.Addresses {
 	return fixtures.Addresses{DataListen: ":8080", AdminListen: "127.0.0.1:9090", ValkeyAddr: "10.0.0.5:6379",
 		Providers: []fixtures.ProviderAddr{{Site: "west", URL: "http://10.0.0.2:8000"}, {Site: "east", URL: "http://10.0.0.3:8000"}}}
 }
+
+var update = flag.Bool("update", false, "rewrite the golden configs in testdata")
 
 // TestDefaultRendersTodaysConfig pins the default profile to the config the qualification
 // rendered before the seam existed: the same bytes for the shared store, the replicated store
@@ -70,6 +76,15 @@ func TestDefaultRendersTodaysConfig(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Errorf("default profile renders\n%s\nwant\n%s", got, want)
+			}
+			golden := filepath.Join("testdata", "quotaqual-"+strings.ReplaceAll(c.name, " ", "-")+".yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if g, err := os.ReadFile(golden); err != nil || !bytes.Equal(got, g) {
+				t.Errorf("default profile renders\n%s\nnot %s (%v): run go test -update when the change is meant", got, golden, err)
 			}
 		})
 	}
