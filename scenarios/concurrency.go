@@ -167,7 +167,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		// estimate until the lease expires — conservative, and worth seeing.
 		r.Fact("reservations_still_held_after_burst", fmt.Sprintf("%d reservations, %d tokens", idle.ActiveReservations, idle.ReservedTokens))
 		r.Error(idleErr)
-	} else if !idle.Blind {
+	} else if env.inspects() {
 		r.Fact("settled_after_burst", idle.Settled())
 	}
 

@@ -308,8 +308,6 @@ type QuotaState struct {
 	ActiveReservations int64         `json:"active_reservations"`
 	ReservedTokens     int64         `json:"reserved_tokens"`
 	Windows            []QuotaWindow `json:"windows"`
-	// Blind: not read from the gateway (it offers no quota inspection); every figure is zero.
-	Blind bool `json:"-"`
 }
 
 // Settled is the settled usage in the rule's (first, and in the qualification only) window.

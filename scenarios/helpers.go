@@ -41,13 +41,13 @@ func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
 // settled) and returns that state. The gateway settles off the response path, so a read right
 // after a response may still see its reservation. A gateway without quota inspection is
 // waited on from outside: until no provider has a request in flight; the state returned is
-// then not inspected (QuotaState.Blind).
+// then not inspected: every figure is zero.
 func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaState, error) {
 	if !env.inspects() {
 		if _, err := env.settledProviders(ctx); err != nil {
-			return QuotaState{Blind: true}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
+			return QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
 		}
-		return QuotaState{Blind: true}, nil
+		return QuotaState{}, nil
 	}
 	return env.waitIdleOf(ctx, gateway, RuleName, subject)
 }
@@ -133,7 +133,7 @@ func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gatewa
 		if err != nil {
 			return ex, err
 		}
-		if q.Blind {
+		if !env.inspects() {
 			ex.Blind = true
 			var sum int64
 			for _, o := range ex.Outcomes {
