@@ -19,6 +19,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Finding is one credential found in a bundle: where, and in which form. It never holds the
@@ -303,7 +305,7 @@ func NewCanaryFile(secrets []string) (CanaryFile, error) {
 	if _, err := rand.Read(salt); err != nil {
 		return CanaryFile{}, fmt.Errorf("evidence: draw canary salt: %w", err)
 	}
-	cf := CanaryFile{SchemaVersion: SchemaVersion, Algorithm: canaryAlgorithm, Salt: hex.EncodeToString(salt)}
+	cf := CanaryFile{SchemaVersion: wire.BundleSchemaVersion, Algorithm: canaryAlgorithm, Salt: hex.EncodeToString(salt)}
 	base := rollBase(salt)
 	seen := map[string]bool{}
 	for _, s := range secrets {

@@ -19,10 +19,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// SchemaVersion is the version of results.json, manifest.json and canaries.json.
-const SchemaVersion = "1"
+	"github.com/quotaqual/quotaqual/wire"
+)
 
 // Bundle file names the writer owns.
 const (
@@ -315,7 +314,7 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 	}
 
 	if m.SchemaVersion == "" {
-		m.SchemaVersion = SchemaVersion
+		m.SchemaVersion = wire.BundleSchemaVersion
 	}
 	if m.RunID == "" {
 		m.RunID = w.runID
@@ -339,7 +338,7 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 
 	// Everything below is rendered from the redacted results, so summary.md and junit.xml never
 	// see a credential a scenario put into a reason or a fact.
-	resJSON, err := json.MarshalIndent(resultsDoc{SchemaVersion: SchemaVersion, RunID: m.RunID, Scenarios: nonNil(results)}, "", "  ")
+	resJSON, err := json.MarshalIndent(resultsDoc{SchemaVersion: wire.BundleSchemaVersion, RunID: m.RunID, Scenarios: nonNil(results)}, "", "  ")
 	if err != nil {
 		return out, fmt.Errorf("evidence: encode results: %w", err)
 	}

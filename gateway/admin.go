@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // readyzProbeSubject is the subject whose (empty) quota key /readyz inspects to check the
@@ -60,36 +61,18 @@ func (s *Server) checkStore(parent context.Context) bool {
 	return true
 }
 
-// QuotaState is the JSON of GET /admin/quota.
-type QuotaState struct {
-	Rule               string        `json:"rule"`
-	Key                string        `json:"key"` // the hashed quota key, never the subject
-	Backend            string        `json:"backend"`
-	ActiveReservations int           `json:"active_reservations"`
-	ReservedTokens     int64         `json:"reserved_tokens"`
-	Windows            []WindowState `json:"windows"`
-}
-
-// WindowState is one window of QuotaState.
-type WindowState struct {
-	Window   string `json:"window"`
-	WindowMS int64  `json:"window_ms"`
-	Capacity int64  `json:"capacity"`
-	Settled  int64  `json:"settled"`
-}
-
 // serveQuota answers GET /admin/quota?rule=R&subject=S[&model=M] with ledger.Inspect of that
 // key. It changes nothing and consumes no quota.
 func (s *Server) serveQuota(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
-		writeError(w, http.StatusMethodNotAllowed, typeInvalidRequest, codeMethod, "use GET")
+		writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, wire.CodeMethod, "use GET")
 		return
 	}
 	q := r.URL.Query()
 	ruleName, subject, model := q.Get("rule"), q.Get("subject"), q.Get("model")
 	if ruleName == "" || subject == "" {
-		writeError(w, http.StatusBadRequest, typeInvalidRequest, "missing_parameter", "give rule and subject (and model for subject_and_model rules)")
+		writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, "missing_parameter", "give rule and subject (and model for subject_and_model rules)")
 		return
 	}
 	var rule *ledger.CompiledRule
@@ -100,7 +83,7 @@ func (s *Server) serveQuota(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if rule == nil {
-		writeError(w, http.StatusNotFound, typeInvalidRequest, "unknown_rule", "no rule with that name in this gateway's policy")
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, "unknown_rule", "no rule with that name in this gateway's policy")
 		return
 	}
 	key := rule.Key(subject, model)
@@ -109,19 +92,19 @@ func (s *Server) serveQuota(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	if err != nil {
 		s.m.backendErrors.WithLabelValues(s.led.Backend(), "inspect").Inc()
-		writeError(w, http.StatusServiceUnavailable, typeStore, codeStore, "the quota store is unavailable")
+		writeError(w, http.StatusServiceUnavailable, wire.TypeStore, wire.CodeStore, "the quota store is unavailable")
 		return
 	}
-	out := QuotaState{
+	out := wire.QuotaState{
 		Rule:               rule.Name,
 		Key:                key,
 		Backend:            s.led.Backend(),
-		ActiveReservations: st.ActiveReservations,
+		ActiveReservations: int64(st.ActiveReservations),
 		ReservedTokens:     st.ReservedTokens,
-		Windows:            make([]WindowState, 0, len(st.Windows)),
+		Windows:            make([]wire.WindowState, 0, len(st.Windows)),
 	}
 	for _, wu := range st.Windows {
-		out.Windows = append(out.Windows, WindowState{
+		out.Windows = append(out.Windows, wire.WindowState{
 			Window:   ledger.Duration(wu.Window).String(),
 			WindowMS: wu.Window.Milliseconds(),
 			Capacity: wu.Capacity,

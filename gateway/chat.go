@@ -18,6 +18,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Request outcomes (log "decision", metric result).
@@ -120,7 +121,7 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 
 func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0 && !mutant.Is(mutant.NoRequestBounds)}
-	w.Header().Set(RequestIDHeader, rec.id)
+	w.Header().Set(wire.RequestIDHeader, rec.id)
 	// The request must arrive, and every write leave, in bounded time: a connection whose
 	// client stalls holds no goroutine, lease or settlement forever.
 	rc := http.NewResponseController(w)
@@ -134,34 +135,34 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		w.Header().Set("WWW-Authenticate", s.auth.challenge)
 		mutateChallenge(w.Header())
-		s.deny(w, rec, http.StatusUnauthorized, resultUnauthenticated, codeInvalidCredentials,
-			typeAuthentication, codeInvalidCredentials,
+		s.deny(w, rec, http.StatusUnauthorized, resultUnauthenticated, wire.CodeInvalidCredentials,
+			wire.TypeAuthentication, wire.CodeInvalidCredentials,
 			"missing or invalid credentials; authenticate with HTTP Basic or a bearer API key")
 		return
 	}
 	rec.subject = ledger.SubjectKey(subject)
 	release, ok := s.inFlight.acquire(subject)
 	if !ok {
-		w.Header().Set("Retry-After", "1")
-		s.deny(w, rec, http.StatusTooManyRequests, resultDenied, codeSubjectInFlight,
-			typeRateLimit, codeSubjectInFlight, fmt.Sprintf(
+		w.Header().Set(wire.RetryAfterHeader, "1")
+		s.deny(w, rec, http.StatusTooManyRequests, resultDenied, wire.CodeSubjectInFlight,
+			wire.TypeRateLimit, wire.CodeSubjectInFlight, fmt.Sprintf(
 				"this caller already has %d requests in flight on this gateway (server.max_in_flight_per_subject); retry when one finishes", s.inFlight.max))
 		return
 	}
 	defer release()
 	if s.draining.Load() {
 		w.Header().Set("Connection", "close")
-		w.Header().Set("Retry-After", "1")
-		s.deny(w, rec, http.StatusServiceUnavailable, resultBadRequest, codeDraining,
-			typeServer, codeDraining, "the gateway is shutting down; retry on another gateway")
+		w.Header().Set(wire.RetryAfterHeader, "1")
+		s.deny(w, rec, http.StatusServiceUnavailable, resultBadRequest, wire.CodeDraining,
+			wire.TypeServer, wire.CodeDraining, "the gateway is shutting down; retry on another gateway")
 		return
 	}
 
 	// 2. Body and model.
 	limit := s.policy.Limits.MaxBodyBytes
 	if r.ContentLength > limit {
-		s.deny(w, rec, http.StatusRequestEntityTooLarge, resultBadRequest, codeBodyTooLarge,
-			typeInvalidRequest, codeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
+		s.deny(w, rec, http.StatusRequestEntityTooLarge, resultBadRequest, wire.CodeBodyTooLarge,
+			wire.TypeInvalidRequest, wire.CodeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -174,25 +175,25 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.deny(w, rec, http.StatusRequestEntityTooLarge, resultBadRequest, codeBodyTooLarge,
-				typeInvalidRequest, codeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
+			s.deny(w, rec, http.StatusRequestEntityTooLarge, resultBadRequest, wire.CodeBodyTooLarge,
+				wire.TypeInvalidRequest, wire.CodeBodyTooLarge, fmt.Sprintf("request body is larger than %d bytes", limit))
 			return
 		}
 		// The client went away while sending, or sent a malformed body: answer anyway (a
 		// handler that writes nothing would send 200 OK).
 		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "body_read",
-			typeInvalidRequest, codeInvalidJSON, "the request body could not be read")
+			wire.TypeInvalidRequest, wire.CodeInvalidJSON, "the request body could not be read")
 		return
 	}
 	cr, err := parseChatRequest(body)
 	if err != nil {
-		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidJSON,
-			typeInvalidRequest, codeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, wire.CodeInvalidJSON,
+			wire.TypeInvalidRequest, wire.CodeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
 		return
 	}
 	if err := cr.checkEstimable(); err != nil {
-		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeInvalidValue,
-			typeInvalidRequest, codeInvalidValue, err.Error())
+		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, wire.CodeInvalidValue,
+			wire.TypeInvalidRequest, wire.CodeInvalidValue, err.Error())
 		return
 	}
 	// One model decides the rule and is what the provider serves: the body's, else the x-model
@@ -201,7 +202,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case cr.Model != nil && headerModel != "" && *cr.Model != headerModel:
 		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "model_conflict",
-			typeInvalidRequest, codeModelNotAllowed, "the body's model and the x-model header disagree; send one model")
+			wire.TypeInvalidRequest, wire.CodeModelNotAllowed, "the body's model and the x-model header disagree; send one model")
 		return
 	case cr.Model != nil:
 		model = *cr.Model
@@ -211,27 +212,27 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(model) > maxModelBytes {
 		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, "model_too_long",
-			typeInvalidRequest, codeModelNotAllowed, fmt.Sprintf("model name is longer than %d bytes", maxModelBytes))
+			wire.TypeInvalidRequest, wire.CodeModelNotAllowed, fmt.Sprintf("model name is longer than %d bytes", maxModelBytes))
 		return
 	}
 
 	// 3. Rule and model.
 	rule, ok := s.policy.Match(subject, model)
 	if !ok {
-		s.deny(w, rec, http.StatusForbidden, resultDenied, codeNoRule,
-			typePermission, codeNoRule, "no quota rule applies to this caller and model")
+		s.deny(w, rec, http.StatusForbidden, resultDenied, wire.CodeNoRule,
+			wire.TypePermission, wire.CodeNoRule, "no quota rule applies to this caller and model")
 		return
 	}
 	rec.rule = rule.Name
 	if !rule.ModelAllowed(model) {
 		if model == "" {
-			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codeModelMissing,
-				typeInvalidRequest, codeModelMissing,
+			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, wire.CodeModelMissing,
+				wire.TypeInvalidRequest, wire.CodeModelMissing,
 				"model is required (JSON \"model\" or the x-model header); allowed: "+strings.Join(rule.AllowedModels, ", "))
 			return
 		}
 		s.deny(w, rec, http.StatusNotFound, resultBadRequest, "model_not_allowed",
-			typeInvalidRequest, codeModelNotAllowed,
+			wire.TypeInvalidRequest, wire.CodeModelNotAllowed,
 			"model is not allowed under quota rule "+rule.Name+"; allowed: "+strings.Join(rule.AllowedModels, ", "))
 		return
 	}
@@ -251,8 +252,8 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		// The provider is asked for no more than the reservation covers after the prompt.
 		limit, ok := rule.OutputLimit(facts, est)
 		if !ok {
-			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, codePromptFillsQuota,
-				typeInvalidRequest, codePromptFillsQuota, fmt.Sprintf(
+			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, wire.CodePromptFillsQuota,
+				wire.TypeInvalidRequest, wire.CodePromptFillsQuota, fmt.Sprintf(
 					"the prompt alone is estimated at %d tokens, leaving no output within the request's reservation of %d under rule %s (enforcement hard); shorten the prompt or lower n",
 					rule.InputEstimate(facts.BodyBytes), est, rule.Name))
 			return
@@ -268,10 +269,10 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.m.admission.WithLabelValues(backend, resultStoreError).Observe(time.Since(t0).Seconds())
 		s.m.backendErrors.WithLabelValues(backend, "reserve").Inc()
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(wire.RetryAfterHeader, "1")
 		s.log.Warn("quota store error", "request_id", rec.id, "rule", rule.Name, "operation", "reserve", "error", redactErr(err))
 		s.deny(w, rec, http.StatusServiceUnavailable, resultStoreError, "store_unavailable",
-			typeStore, codeStore, "the quota store is unavailable; the request was not admitted (fail closed). Retry later")
+			wire.TypeStore, wire.CodeStore, "the quota store is unavailable; the request was not admitted (fail closed). Retry later")
 		return
 	}
 	if !dec.Admitted {
@@ -325,21 +326,21 @@ func (s *Server) denyQuota(w http.ResponseWriter, rec *requestRecord, rule *ledg
 	reason := string(d.Reason)
 	h := w.Header()
 	limit := rule.Quota.Limit()
-	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(limit, 10))
-	h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(max(d.Remaining, 0), 10))
+	h.Set(wire.LimitTokensHeader, strconv.FormatInt(limit, 10))
+	h.Set(wire.RemainingTokensHeader, strconv.FormatInt(max(d.Remaining, 0), 10))
 	if d.Reason == ledger.ReasonEstimateTooLarge {
-		s.deny(w, rec, http.StatusBadRequest, resultDenied, reason, typeInvalidRequest, codeEstimateTooLarge,
+		s.deny(w, rec, http.StatusBadRequest, resultDenied, reason, wire.TypeInvalidRequest, wire.CodeEstimateTooLarge,
 			fmt.Sprintf("the request's token estimate (%d) is larger than the %s window's whole capacity (%d); lower max_tokens",
 				est, ledger.Duration(d.Window), d.Limit))
 		return
 	}
 	secs := retryAfterSeconds(d.RetryAfter)
-	h.Set("Retry-After", strconv.FormatInt(secs, 10))
-	h.Set("x-ratelimit-reset-tokens", strconv.FormatInt(secs, 10)+"s")
+	h.Set(wire.RetryAfterHeader, strconv.FormatInt(secs, 10))
+	h.Set(wire.ResetTokensHeader, strconv.FormatInt(secs, 10)+"s")
 	var msg, code string
 	switch d.Reason {
 	case ledger.ReasonWindowCapacity:
-		code = codeTokenQuota
+		code = wire.CodeTokenQuota
 		msg = fmt.Sprintf("token quota exceeded for the %s window of rule %s: %d tokens requested, %d of %d remaining; retry after %ds",
 			ledger.Duration(d.Window), rule.Name, est, max(d.Remaining, 0), d.Limit, secs)
 	case ledger.ReasonKeyCapacity:
@@ -353,7 +354,7 @@ func (s *Server) denyQuota(w http.ResponseWriter, rec *requestRecord, rule *ledg
 		msg = "the request cannot be admitted under quota rule " + rule.Name + " (" + reason + ")"
 	}
 	s.mutateDenial(h, rule, d)
-	s.deny(w, rec, http.StatusTooManyRequests, resultDenied, reason, typeRateLimit, code, msg)
+	s.deny(w, rec, http.StatusTooManyRequests, resultDenied, reason, wire.TypeRateLimit, code, msg)
 }
 
 // retryAfterSeconds is max(1, ceil(d in seconds)).
@@ -393,7 +394,7 @@ func upstreamHeaders(in http.Header, reqID string) http.Header {
 	out.Del("Content-Length")
 	out.Del("Accept-Encoding") // identity upstream: the gateway reads usage from the body
 	out.Del("Host")
-	out.Set(RequestIDHeader, reqID)
+	out.Set(wire.RequestIDHeader, reqID)
 	if out.Get("Content-Type") == "" {
 		out.Set("Content-Type", "application/json")
 	}
@@ -494,7 +495,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 		rec.end = endProviderError
 		s.m.upstreamErrors.WithLabelValues(p.site, "transport").Inc()
 		rec.status = http.StatusBadGateway
-		writeError(w, http.StatusBadGateway, typeUpstream, codeUpstream, "the provider could not be contacted")
+		writeError(w, http.StatusBadGateway, wire.TypeUpstream, wire.CodeUpstream, "the provider could not be contacted")
 		m.notSent = true
 		return m
 	}
@@ -526,11 +527,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	for _, hh := range hopHeaders {
 		h.Del(hh)
 	}
-	h.Set(SiteHeader, p.site)
-	h.Set(RequestIDHeader, rec.id)
-	h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(q.Limit(), 10))
+	h.Set(wire.SiteHeader, p.site)
+	h.Set(wire.RequestIDHeader, rec.id)
+	h.Set(wire.LimitTokensHeader, strconv.FormatInt(q.Limit(), 10))
 	if rem, ok := minRemaining(dec.Windows); ok {
-		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(rem, 10))
+		h.Set(wire.RemainingTokensHeader, strconv.FormatInt(rem, 10))
 	}
 	s.mutateAdmitted(h, q, p)
 	isSSE := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
@@ -641,15 +642,15 @@ func (s *Server) upstreamFailed(w http.ResponseWriter, r *http.Request, ctx cont
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		rec.end, rec.status = endUpstreamTimeout, http.StatusGatewayTimeout
 		s.m.upstreamErrors.WithLabelValues(p.site, "timeout").Inc()
-		w.Header().Set(SiteHeader, p.site)
-		writeError(w, http.StatusGatewayTimeout, typeUpstream, codeUpstreamTimeout,
+		w.Header().Set(wire.SiteHeader, p.site)
+		writeError(w, http.StatusGatewayTimeout, wire.TypeUpstream, wire.CodeUpstreamTimeout,
 			"the provider did not answer within upstream_timeout")
 	default:
 		rec.end, rec.status = endProviderError, http.StatusBadGateway
 		s.m.upstreamErrors.WithLabelValues(p.site, "transport").Inc()
 		s.log.Warn("provider unreachable", "request_id", rec.id, "site", p.site, "error", err.Error())
-		w.Header().Set(SiteHeader, p.site)
-		writeError(w, http.StatusBadGateway, typeUpstream, codeUpstream, "the provider could not be reached")
+		w.Header().Set(wire.SiteHeader, p.site)
+		writeError(w, http.StatusBadGateway, wire.TypeUpstream, wire.CodeUpstream, "the provider could not be reached")
 	}
 }
 

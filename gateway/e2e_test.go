@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/quotaqual/quotaqual/internal/valkeytest"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // e2eStoreTimeout is the gateways' quota.backend.timeout in the end-to-end topology. The lease
@@ -179,12 +180,12 @@ func TestEndToEnd(t *testing.T) {
 			if r.err != nil || r.status != 200 {
 				t.Fatalf("status %d err %v: %s", r.status, r.err, r.body)
 			}
-			site := r.header.Get(SiteHeader)
+			site := r.header.Get(wire.SiteHeader)
 			if site == "" {
-				t.Fatalf("no %s header", SiteHeader)
+				t.Fatalf("no %s header", wire.SiteHeader)
 			}
 			sites[site]++
-			if got := r.header.Get(RequestIDHeader); got != fmt.Sprintf("hdr-%d", i) {
+			if got := r.header.Get(wire.RequestIDHeader); got != fmt.Sprintf("hdr-%d", i) {
 				t.Errorf("x-request-id = %q, want the client's", got)
 			}
 			if r.header.Get("x-ratelimit-limit-tokens") != "60" || r.header.Get("x-ratelimit-remaining-tokens") == "" {
@@ -307,8 +308,8 @@ func TestEndToEnd(t *testing.T) {
 				r.header.Get("x-ratelimit-limit-tokens") != "60" || r.header.Get("x-ratelimit-remaining-tokens") != "0" {
 				t.Errorf("429 headers: %v", r.header)
 			}
-			if r.header.Get(SiteHeader) != "" {
-				t.Errorf("429 carries provider attribution %q", r.header.Get(SiteHeader))
+			if r.header.Get(wire.SiteHeader) != "" {
+				t.Errorf("429 carries provider attribution %q", r.header.Get(wire.SiteHeader))
 			}
 		}
 		if after := top.totalCalls(t); after != before {

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // openFDs counts this process's open file descriptors.
@@ -61,7 +62,7 @@ func rawExchange(addr, raw string, limit time.Duration) (got string, closed bool
 // bound); a client that stops reading a stream is cut off after write_timeout and its
 // reservation settles; afterwards goroutines and file descriptors return to their baseline.
 func TestStalledClientsAreBoundedAndLeaveNothingBehind(t *testing.T) {
-	prov := fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	s, url := inProcessGatewayWith(t, srv.URL, `
@@ -116,8 +117,8 @@ server:
 					t.Errorf("after %s closed=%v: %.80q", took, closed, got)
 					return
 				}
-				if status[1] == "429" && !strings.Contains(got, codeSubjectInFlight) {
-					t.Errorf("429 without the %s code: %q", codeSubjectInFlight, got)
+				if status[1] == "429" && !strings.Contains(got, wire.CodeSubjectInFlight) {
+					t.Errorf("429 without the %s code: %q", wire.CodeSubjectInFlight, got)
 				}
 				codes[status[1]]++
 			}()
@@ -147,7 +148,7 @@ server:
 		}
 		// Read nothing more; the socket buffers fill, the gateway's write times out.
 		start := time.Now()
-		var qs QuotaState
+		var qs wire.QuotaState
 		eventually(t, 10*time.Second, func() string {
 			getJSON(t, admin+"/admin/quota?rule=mt&subject=alice", &qs)
 			if qs.ActiveReservations != 0 {

@@ -14,8 +14,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // slowFailingSettle wraps a real ledger so that every Settle takes a while and then fails:
@@ -36,7 +37,7 @@ func (l *slowFailingSettle) Settle(ctx context.Context, r ledger.Reservation, u 
 
 func inProcessGateway(t *testing.T, policy string, led func(*ledger.CompiledPolicy) ledger.Ledger) (*Server, string) {
 	t.Helper()
-	prov := httptest.NewServer(fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4}).DataHandler())
+	prov := httptest.NewServer(providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4}).DataHandler())
 	t.Cleanup(prov.Close)
 	return inProcessGatewayTo(t, prov.URL, policy, led)
 }
@@ -180,7 +181,7 @@ func TestProbesConsumeNoQuota(t *testing.T) {
 	if r := chat(strings.Replace(url, "/v1/chat/completions", "/healthz", 1), chatOpts{}); r.status != 404 {
 		t.Errorf("data /healthz: %d", r.status)
 	}
-	qs := QuotaState{}
+	qs := wire.QuotaState{}
 	getJSON(t, admin+"/admin/quota?rule=mt&subject=alice", &qs)
 	if qs.ActiveReservations != 0 || qs.Windows[0].Settled != 0 {
 		t.Fatalf("probes consumed quota: %+v", qs)

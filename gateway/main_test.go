@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/quotaqual/quotaqual/internal/testbin"
+	"github.com/quotaqual/quotaqual/wire"
 	"io"
 	"net"
 	"net/http"
@@ -266,9 +267,9 @@ func startGateway(t testing.TB, name, cfgTemplate string, env []string) *gateway
 	return &gatewayProc{proc: p, data: data, admin: admin}
 }
 
-func (g *gatewayProc) quota(t testing.TB, rule, subject string) QuotaState {
+func (g *gatewayProc) quota(t testing.TB, rule, subject string) wire.QuotaState {
 	t.Helper()
-	var qs QuotaState
+	var qs wire.QuotaState
 	if code := getJSON(t, fmt.Sprintf("http://%s/admin/quota?rule=%s&subject=%s", g.admin, rule, subject), &qs); code != 200 {
 		t.Fatalf("/admin/quota: status %d", code)
 	}

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func TestChargeIsAtLeastWhatWasSeen(t *testing.T) {
@@ -98,9 +99,9 @@ const meterPolicy = `
 
 // meteredGateway is an in-process gateway on a memory ledger in front of a provider stub
 // whose call log the test reads.
-func meteredGateway(t *testing.T, policy string) (url, admin string, prov *fixtures.Provider) {
+func meteredGateway(t *testing.T, policy string) (url, admin string, prov *providerstub.Provider) {
 	t.Helper()
-	prov = fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov = providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	s, url := inProcessGatewayTo(t, srv.URL, policy, nil)
@@ -109,7 +110,7 @@ func meteredGateway(t *testing.T, policy string) (url, admin string, prov *fixtu
 
 func settledAfterIdle(t *testing.T, admin, rule string) int64 {
 	t.Helper()
-	var qs QuotaState
+	var qs wire.QuotaState
 	eventually(t, 5*time.Second, func() string {
 		getJSON(t, admin+"/admin/quota?rule="+rule+"&subject=alice", &qs)
 		if qs.ActiveReservations != 0 {
@@ -120,9 +121,9 @@ func settledAfterIdle(t *testing.T, admin, rule string) int64 {
 	return qs.Windows[0].Settled
 }
 
-func lastCall(t *testing.T, prov *fixtures.Provider) fixtures.CallRecord {
+func lastCall(t *testing.T, prov *providerstub.Provider) providerstub.CallRecord {
 	t.Helper()
-	var rec fixtures.CallRecord
+	var rec providerstub.CallRecord
 	eventually(t, 5*time.Second, func() string {
 		c := prov.Calls()
 		if c.InFlight > 0 || len(c.Requests) == 0 {
@@ -224,7 +225,7 @@ func TestTheEstimateReadsTheBoundTheProviderHonoursTimesN(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := chat(url, chatOpts{auth: auth, body: `{"model":"m",` + tc.fields + `,"messages":[{"role":"user","content":"hello"}],"metadata":{"quotaqual_tokens":"100"}}`})
-			if r.status != 400 || decodeErr(t, r.body).Error.Code != codeEstimateTooLarge {
+			if r.status != 400 || decodeErr(t, r.body).Error.Code != wire.CodeEstimateTooLarge {
 				t.Fatalf("status %d (%.300s): a request served with 30 completion tokens was not estimated at 30", r.status, r.body)
 			}
 		})

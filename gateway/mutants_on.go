@@ -21,6 +21,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func mutateRenew(renew bool) bool { return renew && !mutant.Is(mutant.NoLeaseRenewal) }
@@ -59,22 +60,22 @@ func (s *Server) mutateAdmin(h http.Handler) http.Handler {
 func (s *Server) mutateDenial(h http.Header, rule *ledger.CompiledRule, d *ledger.Denial) {
 	switch {
 	case mutant.Is(mutant.DenialWithoutHeaders):
-		for _, k := range []string{"Retry-After", "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"} {
+		for _, k := range []string{wire.RetryAfterHeader, wire.LimitTokensHeader, wire.RemainingTokensHeader, wire.ResetTokensHeader} {
 			h.Del(k)
 		}
 	case mutant.Is(mutant.RetryAfterOneSecond):
-		h.Set("Retry-After", "1")
-		h.Set("x-ratelimit-reset-tokens", "1s")
+		h.Set(wire.RetryAfterHeader, "1")
+		h.Set(wire.ResetTokensHeader, "1s")
 	case mutant.Is(mutant.RetryAfterFullWindow):
 		var longest time.Duration
 		for _, b := range rule.Quota.Budgets {
 			longest = max(longest, b.Window)
 		}
 		secs := strconv.FormatInt(int64(math.Ceil(longest.Seconds())), 10)
-		h.Set("Retry-After", secs)
-		h.Set("x-ratelimit-reset-tokens", secs+"s")
+		h.Set(wire.RetryAfterHeader, secs)
+		h.Set(wire.ResetTokensHeader, secs+"s")
 	case mutant.Is(mutant.RemainingAlwaysLimit):
-		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(rule.Quota.Limit(), 10))
+		h.Set(wire.RemainingTokensHeader, strconv.FormatInt(rule.Quota.Limit(), 10))
 	case mutant.Is(mutant.DenialCallsProvider):
 		s.callProvider(s.pick())
 	}
@@ -100,11 +101,11 @@ func (s *Server) callProvider(p *upstream) {
 func (s *Server) mutateAdmitted(h http.Header, q *ledger.Quota, p *upstream) {
 	switch {
 	case mutant.Is(mutant.RemainingAlwaysLimit):
-		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(q.Limit(), 10))
+		h.Set(wire.RemainingTokensHeader, strconv.FormatInt(q.Limit(), 10))
 	case mutant.Is(mutant.WrongAttributionSite):
 		for i, u := range s.providers {
 			if u == p {
-				h.Set(SiteHeader, s.providers[(i+1)%len(s.providers)].site)
+				h.Set(wire.SiteHeader, s.providers[(i+1)%len(s.providers)].site)
 			}
 		}
 	}

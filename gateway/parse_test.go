@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func TestParseBasic(t *testing.T) {
@@ -262,7 +264,7 @@ func TestUpstreamHeadersStripCredentials(t *testing.T) {
 			t.Errorf("%s forwarded", h)
 		}
 	}
-	if out.Get("X-Keep") != "1" || out.Get(RequestIDHeader) != "rid" {
+	if out.Get("X-Keep") != "1" || out.Get(wire.RequestIDHeader) != "rid" {
 		t.Errorf("headers: %v", out)
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func TestParseChatRequestReadsKeysExactlyAsProvidersDo(t *testing.T) {
@@ -52,7 +53,7 @@ func TestParseChatRequestReadsKeysExactlyAsProvidersDo(t *testing.T) {
 // A client must not be able to show the gateway one model or max_tokens and the provider
 // another: the smuggling body is refused before the ledger and any provider.
 func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
-	prov := fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	policy := `
@@ -77,7 +78,7 @@ func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
 // The model named only by the x-model header is the one the provider is asked for; a body
 // and a header that disagree are refused.
 func TestTheModelThatDecidesTheRuleIsTheModelForwarded(t *testing.T) {
-	prov := fixtures.NewProvider(fixtures.ProviderConfig{Site: "inproc", CompletionTokens: 4})
+	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
 	srv := httptest.NewServer(prov.DataHandler())
 	t.Cleanup(srv.Close)
 	policy := `
@@ -134,7 +135,7 @@ func TestUnreachableProviderIsSettledAtZero(t *testing.T) {
 		}
 	}
 	admin := "http://" + s.AdminAddr()
-	var qs QuotaState
+	var qs wire.QuotaState
 	eventually(t, 3*time.Second, func() string {
 		getJSON(t, admin+"/admin/quota?rule=r&subject=alice", &qs)
 		if qs.ActiveReservations != 0 || qs.Windows[0].Settled != 0 {
@@ -188,7 +189,7 @@ func TestLeaseIsRenewedUntilTheSettlementCompletes(t *testing.T) {
 		}
 		return ""
 	})
-	var qs QuotaState
+	var qs wire.QuotaState
 	getJSON(t, "http://"+s.AdminAddr()+"/admin/quota?rule=r&subject=alice", &qs)
 	if qs.Windows[0].Settled <= 2 {
 		t.Errorf("settled %d: the actual usage (above the estimate of 2) was lost", qs.Windows[0].Settled)

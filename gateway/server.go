@@ -31,14 +31,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/wire"
 )
-
-// SiteHeader is the attribution header admitted responses carry: the site of the provider the
-// gateway routed the request to, set from the gateway's own routing decision.
-const SiteHeader = "x-quotaqual-provider-site"
-
-// RequestIDHeader carries the request id to the provider and back to the client.
-const RequestIDHeader = "x-request-id"
 
 // Server is one gateway: its data and admin listeners, ledger, providers and settlement queue.
 type Server struct {
@@ -304,7 +298,7 @@ func (s *Server) dataHandler() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			writeError(w, http.StatusMethodNotAllowed, typeInvalidRequest, codeMethod, "use POST for /v1/chat/completions")
+			writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, wire.CodeMethod, "use POST for /v1/chat/completions")
 			return
 		}
 		s.handlers.Add(1)
@@ -312,7 +306,7 @@ func (s *Server) dataHandler() http.Handler {
 		s.serveChat(w, r)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, typeInvalidRequest, codeNotFound, "unknown path; this gateway serves POST /v1/chat/completions")
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, wire.CodeNotFound, "unknown path; this gateway serves POST /v1/chat/completions")
 	})
 	return mux
 }
@@ -336,7 +330,7 @@ func (s *Server) pick() *upstream {
 
 // requestID returns the client's x-request-id when it is short and plain, else a new one.
 func (s *Server) requestID(r *http.Request) string {
-	if id := r.Header.Get(RequestIDHeader); validRequestID(id) {
+	if id := r.Header.Get(wire.RequestIDHeader); validRequestID(id) {
 		return id
 	}
 	return s.idPrefix + fmt.Sprint(s.idSeq.Add(1))

@@ -162,8 +162,12 @@ func (c *compiler) backend(b BackendConfig) BackendConfig {
 		c.fail("backend.url", "not used by kind memory; remove it or set kind: valkey")
 	case b.Kind == "valkey" && b.URL != "" && b.Sentinel != nil:
 		c.fail("backend.url", "not used with backend.sentinel (the Sentinels name the primary); remove one of them")
-	case b.Kind == "valkey" && b.URL == "" && b.Sentinel == nil:
-		c.fail("backend.url", "required for kind valkey; write redis://host:6379 or a whole ${ENV_VAR} reference, or configure backend.sentinel instead")
+	case b.Kind == "valkey" && b.URL != "" && b.Cluster != nil:
+		c.fail("backend.url", "not used with backend.cluster (the cluster client learns the nodes from backend.cluster.addresses); remove one of them")
+	case b.Kind == "valkey" && b.Sentinel != nil && b.Cluster != nil:
+		c.fail("backend.sentinel", "not used with backend.cluster (a Valkey Cluster promotes its replicas itself, without Sentinels); remove one of them")
+	case b.Kind == "valkey" && b.URL == "" && b.Sentinel == nil && b.Cluster == nil:
+		c.fail("backend.url", "required for kind valkey; write redis://host:6379 or a whole ${ENV_VAR} reference, or configure backend.sentinel instead (or backend.cluster for a Valkey Cluster)")
 	case b.Kind == "valkey" && b.URL != "":
 		b.URL = c.backendURL(b.URL)
 	}
@@ -171,6 +175,7 @@ func (c *compiler) backend(b BackendConfig) BackendConfig {
 		c.fail("backend.allow_eviction", "not used by kind memory; remove it or set kind: valkey")
 	}
 	b.Sentinel = c.sentinel(b.Kind, b.Sentinel)
+	b.Cluster = c.cluster(b.Kind, b.Cluster)
 	if b.Namespace == "" {
 		b.Namespace = DefaultNamespace
 	} else if !namespaceRE.MatchString(b.Namespace) {
@@ -209,27 +214,52 @@ func (c *compiler) sentinel(kind string, s *SentinelConfig) *SentinelConfig {
 	} else if !namespaceRE.MatchString(s.MasterName) {
 		c.fail(path+".master_name", "must be 1 to %d characters of A-Z a-z 0-9 : . _ -", maxNamespaceLength)
 	}
-	switch n := len(s.Addresses); {
+	c.addresses(path+".addresses", s.Addresses, "Sentinel", MaxSentinels, "10.0.0.31:26379")
+	out.Password = c.passwordEnv(path+".password_env", s.PasswordEnv, "the Sentinels' password")
+	out.MasterPassword = c.passwordEnv(path+".master_password_env", s.MasterPasswordEnv, "the Valkey password")
+	return &out
+}
+
+// MaxClusterSeeds bounds backend.cluster.addresses (the client learns the other nodes).
+const MaxClusterSeeds = 64
+
+// cluster checks backend.cluster and resolves its password reference.
+func (c *compiler) cluster(kind string, cl *ClusterConfig) *ClusterConfig {
+	const path = "backend.cluster"
+	if cl == nil {
+		return nil
+	}
+	if kind != "valkey" {
+		c.fail(path, "not used by kind %s; remove it or set kind: valkey", kind)
+		return nil
+	}
+	out := *cl
+	c.addresses(path+".addresses", cl.Addresses, "cluster node", MaxClusterSeeds, "10.0.0.41:6379")
+	out.Password = c.passwordEnv(path+".password_env", cl.PasswordEnv, "the cluster nodes' password")
+	return &out
+}
+
+// addresses checks a required list of host:port (Sentinels, cluster seed nodes): at least one,
+// at most limit, each once.
+func (c *compiler) addresses(path string, addrs []string, what string, limit int, example string) {
+	switch n := len(addrs); {
 	case n == 0:
-		c.fail(path+".addresses", "required; list the Sentinels as host:port, e.g. [10.0.0.31:26379, 10.0.0.32:26379, 10.0.0.33:26379]")
-	case n > MaxSentinels:
-		c.fail(path+".addresses", "lists %d Sentinels; at most %d", n, MaxSentinels)
+		c.fail(path, "required; list the %ss as host:port, e.g. [%s, ...]", what, example)
+	case n > limit:
+		c.fail(path, "lists %d %ss; at most %d", n, what, limit)
 	}
 	seen := map[string]bool{}
-	for i, a := range s.Addresses {
+	for i, a := range addrs {
 		host, port, err := net.SplitHostPort(a)
 		p, perr := strconv.Atoi(port)
 		switch {
 		case err != nil || host == "" || perr != nil || p < 1 || p > 65535:
-			c.fail(fmt.Sprintf("%s.addresses[%d]", path, i), "%q is not host:port; write it like 10.0.0.31:26379", a)
+			c.fail(fmt.Sprintf("%s[%d]", path, i), "%q is not host:port; write it like %s", a, example)
 		case seen[a]:
-			c.fail(fmt.Sprintf("%s.addresses[%d]", path, i), "%q is listed twice; list each Sentinel once", a)
+			c.fail(fmt.Sprintf("%s[%d]", path, i), "%q is listed twice; list each %s once", a, what)
 		}
 		seen[a] = true
 	}
-	out.Password = c.passwordEnv(path+".password_env", s.PasswordEnv, "the Sentinels' password")
-	out.MasterPassword = c.passwordEnv(path+".master_password_env", s.MasterPasswordEnv, "the Valkey password")
-	return &out
 }
 
 // passwordEnv resolves an optional *_env field naming an environment variable. No message

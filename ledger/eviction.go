@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/valkey-io/valkey-go"
@@ -40,11 +42,21 @@ func evicts(policy string) bool {
 }
 
 // checkEviction refuses a store whose policy evicts, unless allowed. A policy that cannot be
-// read is accepted (the check is best effort where the store hides its configuration).
+// read is accepted (the check is best effort where the store hides its configuration). On a
+// cluster every node the client knows is asked (a keyless CONFIG GET would reach one at random,
+// and a replica's policy counts once it is promoted).
 func checkEviction(ctx context.Context, c valkey.Client, allow bool) error {
-	p, ok := evictionPolicy(ctx, c)
-	if !ok || !evicts(p) || allow {
+	if allow {
 		return nil
 	}
-	return fmt.Errorf("valkey backend: the store's maxmemory-policy is %s, which may evict live quota state (every quota key has a TTL): set maxmemory-policy noeviction on the store, or accept the risk with backend.allow_eviction: true", p)
+	nodes := []valkey.Client{c}
+	if c.Mode() == valkey.ClientModeCluster {
+		nodes = slices.Collect(maps.Values(c.Nodes()))
+	}
+	for _, n := range nodes {
+		if p, ok := evictionPolicy(ctx, n); ok && evicts(p) {
+			return fmt.Errorf("valkey backend: the store's maxmemory-policy is %s, which may evict live quota state (every quota key has a TTL): set maxmemory-policy noeviction on the store, or accept the risk with backend.allow_eviction: true", p)
+		}
+	}
+	return nil
 }

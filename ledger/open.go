@@ -29,6 +29,9 @@ func Open(p *CompiledPolicy) (Ledger, error) {
 			opts.Sentinel = &SentinelOptions{MasterName: s.MasterName, Addresses: s.Addresses,
 				Password: s.Password, MasterPassword: s.MasterPassword}
 		}
+		if c := p.Backend.Cluster; c != nil {
+			opts.Cluster = &ClusterOptions{Addresses: c.Addresses, Password: c.Password}
+		}
 		if r := p.Backend.Replication; r != nil && r.Mode == ReplicationAcknowledged {
 			opts.MinReplicas, opts.AckTimeout = r.MinReplicas, r.AckTimeout.D()
 		}

@@ -16,6 +16,7 @@ import (
 //	  namespace: quotaqual          # prefix of every store key
 //	  timeout: 300ms                # bound on every store call
 //	  # sentinel: {master_name: quotaqual, addresses: [host:26379, ...]}   # instead of url
+//	  # cluster: {addresses: [host:6379, ...]}                             # instead of url
 //	  # replication: {mode: acknowledged, min_replicas: 1, ack_timeout: 100ms}
 //	limits:
 //	  max_keys: 10000
@@ -48,6 +49,8 @@ type BackendConfig struct {
 	AllowEviction bool `yaml:"allow_eviction"`
 	// Sentinel, instead of url: the Sentinels that name the primary and announce a promotion.
 	Sentinel *SentinelConfig `yaml:"sentinel"`
+	// Cluster, instead of url and sentinel: the seed nodes of a Valkey Cluster.
+	Cluster *ClusterConfig `yaml:"cluster"`
 	// Replication: whether an admission waits for replicas to acknowledge it (valkey only).
 	Replication *ReplicationConfig `yaml:"replication"`
 }
@@ -68,6 +71,19 @@ type SentinelConfig struct {
 	// Resolved by Compile from the environment; never written in YAML.
 	Password       string `yaml:"-"`
 	MasterPassword string `yaml:"-"`
+}
+
+// ClusterConfig points the Valkey backend at a Valkey Cluster:
+//
+//	cluster:
+//	  addresses: [10.0.0.41:6379, 10.0.0.42:6379, 10.0.0.43:6379]   # some or all nodes
+//	  password_env: QQ_VALKEY_PASSWORD                              # optional: every node's AUTH
+type ClusterConfig struct {
+	Addresses   []string `yaml:"addresses"`
+	PasswordEnv string   `yaml:"password_env"`
+
+	// Resolved by Compile from the environment; never written in YAML.
+	Password string `yaml:"-"`
 }
 
 // ReplicationConfig says when a write counts:

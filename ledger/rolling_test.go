@@ -14,10 +14,16 @@ import (
 // policy serve side by side.
 func twoPolicyBackends(t *testing.T) map[string]func(t *testing.T) ledger.Ledger {
 	srv := valkeytest.Start(t)
+	cluster := threePrimaries(t)
 	return map[string]func(t *testing.T) ledger.Ledger{
 		"memory": func(t *testing.T) ledger.Ledger { return ledger.NewMemory(ledger.Limits{}, nil) },
 		"valkey": func(t *testing.T) ledger.Ledger {
 			l, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, time.Second)
+			return l
+		},
+		// the keys the two policies touch must all share the quota key's slot
+		"valkey-cluster": func(t *testing.T) ledger.Ledger {
+			l, _ := newClusterLedger(t, cluster, ledger.Limits{})
 			return l
 		},
 	}

@@ -58,6 +58,9 @@ type ValkeyOptions struct {
 	// Sentinel, instead of URL: discover the primary through these Sentinels and follow a
 	// promotion (valkey-go's Sentinel client).
 	Sentinel *SentinelOptions
+	// Cluster, instead of URL and Sentinel: a Valkey Cluster reached through these seed nodes
+	// (valkey-go's cluster client; see valkey_cluster.go).
+	Cluster *ClusterOptions
 	// MinReplicas > 0: every state-changing call counts only when that many replicas
 	// acknowledged it within AckTimeout (see valkey_ack.go). Zero: async, Valkey's default.
 	MinReplicas int
@@ -101,6 +104,7 @@ type Valkey struct {
 	secrets []string // texts that must never appear in an error
 
 	allowEviction bool // accept a maxmemory-policy that evicts
+	cluster       bool // configured for a Valkey Cluster: refuse a single-node client
 
 	cmu     sync.Mutex
 	copt    valkey.ClientOption
@@ -149,8 +153,17 @@ func NewValkey(opts ValkeyOptions) (*Valkey, error) {
 	if opts.MinReplicas < 0 || (opts.MinReplicas > 0 && (opts.AckTimeout < time.Millisecond || opts.AckTimeout >= opts.Timeout)) {
 		return nil, errors.New("valkey backend: replication acknowledgement needs min_replicas ≥ 1 and 1ms ≤ ack_timeout < timeout")
 	}
+	if opts.Sentinel != nil && opts.Cluster != nil {
+		return nil, errors.New("valkey backend: a Valkey Cluster has no Sentinels (its replicas are promoted by the cluster itself); configure either Sentinel or Cluster")
+	}
 	if opts.Sentinel != nil {
 		return newValkey(opts, sentinelClientOption(opts), "", nil), nil
+	}
+	if opts.Cluster != nil {
+		if len(opts.Cluster.Addresses) == 0 {
+			return nil, errors.New("valkey backend: a Valkey Cluster needs at least one seed address (host:port)")
+		}
+		return newValkey(opts, clusterClientOption(opts), "", nil), nil
 	}
 	u, err := url.Parse(opts.URL)
 	if err != nil {
@@ -211,6 +224,7 @@ func newValkey(opts ValkeyOptions, copt valkey.ClientOption, rawURL string, user
 		ack:     ackPolicy{minReplicas: opts.MinReplicas, timeout: opts.AckTimeout},
 
 		allowEviction: opts.AllowEviction,
+		cluster:       opts.Cluster != nil,
 		copt:          copt,
 		keys:          make(map[string]*trackedKey),
 		ids:           make(map[string]int64),
@@ -271,7 +285,10 @@ func (v *Valkey) startDialLocked() chan struct{} {
 		c, err := valkey.NewClient(opt)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), max(4*v.timeout, time.Second))
-			if err = checkEviction(ctx, c, v.allowEviction); err != nil {
+			if err = checkClusterMode(c, v.cluster); err == nil {
+				err = checkEviction(ctx, c, v.allowEviction)
+			}
+			if err != nil {
 				c.Close()
 				c = nil
 			}

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,13 +17,15 @@ import (
 	"sort"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/internal/version"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Options are what `quotaqual run` takes.
@@ -71,14 +72,6 @@ type Outcome struct {
 	Err       error // why the run did not pass, when it did not
 }
 
-// Exit codes, matching cmd/quotaqual.
-const (
-	codeOK       = 0
-	codeFailed   = 1
-	codeUsage    = 2
-	codeTopology = 3
-)
-
 // UsageError marks bad options (exit code 2).
 type UsageError struct{ Err error }
 
@@ -87,15 +80,13 @@ func (e *UsageError) Unwrap() error { return e.Err }
 
 // Validate checks options before anything is started, naming the flag and the fix.
 func (o *Options) Validate() error {
-	switch o.Topology {
-	case "", topology.EngineAuto, topology.EngineNetns, topology.EngineDocker, topology.EngineProcess, topology.EngineKind:
-	default:
+	if o.Topology != "" && o.Topology != topology.EngineAuto && !topology.IsEngine(o.Topology) {
 		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns, docker, process or kind", o.Topology)}
 	}
 	if o.Profile == "" {
 		o.Profile = "quick"
 	}
-	if _, err := fixtures.ProfileByName(o.Profile); err != nil {
+	if _, err := deployment.ProfileByName(o.Profile); err != nil {
 		return &UsageError{fmt.Errorf("--profile: %w", err)}
 	}
 	if _, err := scenarios.Select(o.Scenarios); err != nil {
@@ -107,13 +98,11 @@ func (o *Options) Validate() error {
 		return &UsageError{fmt.Errorf("--bundle %q is not a bundle format; use tar.gz (the directory is always written)", o.Bundle)}
 	}
 	switch o.StoreReplication {
-	case "", fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+	case "", deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 	default:
 		return &UsageError{fmt.Errorf("--store-replication %q is not a mode; use acknowledged (writes confirmed by a replica) or async (Valkey's default, which a failover can make spend a budget twice)", o.StoreReplication)}
 	}
-	switch o.DenyMode {
-	case "", "reject", "drop":
-	default:
+	if o.DenyMode != "" && !topology.ValidDenyMode(o.DenyMode) {
 		return &UsageError{fmt.Errorf("--deny-mode %q is not a mode; use reject (fast) or drop (as most CNIs do)", o.DenyMode)}
 	}
 	if o.RunID != "" {
@@ -151,7 +140,7 @@ func loadGateway(s string) (*undertest.Profile, error) {
 // unless Keep is set.
 func Run(ctx context.Context, o Options) Outcome {
 	if err := o.Validate(); err != nil {
-		return Outcome{Code: codeUsage, Err: err}
+		return Outcome{Code: wire.ExitUsage, Err: err}
 	}
 	rep := o.Reporter
 	if rep == nil {
@@ -161,7 +150,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		o.RunID = topology.NewRunID()
 	}
 	out := Outcome{RunID: o.RunID}
-	profile, _ := fixtures.ProfileByName(o.Profile)
+	profile, _ := deployment.ProfileByName(o.Profile)
 	list, _ := scenarios.Select(o.Scenarios)
 	names := make([]string, len(list))
 	for i, s := range list {
@@ -178,7 +167,7 @@ func Run(ctx context.Context, o Options) Outcome {
 	if binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fail(codeTopology, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err))
+			return fail(wire.ExitTopology, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err))
 		}
 		binary = exe
 	}
@@ -192,23 +181,23 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	wd, err := topology.NewWorkDir("quotaqual-", o.RunID)
 	if err != nil {
-		return fail(codeTopology, err)
+		return fail(wire.ExitTopology, err)
 	}
 	defer wd.Remove()
 	workDir := wd.Path
 
-	deployment, err := fixtures.NewDeployment(o.RunID, profile, names)
+	deployment, err := deployment.NewDeployment(o.RunID, profile, names)
 	if err != nil {
-		return fail(codeTopology, fmt.Errorf("generate the run's credentials: %w", err))
+		return fail(wire.ExitTopology, fmt.Errorf("generate the run's credentials: %w", err))
 	}
 	writer, err := evidence.NewWriter(o.EvidenceDir, o.RunID, deployment.Secrets())
 	if err != nil {
-		return fail(codeUsage, fmt.Errorf("--evidence-dir: %w", err))
+		return fail(wire.ExitUsage, fmt.Errorf("--evidence-dir: %w", err))
 	}
 	out.BundleDir = writer.Dir()
 
 	manifest := evidence.Manifest{
-		SchemaVersion:    "1",
+		SchemaVersion:    wire.BundleSchemaVersion,
 		RunID:            o.RunID,
 		QuotaqualVersion: version.String(),
 		ValkeyVersion:    valkeyproc.Version(""),
@@ -259,7 +248,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		results := skippedAll(list, "topology could not be brought up: "+err.Error())
 		out.Results = results
 		finish(writer, &manifest, results, o.Bundle, &out)
-		return fail(codeTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
+		return fail(wire.ExitTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
 	}
 	rep.Done("ok", fmt.Sprintf("engine %s, run %s", topo.Engine(), o.RunID))
 	manifest.TopologyFacts = topo.Facts()
@@ -311,21 +300,21 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 
 	manifest.Outcome = "passed"
-	code := codeOK
+	code := wire.ExitOK
 	for _, r := range results {
 		if r.Status == evidence.Failed {
-			manifest.Outcome, code = "failed", codeFailed
+			manifest.Outcome, code = "failed", wire.ExitFailed
 		}
 	}
 	if ctx.Err() != nil {
-		manifest.Outcome, code = "interrupted", codeFailed
+		manifest.Outcome, code = "interrupted", wire.ExitFailed
 		out.Err = errors.New("interrupted: the partial bundle was written")
 	}
 	if err := finish(writer, &manifest, results, o.Bundle, &out); err != nil {
-		manifest.Outcome, code = "failed", codeFailed
+		manifest.Outcome, code = "failed", wire.ExitFailed
 		out.Err = err
 	}
-	if code == codeFailed && out.Err == nil {
+	if code == wire.ExitFailed && out.Err == nil {
 		out.Err = fmt.Errorf("one or more scenarios failed; see %s", filepath.Join(out.BundleDir, "summary.md"))
 	}
 	if o.Keep && ctx.Err() == nil {
@@ -436,23 +425,14 @@ func collectLogs(topo topology.Topology, w *evidence.Writer, workDir string) {
 func get(c *http.Client, url string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	a, err := httpget.Get(ctx, c, url, 16<<20)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
+	if a.StatusCode != http.StatusOK {
+		return a.Body, fmt.Errorf("GET %s: %s", url, a.Status)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return b, nil
+	return a.Body, nil
 }
 
 type silent struct{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func authRejection() Scenario {
@@ -27,7 +28,7 @@ var rejectedKinds = []CredKind{CredMissing, CredMalformed, CredBearer, CredNoCol
 func runAuthRejection(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	challenge := env.gateway().Expect.AuthChallenge
-	before := map[string]QuotaState{}
+	before := map[string]wire.QuotaState{}
 	for _, s := range subjects() {
 		if !env.inspects() {
 			break

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
@@ -90,32 +90,32 @@ func quotaqualBinary(t *testing.T) string {
 
 // topologyRun brings up a topology of engine for a deployment of every scenario (backend as
 // given), runs list and tears down. Component logs are kept when the test fails.
-func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+func topologyRun(t *testing.T, engine, backend string, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *deployment.Deployment) {
 	t.Helper()
 	return topologyRunWith(t, engine, backend, nil, list)
 }
 
 // topologyRunWith is topologyRun with a test-only change to the enforced network policy.
-func topologyRunWith(t *testing.T, engine, backend string, adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+func topologyRunWith(t *testing.T, engine, backend string, adjust func(topology.Policy) topology.Policy, list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *deployment.Deployment) {
 	t.Helper()
 	return topologyRunSpec(t, engine, backend, func(s *topology.Spec) { s.AdjustPolicy = adjust }, list)
 }
 
 // topologyRunSpec is topologyRun with a test-only change to the topology's spec.
-func topologyRunSpec(t *testing.T, engine, backend string, adjust func(*topology.Spec), list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+func topologyRunSpec(t *testing.T, engine, backend string, adjust func(*topology.Spec), list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *deployment.Deployment) {
 	t.Helper()
-	return topologyRunBin(t, engine, quotaqualBinary(t), func(d *fixtures.Deployment) { d.Backend = backend }, adjust, list)
+	return topologyRunBin(t, engine, quotaqualBinary(t), func(d *deployment.Deployment) { d.Backend = backend }, adjust, list)
 }
 
 // topologyRunHooked runs list on engine with the mutants build, its gateways armed with mutant
 // m ("" for none; see internal/mutant); tweak may change the deployment further.
-func topologyRunHooked(t *testing.T, engine string, m mutant.Name, tweak func(*fixtures.Deployment), list []Scenario) []evidence.ScenarioResult {
+func topologyRunHooked(t *testing.T, engine string, m mutant.Name, tweak func(*deployment.Deployment), list []Scenario) []evidence.ScenarioResult {
 	t.Helper()
 	bin := os.Getenv(envHookBinary)
 	if bin == "" {
 		t.Fatal("no mutants quotaqual binary: TestMain builds it unless -short")
 	}
-	results, _, _ := topologyRunBin(t, engine, bin, func(d *fixtures.Deployment) {
+	results, _, _ := topologyRunBin(t, engine, bin, func(d *deployment.Deployment) {
 		if m != "" {
 			d.GatewayTestEnv = []string{mutant.EnvVar + "=" + string(m)}
 		}
@@ -127,14 +127,14 @@ func topologyRunHooked(t *testing.T, engine string, m mutant.Name, tweak func(*f
 }
 
 // topologyRunBin is topologyRunSpec with the binary given and the deployment changed by tweak.
-func topologyRunBin(t *testing.T, engine, bin string, tweak func(*fixtures.Deployment), adjust func(*topology.Spec), list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *fixtures.Deployment) {
+func topologyRunBin(t *testing.T, engine, bin string, tweak func(*deployment.Deployment), adjust func(*topology.Spec), list []Scenario) ([]evidence.ScenarioResult, []evidence.RequestRecord, *deployment.Deployment) {
 	t.Helper()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
 	runID := topology.NewRunID()
-	d, err := fixtures.NewDeployment(runID, p, Names())
+	d, err := deployment.NewDeployment(runID, p, Names())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	results, recs, d := topologyRun(t, topology.EngineProcess, fixtures.BackendValkey, list)
+	results, recs, d := topologyRun(t, topology.EngineProcess, deployment.BackendValkey, list)
 	if len(results) != len(list) {
 		t.Fatalf("%d results for %d scenarios", len(results), len(list))
 	}
@@ -245,7 +245,7 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results, _, _ := topologyRun(t, topology.EngineProcess, fixtures.BackendMemory, list)
+	results, _, _ := topologyRun(t, topology.EngineProcess, deployment.BackendMemory, list)
 	wantFailed := map[string]string{
 		"shared-budget":   "admitted == predicted from settled usage",
 		"gateway-restart": "still denied on the restarted gateway-a",
@@ -311,7 +311,7 @@ func TestNetworkPolicyFailsWhenTheEnforcedPolicyIsWrong(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			results, _, _ := topologyRunWith(t, topology.EngineNetns, fixtures.BackendValkey, c.adjust, list)
+			results, _, _ := topologyRunWith(t, topology.EngineNetns, deployment.BackendValkey, c.adjust, list)
 			if len(results) != 1 || results[0].Status != evidence.Failed {
 				t.Fatalf("network-policy under a wrong policy: %v, want failed", describeAll(results))
 			}
@@ -342,7 +342,7 @@ func TestValkeyPartitionFailsWhenGatewaysIgnoreTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results, _, _ := topologyRun(t, topology.EngineNetns, fixtures.BackendMemory, list)
+	results, _, _ := topologyRun(t, topology.EngineNetns, deployment.BackendMemory, list)
 	if len(results) != 1 || results[0].Status != evidence.Failed {
 		t.Fatalf("valkey-partition on gateways that ignore the store: %v, want failed", describeAll(results))
 	}
@@ -413,7 +413,7 @@ func TestHardGateFailsUnderMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, "", func(d *fixtures.Deployment) { d.HardGateEnforcement = "meter" }, list),
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, "", func(d *deployment.Deployment) { d.HardGateEnforcement = "meter" }, list),
 		"usage settled within any window ≤ capacity (at the providers)")
 }
 
@@ -466,8 +466,8 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results, _, _ := topologyRunSpec(t, topology.EngineNetns, fixtures.BackendValkey,
-		func(s *topology.Spec) { s.StoreReplication = fixtures.ReplicationAsync }, list)
+	results, _, _ := topologyRunSpec(t, topology.EngineNetns, deployment.BackendValkey,
+		func(s *topology.Spec) { s.StoreReplication = deployment.ReplicationAsync }, list)
 	if len(results) != 1 || results[0].Status != evidence.Failed {
 		t.Fatalf("valkey-failover with async replication: %v, want failed", describeAll(results))
 	}
@@ -481,16 +481,35 @@ func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 			want[a.Name] = true
 		}
 	}
+	// Tokens held twice at once, and holds missing from the promoted primary while in flight,
+	// show only when the re-admission came while the split's holds still ran (6 s); a loaded
+	// machine can promote later than that, and then the history's porcupine check is the
+	// evidence of the double spend.
+	if !factTrue(results[0].Facts, "readmitted_while_split_holds_ran") {
+		t.Logf("no re-admission while the split's holds ran: only porcupine can show the double spend this run")
+		delete(want, "no token admitted twice: tokens held at once ≤ capacity")
+		delete(want, "no acknowledged reservation lost in the promotion")
+	}
 	for name, failed := range want {
 		if !failed {
 			t.Errorf("valkey-failover with async replication did not fail %q: %s", name, describe(results[0]))
 		}
 	}
 	for _, f := range results[0].Facts {
-		if f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
+		if factTrue(results[0].Facts, "readmitted_while_split_holds_ran") && f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
 			t.Errorf("the lost reservations are not named: %v", f.Value)
 		}
 	}
+}
+
+// factTrue reports whether facts hold name with the value true.
+func factTrue(facts []evidence.Fact, name string) bool {
+	for _, f := range facts {
+		if f.Name == name {
+			return f.Value == true
+		}
+	}
+	return false
 }
 
 // TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer proves auth-rejection catches issue
@@ -532,7 +551,7 @@ func TestQualificationOnNetnsTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	results, recs, d := topologyRun(t, topology.EngineNetns, fixtures.BackendValkey, list)
+	results, recs, d := topologyRun(t, topology.EngineNetns, deployment.BackendValkey, list)
 	for _, r := range results {
 		if r.Status != evidence.Passed {
 			t.Errorf("want passed, got %s", describe(r))

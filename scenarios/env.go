@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -13,10 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // RuleName is the qualification's one quota rule.
@@ -26,8 +27,8 @@ const RuleName = undertest.RuleName
 // deployment (credentials, by scenario and subject label), the profile, and the recorders.
 type Env struct {
 	Topo       topology.Topology
-	Deployment *fixtures.Deployment
-	Profile    fixtures.Profile
+	Deployment *deployment.Deployment
+	Profile    deployment.Profile
 	// Gateway is the gateway under test: what to expect of it and what it offers. Nil means
 	// quotaqual's own gateway (undertest.Default).
 	Gateway *undertest.Profile
@@ -95,17 +96,17 @@ func (env *Env) record(rec evidence.RequestRecord) {
 
 // requestTimeout bounds one chat request: the provider's longest hold plus generous slack for
 // the store and the machine.
-func requestTimeout(p fixtures.Profile) time.Duration {
+func requestTimeout(p deployment.Profile) time.Duration {
 	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + p.HoldFor
 }
 
 // adminTimeout bounds one admin request (quota inspection, provider call log, probes).
-func adminTimeout(p fixtures.Profile) time.Duration {
+func adminTimeout(p deployment.Profile) time.Duration {
 	return 2*time.Second + 4*p.StoreTimeout
 }
 
 // scenarioDeadline bounds a whole scenario.
-func scenarioDeadline(p fixtures.Profile) time.Duration {
+func scenarioDeadline(p deployment.Profile) time.Duration {
 	return 60*time.Second + 2*p.RecoveryMax + 4*p.Window + 4*requestTimeout(p)
 }
 
@@ -159,32 +160,26 @@ var errInspectionUnanswered = errors.New("the gateway's store did not answer the
 func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout(env.Profile))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	a, err := httpget.Get(ctx, env.Topo.Observer(), u, 64<<20)
 	if err != nil {
-		return 0, err
-	}
-	resp, err := env.Topo.Observer().Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return resp.StatusCode, fmt.Errorf("reading %s: %w", u, err)
+		if a.StatusCode == 0 {
+			return 0, err
+		}
+		return a.StatusCode, fmt.Errorf("reading %s: %w", u, err)
 	}
 	if v == nil {
-		return resp.StatusCode, nil
+		return a.StatusCode, nil
 	}
-	if resp.StatusCode == http.StatusServiceUnavailable {
-		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s: %w", u, resp.StatusCode, firstLine(string(body)), errInspectionUnanswered)
+	if a.StatusCode == http.StatusServiceUnavailable {
+		return a.StatusCode, fmt.Errorf("GET %s: status %d: %s: %w", u, a.StatusCode, firstLine(string(a.Body)), errInspectionUnanswered)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, fmt.Errorf("GET %s: status %d: %s", u, resp.StatusCode, firstLine(string(body)))
+	if a.StatusCode != http.StatusOK {
+		return a.StatusCode, fmt.Errorf("GET %s: status %d: %s", u, a.StatusCode, firstLine(string(a.Body)))
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return resp.StatusCode, fmt.Errorf("GET %s: decoding the JSON answer: %w", u, err)
+	if err := json.Unmarshal(a.Body, v); err != nil {
+		return a.StatusCode, fmt.Errorf("GET %s: decoding the JSON answer: %w", u, err)
 	}
-	return resp.StatusCode, nil
+	return a.StatusCode, nil
 }
 
 // ProviderRequest is one entry of a provider's request log.
@@ -295,38 +290,15 @@ func (s ProviderSnapshot) FindRequest(id string) (string, ProviderRequest, bool)
 	return "", ProviderRequest{}, false
 }
 
-// QuotaWindow is one window of a key as /admin/quota reports it.
-type QuotaWindow struct {
-	Window   json.RawMessage `json:"window"`
-	Capacity int64           `json:"capacity"`
-	Settled  int64           `json:"settled"`
-}
-
-// QuotaState is one quota key's state as a gateway's /admin/quota reports it (read from the
-// store, so both gateways report the same).
-type QuotaState struct {
-	ActiveReservations int64         `json:"active_reservations"`
-	ReservedTokens     int64         `json:"reserved_tokens"`
-	Windows            []QuotaWindow `json:"windows"`
-}
-
-// Settled is the settled usage in the rule's (first, and in the qualification only) window.
-func (q QuotaState) Settled() int64 {
-	if len(q.Windows) == 0 {
-		return 0
-	}
-	return q.Windows[0].Settled
-}
-
 // Quota reads the state of subject's key under the qualification's rule from gateway's admin
 // endpoint.
-func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (QuotaState, error) {
+func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (wire.QuotaState, error) {
 	return env.QuotaOf(ctx, gateway, RuleName, subjectLabel)
 }
 
 // QuotaOf reads the state of subject's key under rule from gateway's admin endpoint.
-func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (QuotaState, error) {
-	var q QuotaState
+func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (wire.QuotaState, error) {
+	var q wire.QuotaState
 	if !env.inspects() {
 		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, errNoInspection{env.gateway().Name})
 	}
@@ -353,15 +325,15 @@ func (e errNoInspection) Error() string {
 func (e errNoInspection) Unwrap() error { return topology.ErrUnsupported }
 
 // credential returns the scenario's principal for a subject label.
-func (env *Env) credential(label string) (fixtures.Credential, bool) {
+func (env *Env) credential(label string) (deployment.Credential, bool) {
 	if env.Deployment == nil {
-		return fixtures.Credential{}, false
+		return deployment.Credential{}, false
 	}
 	return env.Deployment.Credential(env.scenario, label)
 }
 
 // subjects are the three subject labels of every scenario.
-func subjects() []string { return append([]string(nil), fixtures.Subjects...) }
+func subjects() []string { return append([]string(nil), deployment.Subjects...) }
 
 // ms renders a duration as milliseconds with one decimal, for facts.
 func ms(d time.Duration) float64 {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func gatewayCrash() Scenario {
@@ -83,7 +85,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	}
 
 	// Until the lease runs out, then idle: the store's sweep charged the estimate.
-	var idle QuotaState
+	var idle wire.QuotaState
 	var releasedAt time.Time
 	_, err = poll(ctx, 50*time.Millisecond, p.Lease+2*time.Second+adminTimeout(p), func(ctx context.Context) (bool, error) {
 		q, err := env.Quota(ctx, gwB, appA)

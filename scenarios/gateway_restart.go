@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func gatewayRestart() Scenario {
@@ -32,7 +34,7 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 	r.Check("exhausted via A and B (ended with 429)", http.StatusTooManyRequests, ex.Outcomes[len(ex.Outcomes)-1].Status, ex.Denied && ex.Admitted >= 2)
 	firstCharge := ex.Outcomes[0].Start
 
-	var qBefore QuotaState
+	var qBefore wire.QuotaState
 	if env.inspects() {
 		qBefore, err = env.Quota(ctx, gwA, appA)
 		if err != nil {
@@ -59,7 +61,7 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 
 	postA := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "after-restart-a", Subject: appA})
 	postB := env.Chat(ctx, ChatCall{Gateway: gwB, Label: "after-restart-b", Subject: appA})
-	var qAfter QuotaState
+	var qAfter wire.QuotaState
 	var qerr error
 	if env.inspects() {
 		qAfter, qerr = env.Quota(ctx, gwA, appA)

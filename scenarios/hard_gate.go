@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 func hardGate() Scenario {
@@ -35,7 +36,7 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("profile %s has hard-gate estimate %d and capacity %d: both must be positive, capacity ≥ estimate", p.Name, est, capacity))
 	}
 	burst := int(2 * capacity / est)
-	r.Fact("rule", fmt.Sprintf("%s: enforcement hard, %d tokens reserved per request, capacity %d per %s", fixtures.HardGateRule, est, capacity, p.Window))
+	r.Fact("rule", fmt.Sprintf("%s: enforcement hard, %d tokens reserved per request, capacity %d per %s", deployment.HardGateRule, est, capacity, p.Window))
 	r.Fact("burst", burst)
 	r.Fact("asked_output_tokens", hardGateAsk)
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
@@ -51,11 +52,11 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 			defer wg.Done()
 			outs[i] = env.Chat(ctx, ChatCall{Gateway: alternate(i), Label: fmt.Sprintf("greedy-%d", i+1), Subject: appA,
 				Stream: i%2 == 1, MaxTokens: 10 * hardGateAsk,
-				Metadata: map[string]string{fixtures.TokensMetadata: strconv.Itoa(hardGateAsk)}})
+				Metadata: map[string]string{providerstub.TokensMetadata: strconv.Itoa(hardGateAsk)}})
 		}()
 	}
 	wg.Wait()
-	q, idleErr := env.waitIdleOf(ctx, gwA, fixtures.HardGateRule, appA)
+	q, idleErr := env.waitIdleOf(ctx, gwA, deployment.HardGateRule, appA)
 	after, err := env.settledProviders(ctx)
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call logs after: %w", err))

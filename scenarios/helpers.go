@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/internal/httpget"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 const (
@@ -33,8 +35,8 @@ func alternate(i int) string {
 }
 
 // chatUsage is the usage the provider stub reports for the default request with maxTokens.
-func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
-	return fixtures.PredictUsage([]fixtures.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
+func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
+	return providerstub.PredictUsage([]providerstub.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
 }
 
 // waitIdle polls subject's quota until no reservation is active (every admitted request has
@@ -42,19 +44,19 @@ func chatUsage(p fixtures.Profile, maxTokens int64) fixtures.Usage {
 // after a response may still see its reservation. A gateway without quota inspection is
 // waited on from outside: until no provider has a request in flight; the state returned is
 // then not inspected: every figure is zero.
-func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (QuotaState, error) {
+func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.QuotaState, error) {
 	if !env.inspects() {
 		if _, err := env.settledProviders(ctx); err != nil {
-			return QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
+			return wire.QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
 		}
-		return QuotaState{}, nil
+		return wire.QuotaState{}, nil
 	}
 	return env.waitIdleOf(ctx, gateway, RuleName, subject)
 }
 
 // waitIdleOf is waitIdle for subject's key under rule.
-func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (QuotaState, error) {
-	var q QuotaState
+func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
+	var q wire.QuotaState
 	var unanswered error // the last read the store did not answer: retried until the deadline
 	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
@@ -199,26 +201,14 @@ func (env *Env) adminProbe(ctx context.Context, gateway, path, label string) (in
 	defer cancel()
 	start := time.Now()
 	rec.Time = start.UTC()
-	status, body, err := func() (int, []byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return 0, nil, err
-		}
-		resp, err := env.Topo.Observer().Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		return resp.StatusCode, b, err
-	}()
+	a, err := httpget.Get(ctx, env.Topo.Observer(), u, 16<<20)
 	rec.Latency = time.Since(start)
-	rec.Status = status
+	rec.Status = a.StatusCode
 	if err != nil {
 		rec.Error = err.Error()
 	}
 	env.record(rec)
-	return status, body, rec.Latency, err
+	return a.StatusCode, a.Body, rec.Latency, err
 }
 
 // sitesOf lists the site header of each outcome.
@@ -232,7 +222,7 @@ func sitesOf(os []Outcome) []string {
 
 // isSite reports whether s is one of the provider sites.
 func isSite(s string) bool {
-	for _, x := range fixtures.Sites {
+	for _, x := range deployment.Sites {
 		if x == s {
 			return true
 		}

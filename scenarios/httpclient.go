@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 // CredKind is the kind of credential a request carries.
@@ -52,7 +52,7 @@ type ChatCall struct {
 	Timeout   time.Duration // default requestTimeout(profile)
 
 	// Fields are added to the body (e.g. "n", "max_completion_tokens"); Metadata to its
-	// metadata (the stub's per-request generation: fixtures.TokensMetadata, …).
+	// metadata (the stub's per-request generation: providerstub.TokensMetadata, …).
 	Fields   map[string]any
 	Metadata map[string]string
 	// StopAfterChunks, for a stream: the client closes the connection once it has read this
@@ -222,7 +222,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 // chatBody is the JSON body of c.
 func chatBody(c ChatCall) []byte {
 	body := map[string]any{
-		"model":    fixtures.DefaultModel,
+		"model":    providerstub.DefaultModel,
 		"messages": []map[string]string{{"role": "user", "content": "hello"}},
 	}
 	if c.MaxTokens > 0 {
@@ -234,10 +234,10 @@ func chatBody(c ChatCall) []byte {
 	}
 	md := map[string]string{}
 	if c.Hold > 0 {
-		md[fixtures.HoldMetadata] = c.Hold.String()
+		md[providerstub.HoldMetadata] = c.Hold.String()
 	}
 	if c.ProviderRefuses {
-		md[fixtures.HoldMetadata] = "refuse-this-request"
+		md[providerstub.HoldMetadata] = "refuse-this-request"
 	}
 	for k, v := range c.Metadata {
 		md[k] = v

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 func longGeneration() Scenario {
@@ -33,7 +34,7 @@ const (
 func runLongGeneration(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	const rule = fixtures.LongGenerationRule
+	const rule = deployment.LongGenerationRule
 	length := longGenerationTokens * longGenerationInterToken
 	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s, lease %s", rule, p.Estimate, p.Estimate, p.Window, p.LongGenerationLease))
 	r.Fact("generation", length.String())
@@ -49,8 +50,8 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	started := time.Now()
 	go func() {
 		done <- env.Chat(ctx, ChatCall{Gateway: gwA, Label: "long-generation", Subject: appA, Stream: true, MaxTokens: -1,
-			Metadata: map[string]string{fixtures.TokensMetadata: strconv.Itoa(longGenerationTokens),
-				fixtures.InterTokenMetadata: longGenerationInterToken.String()}})
+			Metadata: map[string]string{providerstub.TokensMetadata: strconv.Itoa(longGenerationTokens),
+				providerstub.InterTokenMetadata: longGenerationInterToken.String()}})
 	}()
 	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p), func(ctx context.Context) (bool, error) {
 		q, err := env.QuotaOf(ctx, gwB, rule, appA)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // probeRounds is how many times each probe endpoint is hit on each gateway.
@@ -30,7 +32,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 	// a real figure, and proves the inspection reads the key the gateways charge.
 	seed := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "seed", Subject: appA})
 	r.Check("seed request admitted", http.StatusOK, seed.Status, seed.Admitted())
-	before := map[string]QuotaState{}
+	before := map[string]wire.QuotaState{}
 	for _, s := range subjects() {
 		q, err := env.waitIdle(ctx, gwA, s)
 		if err != nil {
@@ -77,7 +79,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 		}
 	}
 	pAfter, ok := env.readProviders(ctx, r, "provider call counts after the probes")
-	after := map[string]QuotaState{}
+	after := map[string]wire.QuotaState{}
 	for _, s := range subjects() {
 		if !env.inspects() {
 			break
@@ -137,7 +139,7 @@ func probeLeakCheck(paths []string) string {
 	return "probe answers expose no subject"
 }
 
-func settledMap(m map[string]QuotaState) map[string]int64 {
+func settledMap(m map[string]wire.QuotaState) map[string]int64 {
 	out := make(map[string]int64, len(m))
 	for k, q := range m {
 		out[k] = q.Settled()

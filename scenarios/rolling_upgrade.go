@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // rollingUpgrade changes the rule's policy while both gateways serve: gateway-a is restarted
@@ -37,7 +38,7 @@ func rollingUpgrade() Scenario {
 // rollingPolicy is P2: a quarter of the window (at least 1 s), 1.5× the capacity, two thirds
 // of the estimate, two thirds of the lease of the profile's policy (P1). Both windows are at
 // most a minute, so both use one-second buckets.
-func rollingPolicy(p fixtures.Profile) fixtures.Profile {
+func rollingPolicy(p deployment.Profile) deployment.Profile {
 	p2 := p
 	p2.Name = p.Name + "-p2"
 	p2.Window = max(time.Second, p.Window/4)
@@ -95,7 +96,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	if err := waitUntil(ctx, time.Now().Add(rollingHold/2)); err != nil { // the burst's admissions are decided by now
 		return r.Error(err)
 	}
-	held := map[string]QuotaState{}
+	held := map[string]wire.QuotaState{}
 	for _, gw := range []string{gwA, gwB} {
 		q, err := env.Quota(ctx, gw, appA)
 		if err != nil {
@@ -210,7 +211,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 
 // rollingLongPolicy is P3: P1 with a two-minute window (buckets of two seconds instead of one)
 // and twice the capacity.
-func rollingLongPolicy(p fixtures.Profile) fixtures.Profile {
+func rollingLongPolicy(p deployment.Profile) deployment.Profile {
 	p3 := p
 	p3.Name = p.Name + "-p3"
 	p3.Window = 2 * time.Minute
@@ -272,6 +273,6 @@ func bothGateways(f func(gw string)) {
 	wg.Wait()
 }
 
-func policyFact(p fixtures.Profile) map[string]any {
+func policyFact(p deployment.Profile) map[string]any {
 	return map[string]any{"window": p.Window.String(), "capacity": p.Capacity, "reserved_tokens": p.Estimate, "lease": p.Lease.String()}
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -24,7 +24,7 @@ type capsOnly struct {
 func (c capsOnly) Capabilities() topology.Capabilities { return c.caps }
 
 func testEnv(caps topology.Capabilities) *Env {
-	p, _ := fixtures.ProfileByName("quick")
+	p, _ := deployment.ProfileByName("quick")
 	return &Env{Topo: capsOnly{caps: caps}, Profile: p}
 }
 
@@ -325,7 +325,7 @@ func TestSharedBudgetPrediction(t *testing.T) {
 		})
 	}
 	t.Run("matches the stub's deterministic usage for the default request", func(t *testing.T) {
-		p, _ := fixtures.ProfileByName("quick")
+		p, _ := deployment.ProfileByName("quick")
 		u := chatUsage(p, 1)
 		if u.TotalTokens != 10 {
 			t.Fatalf("default request usage = %+v, want total 10 (prompt 9 + completion 1)", u)

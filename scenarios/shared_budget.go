@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // exhaustCap bounds the requests one exhaustion may send.
@@ -116,10 +116,10 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	// more admitted traffic, from the other subjects, proves coverage.
 	covered := SitesCovered(delta)
 	r.Fact("sites_covered_by_exhaustion", covered)
-	if len(covered) < len(fixtures.Sites) {
+	if len(covered) < len(deployment.Sites) {
 		extraBefore := after
 		var extra []Outcome
-		for i := 0; i < 2*len(fixtures.Sites) && len(SitesCovered(delta)) < len(fixtures.Sites); i++ {
+		for i := 0; i < 2*len(deployment.Sites) && len(SitesCovered(delta)) < len(deployment.Sites); i++ {
 			s := []string{appB, appC}[i%2]
 			extra = append(extra, env.Chat(ctx, ChatCall{Gateway: alternate(i / 2), Label: fmt.Sprintf("coverage-%d", i+1), Subject: s}))
 			snap, err := env.settledProviders(ctx)
@@ -136,7 +136,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 		r.Fact("coverage_extra_statuses", statuses(extra))
 		covered = SitesCovered(delta)
 	}
-	r.Check("admitted traffic covered all three provider sites (counted at the providers)", fixtures.Sites, covered, len(covered) == len(fixtures.Sites))
+	r.Check("admitted traffic covered all three provider sites (counted at the providers)", deployment.Sites, covered, len(covered) == len(deployment.Sites))
 
 	// The other two subjects are still admitted on both gateways.
 	for _, s := range []string{appB, appC} {
@@ -169,7 +169,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 // plus a bucket, the limit equal to the capacity, the remaining tokens within [0, capacity]
 // (each under the name the gateway under test uses; a header it does not send is a check
 // not made).
-func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p fixtures.Profile) {
+func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p deployment.Profile) {
 	h := env.gateway().Expect.QuotaHeaders
 	ok, missing := env.hasQuotaHeaders(o.Headers)
 	r.Check(what+": "+env.quotaHeadersLabel()+" headers present", env.quotaHeadersCount(), missing, ok && o.Status == http.StatusTooManyRequests)

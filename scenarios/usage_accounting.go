@@ -6,7 +6,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 func usageAccounting() Scenario {
@@ -41,7 +42,7 @@ const inFlightSlack = 8
 
 func accountingCases() []accountingCase {
 	tok := func(n int, extra ...string) map[string]string {
-		md := map[string]string{fixtures.TokensMetadata: strconv.Itoa(n)}
+		md := map[string]string{providerstub.TokensMetadata: strconv.Itoa(n)}
 		for i := 0; i+1 < len(extra); i += 2 {
 			md[extra[i]] = extra[i+1]
 		}
@@ -49,13 +50,13 @@ func accountingCases() []accountingCase {
 	}
 	return []accountingCase{
 		{label: "stream-closed-mid-generation", status: http.StatusOK, call: ChatCall{Stream: true, MaxTokens: -1,
-			Metadata: tok(400, fixtures.InterTokenMetadata, "5ms"), StopAfterChunks: 100}},
+			Metadata: tok(400, providerstub.InterTokenMetadata, "5ms"), StopAfterChunks: 100}},
 		{label: "oversized-response", status: http.StatusOK, exact: true, call: ChatCall{MaxTokens: -1,
 			Metadata: tok(2_200_000)}}, // ~8.8 MB of content: beyond the gateway's 8 MiB usage buffer
 		{label: "provider-error-after-generating", status: http.StatusInternalServerError, exact: true, call: ChatCall{MaxTokens: -1,
-			Metadata: tok(40, fixtures.FailMetadata, "500")}},
+			Metadata: tok(40, providerstub.FailMetadata, "500")}},
 		{label: "provider-error-before-generating", status: http.StatusServiceUnavailable, exact: true, call: ChatCall{MaxTokens: -1,
-			Metadata: tok(0, fixtures.FailMetadata, "503")}},
+			Metadata: tok(0, providerstub.FailMetadata, "503")}},
 		{label: "n-choices", status: http.StatusOK, exact: true, reserveAtLeastGenerated: true, call: ChatCall{MaxTokens: -1,
 			Fields: map[string]any{"n": 3, "max_completion_tokens": 10}, Metadata: tok(100)}},
 		{label: "both-output-bounds", status: http.StatusOK, exact: true, reserveAtLeastGenerated: true, call: ChatCall{MaxTokens: 1,
@@ -65,9 +66,9 @@ func accountingCases() []accountingCase {
 
 func runUsageAccounting(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
-	const rule = fixtures.UsageAccountingRule
+	const rule = deployment.UsageAccountingRule
 	r.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s", rule, env.Profile.Estimate,
-		fixtures.UsageAccountingCapacity, fixtures.UsageAccountingWindow))
+		deployment.UsageAccountingCapacity, deployment.UsageAccountingWindow))
 	q, err := env.waitIdleOf(ctx, gwA, rule, appA)
 	if err != nil {
 		return r.Error(err)
@@ -108,7 +109,7 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 		if c.reserveAtLeastGenerated {
 			// x-ratelimit-remaining-tokens = capacity − settled − reserved, at admission.
 			rem, err := strconv.ParseInt(o.Headers.Get("x-ratelimit-remaining-tokens"), 10, 64)
-			reserved := fixtures.UsageAccountingCapacity - settled - rem
+			reserved := deployment.UsageAccountingCapacity - settled - rem
 			ok := err == nil && reserved >= pr.GeneratedTokens
 			r.Check(c.label+": reserved ≥ completion tokens generated", fmt.Sprintf("≥ %d", pr.GeneratedTokens), reserved, ok)
 		}

@@ -12,9 +12,10 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/ledger/ledgertest"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // valkeyFailover is the split brain of a replicated store: the primary is cut off from its
@@ -138,7 +139,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	}
 	var offsetsBefore []topology.StoreNodeState
 	if _, err := poll(ctx, 20*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
-		q, err := env.QuotaOf(ctx, gwA, fixtures.ValkeyFailoverRule, appA)
+		q, err := env.QuotaOf(ctx, gwA, deployment.ValkeyFailoverRule, appA)
 		offsetsBefore = storeOffsets(ctx, sg)
 		return err == nil && q.ReservedTokens == 2*p.Estimate && inSync(offsetsBefore), nil
 	}); err != nil {
@@ -190,11 +191,11 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	decidedAgain := map[string]time.Time{}
 	// What the promoted primary holds, read through gateway-b as soon as it follows the
 	// promotion, while the admissions before and during the split are still in flight.
-	var held QuotaState
+	var held wire.QuotaState
 	var qerr error
 	var inspectAt time.Time
 	inspect := func() {
-		held, qerr = env.QuotaOf(ctx, gwB, fixtures.ValkeyFailoverRule, appA)
+		held, qerr = env.QuotaOf(ctx, gwB, deployment.ValkeyFailoverRule, appA)
 		inspectAt = time.Now()
 	}
 	deadline := time.Now().Add(p.RecoveryMax)
@@ -302,7 +303,7 @@ func inSync(nodes []topology.StoreNodeState) bool {
 // view: over-admission (tokens held at once beyond the capacity), lost reservations (admitted,
 // still in flight, and absent from the promoted primary), each gateway's 503 window, and a
 // porcupine check of the history against the ledger model.
-func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held QuotaState, qerr error, inspectAt time.Time) {
+func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held wire.QuotaState, qerr error, inspectAt time.Time) {
 	var ivs []interval
 	var inFlightAtInspect int64
 	first503, last503 := map[string]time.Time{}, map[string]time.Time{}
@@ -333,6 +334,22 @@ func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held
 	}
 	peak, _ := peakReserved(ivs, estimate)
 	over := max(0, peak-capacity)
+	// Whether a request admitted after the promotion was held while one admitted during the
+	// split still ran: only then can a lost hold show as tokens held twice at once. When the
+	// promotion outlasts the split holds (a slow machine), a lost hold is still spent twice
+	// within the window, but the evidence of it is the lost-reservation check, not the peak.
+	overlapped := false
+	for _, a := range hist {
+		if !a.Admitted() || !strings.HasPrefix(a.label, "split-") {
+			continue
+		}
+		for _, b := range hist {
+			if b.Admitted() && strings.HasPrefix(b.label, "during-split-") && b.Start.Before(a.End) {
+				overlapped = true
+			}
+		}
+	}
+	r.Fact("readmitted_while_split_holds_ran", overlapped)
 	r.Fact("statuses", statusCount)
 	r.Fact("peak_held_tokens", peak)
 	r.Fact("over_admission_tokens", over)

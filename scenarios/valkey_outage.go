@@ -10,18 +10,6 @@ import (
 // outageRequestsPerGateway is how many requests each gateway gets while the store is down.
 const outageRequestsPerGateway = 3
 
-// checkStoreFailure checks o is the gateway's store-failure answer: its status (503 for
-// quotaqual) and, when its profile names one, its error type (quota_store_unavailable).
-func (env *Env) checkStoreFailure(r *Result, what string, o Outcome) {
-	want := env.gateway().Expect.StoreFailure
-	r.Check(fmt.Sprintf("%s → %d", what, want.Status), want.Status, o.Status, o.Status == want.Status)
-	if want.ErrorType == "" {
-		r.NotMade(what+" error type", "the profile names no store-failure error type")
-		return
-	}
-	r.Check(what+" error type", want.ErrorType, o.ErrorType, o.ErrorType == want.ErrorType)
-}
-
 func valkeyOutage() Scenario {
 	return Scenario{
 		Name:      "valkey-outage",
@@ -68,21 +56,16 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	}()
 
 	slo := p.StoreTimeout + p.OutageSLO
-	var decisions []float64
-	var worst time.Duration
+	var dec decisions
 	for i := 0; i < outageRequestsPerGateway; i++ {
 		for _, gw := range []string{gwA, gwB} {
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("outage-%d", i+1), Subject: appA})
-			decisions = append(decisions, ms(o.Latency))
-			worst = max(worst, o.Latency)
 			what := fmt.Sprintf("%s request %d", gw, i+1)
-			env.checkStoreFailure(r, what, o)
-			r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
+			dec.checkFailClosed(env, r, what, o, slo)
 			r.Check(what+" names no provider site", "", o.Site, o.Site == "")
 		}
 	}
-	r.Fact("time_to_decision_ms", decisions)
-	r.Fact("worst_time_to_decision_ms", ms(worst))
+	dec.record(r)
 	during, err := env.settledProviders(ctx)
 	if err != nil {
 		r.Error(fmt.Errorf("provider call counts during the outage: %w", err))
@@ -101,29 +84,20 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	}
 	r.Fact("start_ms", ms(time.Since(startAt)))
 	for i, gw := range []string{gwA, gwB} {
-		subject := []string{appA, appB}[i]
-		var got Outcome
-		var statusesSeen []int
-		tries, err := poll(ctx, 100*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
-			got = env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
-			statusesSeen = append(statusesSeen, got.Status)
-			return got.Admitted(), nil
-		})
-		recovery := time.Since(startAt)
-		r.Fact("recovery_statuses_"+gw, statusesSeen)
-		r.Fact("time_to_recovery_ms_"+gw, ms(recovery))
+		rec := env.awaitAdmission(ctx, gw, []string{appA, appB}[i], startAt)
+		r.Fact("recovery_statuses_"+gw, rec.statuses)
+		r.Fact("time_to_recovery_ms_"+gw, ms(rec.elapsed))
 		bad := 0
-		for _, s := range statusesSeen {
+		for _, s := range rec.statuses {
 			if s == http.StatusOK || s == env.gateway().Expect.StoreFailure.Status {
 				continue
 			}
 			bad++
 		}
-		r.Check("admission recovered on "+gw+" within RecoveryMax", "≤ "+p.RecoveryMax.String(),
-			fmt.Sprintf("%s after %d tries (%v)", recovery.Round(time.Millisecond), tries, err), got.Admitted() && recovery <= p.RecoveryMax)
-		r.Check(fmt.Sprintf("while recovering %s answered only %d or 200", gw, env.gateway().Expect.StoreFailure.Status), "no 429, no transport failure", statusesSeen, bad == 0)
+		rec.check(r, "admission recovered on "+gw+" within RecoveryMax", p.RecoveryMax)
+		r.Check(fmt.Sprintf("while recovering %s answered only %d or 200", gw, env.gateway().Expect.StoreFailure.Status), "no 429, no transport failure", rec.statuses, bad == 0)
 	}
-	r.Key("503 within %s (SLO %s), recovered", worst.Round(time.Millisecond), slo)
+	r.Key("503 within %s (SLO %s), recovered", dec.worst.Round(time.Millisecond), slo)
 	return r
 }
 

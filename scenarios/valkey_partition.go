@@ -70,18 +70,12 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	}()
 
 	slo := p.StoreTimeout + p.OutageSLO
-	var decisions []float64
-	var worst time.Duration
+	var dec decisions
 	for i := 0; i < partitionRequests; i++ {
 		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA})
-		decisions = append(decisions, ms(o.Latency))
-		worst = max(worst, o.Latency)
-		what := fmt.Sprintf("cut-off gateway-a request %d", i+1)
-		env.checkStoreFailure(r, what, o)
-		r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
+		dec.checkFailClosed(env, r, fmt.Sprintf("cut-off gateway-a request %d", i+1), o, slo)
 	}
-	r.Fact("time_to_decision_ms", decisions)
-	r.Fact("worst_time_to_decision_ms", ms(worst))
+	dec.record(r)
 
 	// The healthy replica keeps serving the same subjects from the same shared budget.
 	admittedOnB := 0
@@ -108,18 +102,10 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	if err != nil {
 		return r.Error(fmt.Errorf("healing the partition: %w", err))
 	}
-	var got Outcome
-	var statusesSeen []int
-	tries, err := poll(ctx, 100*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
-		got = env.Chat(ctx, ChatCall{Gateway: gwA, Label: "recover", Subject: appA})
-		statusesSeen = append(statusesSeen, got.Status)
-		return got.Admitted(), nil
-	})
-	recovery := time.Since(healAt)
-	r.Fact("recovery_statuses", statusesSeen)
-	r.Fact("time_to_recovery_ms", ms(recovery))
-	r.Check("gateway-a recovered after the heal within RecoveryMax, without a restart", "≤ "+p.RecoveryMax.String(),
-		fmt.Sprintf("%s after %d tries (%v)", recovery.Round(time.Millisecond), tries, err), got.Admitted() && recovery <= p.RecoveryMax)
+	rec := env.awaitAdmission(ctx, gwA, appA, healAt)
+	r.Fact("recovery_statuses", rec.statuses)
+	r.Fact("time_to_recovery_ms", ms(rec.elapsed))
+	rec.check(r, "gateway-a recovered after the heal within RecoveryMax, without a restart", p.RecoveryMax)
 
 	// Recovered means recovered for good, not one lucky answer: a connection the partition left
 	// behind (its retransmissions backing off) can still fail a store read after the first
@@ -129,7 +115,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	if !env.inspects() {
 		r.NotMade(fmt.Sprintf("gateway-a stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
 		r.Key("cut-off replica %d within %s (SLO %s), other replica admitted %d/2, recovered in %s",
-			env.gateway().Expect.StoreFailure.Status, worst.Round(time.Millisecond), slo, admittedOnB, recovery.Round(time.Millisecond))
+			env.gateway().Expect.StoreFailure.Status, dec.worst.Round(time.Millisecond), slo, admittedOnB, rec.elapsed.Round(time.Millisecond))
 		return r
 	}
 	var unanswered []string
@@ -152,6 +138,6 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		"≤ "+p.RecoveryMax.String(), fmt.Sprintf("%s (%v); %d unanswered before", stable.Round(time.Millisecond), stableErr, len(unanswered)),
 		stableErr == nil && stable <= p.RecoveryMax)
 	r.Key("cut-off replica 503 within %s (SLO %s), other replica admitted %d/2, recovered in %s (stable in %s)",
-		worst.Round(time.Millisecond), slo, admittedOnB, recovery.Round(time.Millisecond), stable.Round(time.Millisecond))
+		dec.worst.Round(time.Millisecond), slo, admittedOnB, rec.elapsed.Round(time.Millisecond), stable.Round(time.Millisecond))
 	return r
 }

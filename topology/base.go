@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -251,8 +251,8 @@ func isGateway(h string) bool { return h == HostGatewayA || h == HostGatewayB }
 // siteOf returns the provider site of a provider host (west, central, east).
 func siteOf(host string) string {
 	for i, p := range Providers {
-		if p == host && i < len(fixtures.Sites) {
-			return fixtures.Sites[i]
+		if p == host && i < len(deployment.Sites) {
+			return deployment.Sites[i]
 		}
 	}
 	return ""

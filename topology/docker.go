@@ -70,7 +70,8 @@ import (
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology/images"
 )
 
 // EngineDocker is the docker engine's name.
@@ -134,10 +135,10 @@ type dockerTopo struct {
 	ctrs       map[string]*testcontainers.DockerContainer
 	gateways   map[string]GatewayEndpoint
 	providers  map[string]ProviderEndpoint
-	partitions map[string]bool         // gateway → disconnected from backend
-	provAddrs  []fixtures.ProviderAddr // the providers as the gateways reach them
-	pubHost    string                  // host of published ports
-	valkeyVer  string                  // from Valkey's start-up log
+	partitions map[string]bool           // gateway → disconnected from backend
+	provAddrs  []deployment.ProviderAddr // the providers as the gateways reach them
+	pubHost    string                    // host of published ports
+	valkeyVer  string                    // from Valkey's start-up log
 	downOnce   bool
 	teardown   Teardown
 	store      dockerStore // the replicated store group (docker_store.go)
@@ -243,9 +244,9 @@ func newDocker(spec Spec) (*dockerTopo, error) {
 func dockerName(runID, what string) string { return "qq-" + runID + "-" + what }
 
 func (t *dockerTopo) labels(host string) map[string]string {
-	l := map[string]string{LabelManaged: "true", LabelRunID: t.spec.RunID}
+	l := map[string]string{images.LabelManaged: "true", images.LabelRunID: t.spec.RunID}
 	if host != "" {
-		l[labelHost] = host
+		l[images.LabelHost] = host
 	}
 	return l
 }
@@ -336,9 +337,9 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 		return err
 	}
 	// Providers, the client and the gateways in parallel.
-	var provAddrs []fixtures.ProviderAddr
+	var provAddrs []deployment.ProviderAddr
 	for _, h := range Providers {
-		provAddrs = append(provAddrs, fixtures.ProviderAddr{Site: siteOf(h),
+		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: siteOf(h),
 			URL: "http://" + net.JoinHostPort(h, strconv.Itoa(dockerPorts.ProviderData))})
 	}
 	hosts := append(append([]string{HostClient}, Providers...), Gateways...)
@@ -375,14 +376,14 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 func (t *dockerTopo) images(ctx context.Context) error {
 	t.valkeyImg = t.spec.ValkeyImage
 	if t.valkeyImg == "" {
-		t.valkeyImg = DefaultValkeyImage
-		if err := EnsureValkeyImage(ctx); err != nil {
+		t.valkeyImg = images.DefaultValkeyImage
+		if err := images.EnsureValkeyImage(ctx); err != nil {
 			return err
 		}
 	}
 	t.qqImg = t.spec.QuotaqualImage
 	if t.qqImg == "" {
-		img, err := EnsureQuotaqualImage(ctx, t.spec.Binary)
+		img, err := images.EnsureQuotaqualImage(ctx, t.spec.Binary)
 		if err != nil {
 			return err
 		}
@@ -477,8 +478,8 @@ func (t *dockerTopo) run(ctx context.Context, host string, req testcontainers.Ge
 }
 
 // gatewayAddrs are where gateway host listens and what it reaches.
-func (t *dockerTopo) gatewayAddrs(host string, provs []fixtures.ProviderAddr) fixtures.Addresses {
-	return fixtures.Addresses{
+func (t *dockerTopo) gatewayAddrs(host string, provs []deployment.ProviderAddr) deployment.Addresses {
+	return deployment.Addresses{
 		DataListen:  ":" + strconv.Itoa(dockerPorts.GatewayData),
 		AdminListen: net.JoinHostPort(host+"-admin", strconv.Itoa(dockerPorts.GatewayAdmin)),
 		ValkeyAddr:  t.ValkeyAddr(),
@@ -486,7 +487,7 @@ func (t *dockerTopo) gatewayAddrs(host string, provs []fixtures.ProviderAddr) fi
 	}
 }
 
-func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []fixtures.ProviderAddr) error {
+func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []deployment.ProviderAddr) error {
 	t.mu.Lock()
 	t.provAddrs = provs
 	t.mu.Unlock()
@@ -719,7 +720,7 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 
 // RestartGatewayWithPolicy restarts a gateway container on the rule policy of p (nil: the
 // run's own profile): the new config is copied into the stopped container before it starts.
-func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *fixtures.Profile) error {
+func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
 	prof := t.spec.Deployment.Profile
 	if p != nil {
 		prof = *p
@@ -960,7 +961,7 @@ func (t *dockerTopo) Probe(ctx context.Context, from, to string, port int) Probe
 		return res
 	}
 	start := time.Now()
-	_, out, err := c.Exec(ctx, []string{quotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()}, tcexec.Multiplexed())
+	_, out, err := c.Exec(ctx, []string{images.QuotaqualInContainer, "probe", "--to", addr, "--timeout", probeTimeout.String()}, tcexec.Multiplexed())
 	res.Elapsed = time.Since(start)
 	if err != nil {
 		res.Error = "exec in " + from + ": " + err.Error()
@@ -995,7 +996,7 @@ func (t *dockerTopo) relayDial(ctx context.Context, host, addr string) (net.Conn
 	ctx, cancel := context.WithTimeout(ctx, dockerRelayDeadline)
 	defer cancel()
 	ex, err := t.cli.ExecCreate(ctx, c.GetContainerID(), client.ExecCreateOptions{
-		Cmd:         []string{quotaqualInContainer, "relay", "--to", addr},
+		Cmd:         []string{images.QuotaqualInContainer, "relay", "--to", addr},
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -1184,7 +1185,7 @@ func DockerCleanup(ctx context.Context, runID string) (Teardown, error) {
 func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID string) Teardown {
 	var td Teardown
 	var mu sync.Mutex
-	f := make(client.Filters).Add("label", LabelRunID+"="+runID).Add("label", LabelManaged+"=true")
+	f := make(client.Filters).Add("label", images.LabelRunID+"="+runID).Add("label", images.LabelManaged+"=true")
 	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		td.Errors = append(td.Errors, "listing containers: "+err.Error())

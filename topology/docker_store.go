@@ -38,8 +38,9 @@ import (
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology/images"
 )
 
 // LabelNetfilterBase names, on a netfilter sidecar image, the quotaqual image it was built on:
@@ -84,7 +85,7 @@ type dockerStore struct {
 func sidecarOf(host string) string { return host + netfilterSuffix }
 
 func (t *dockerTopo) StoreGroupReason() string {
-	if t.spec.Deployment.Backend == fixtures.BackendMemory {
+	if t.spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
 	}
 	return ""
@@ -98,7 +99,7 @@ func (t *dockerTopo) ensureNetfilterImage(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the docker store group's partitions need nft on this host to build the %s image (Debian: apt-get install nftables): %w", netfilterImageRepo, err)
 	}
-	files, err := withSharedLibraries(nft)
+	files, err := images.WithSharedLibraries(nft)
 	if err != nil {
 		return "", err
 	}
@@ -109,22 +110,22 @@ func (t *dockerTopo) ensureNetfilterImage(ctx context.Context) (string, error) {
 	h := sha256.New()
 	h.Write(bytes.TrimSpace(out))
 	for _, f := range files {
-		d, err := fileSHA256(f)
+		d, err := images.FileSHA256(f)
 		if err != nil {
 			return "", err
 		}
 		h.Write([]byte(f + d))
 	}
 	tag := netfilterImageRepo + ":" + hex.EncodeToString(h.Sum(nil))[:12]
-	if imageExists(ctx, tag) {
+	if images.Exists(ctx, tag) {
 		return tag, nil
 	}
 	rootfs := map[string]string{nftInContainer: nft}
 	for _, f := range files[1:] {
 		rootfs[f] = f
 	}
-	df := fmt.Sprintf("FROM %s\nCOPY rootfs/ /\nUSER 0:0\nLABEL %s=\"true\" %s=%q\n", t.qqImg, LabelManaged, LabelNetfilterBase, t.qqImg)
-	if err := buildScratchImage(ctx, tag, df, rootfs, false); err != nil {
+	df := fmt.Sprintf("FROM %s\nCOPY rootfs/ /\nUSER 0:0\nLABEL %s=\"true\" %s=%q\n", t.qqImg, images.LabelManaged, LabelNetfilterBase, t.qqImg)
+	if err := images.BuildScratchImage(ctx, tag, df, rootfs, false); err != nil {
 		return "", err
 	}
 	return tag, nil
@@ -430,7 +431,7 @@ func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on 
 	a := t.gatewayAddrs(gateway, t.provAddrs)
 	t.mu.Unlock()
 	if on {
-		a.Store = &fixtures.StoreAddrs{MasterName: StoreMasterName, Replication: t.spec.StoreReplication,
+		a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Replication: t.spec.StoreReplication,
 			Sentinels: storeSentinelAddrs(func(h string) string { return h })}
 	}
 	cfg, err := t.spec.Deployment.GatewayConfig(gateway, a)

@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+
+	"github.com/quotaqual/quotaqual/topology/images"
 )
 
 func TestDockerValkeyDockerfileMatchesTheRepositoryCopy(t *testing.T) {
@@ -18,8 +20,8 @@ func TestDockerValkeyDockerfileMatchesTheRepositoryCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(b) != ValkeyDockerfile {
-		t.Errorf("docker/valkey/Dockerfile and topology.ValkeyDockerfile differ: keep them identical\nfile:\n%s\nconst:\n%s", b, ValkeyDockerfile)
+	if string(b) != images.ValkeyDockerfile {
+		t.Errorf("docker/valkey/Dockerfile and topology.ValkeyDockerfile differ: keep them identical\nfile:\n%s\nconst:\n%s", b, images.ValkeyDockerfile)
 	}
 }
 
@@ -157,7 +159,7 @@ func TestDockerSharedLibraries(t *testing.T) {
 		if err != nil {
 			t.Skip("valkey-server is not on PATH, so there is no dynamic binary to inspect: install it with .ci/install-deps")
 		}
-		files, err := withSharedLibraries(bin)
+		files, err := images.WithSharedLibraries(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +173,7 @@ func TestDockerSharedLibraries(t *testing.T) {
 		if testBinary == "" {
 			t.Skip("QQ_TEST_BINARY is unset: TestMain built no quotaqual binary to inspect")
 		}
-		files, err := withSharedLibraries(testBinary)
+		files, err := images.WithSharedLibraries(testBinary)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +182,7 @@ func TestDockerSharedLibraries(t *testing.T) {
 		}
 	})
 	t.Run("not an ELF binary", func(t *testing.T) {
-		if _, err := withSharedLibraries("docker_test.go"); err == nil {
+		if _, err := images.WithSharedLibraries("docker_test.go"); err == nil {
 			t.Error("accepted a text file")
 		}
 	})

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
@@ -32,7 +32,7 @@ type gatewayLaunch struct {
 // gatewayRecipe is what a gateway was first launched with, to launch it again on another
 // config (a policy change, the replicated store).
 type gatewayRecipe struct {
-	addrs    fixtures.Addresses
+	addrs    deployment.Addresses
 	wrap     []string
 	launches map[string]gatewayLaunch // by config file stem: gateway-a, gateway-a-store, …
 }
@@ -40,7 +40,7 @@ type gatewayRecipe struct {
 // launchGateway renders gateway name's config for addresses a under qualification profile p
 // into config/<stem><ext> and returns how to start it; wrap is the engine's command prefix
 // (a namespace entry), nil for none. The launch is remembered under stem.
-func (b *base) launchGateway(name, stem string, a fixtures.Addresses, p fixtures.Profile, wrap []string) (gatewayLaunch, error) {
+func (b *base) launchGateway(name, stem string, a deployment.Addresses, p deployment.Profile, wrap []string) (gatewayLaunch, error) {
 	gw := b.gatewayUnderTest()
 	f, err := undertest.FactsFor(b.spec.Deployment, name, a, p)
 	if err != nil {
@@ -106,7 +106,7 @@ func (b *base) relaunchAs(name, stem string) error {
 // RestartGatewayWithPolicy restarts a gateway on the rule's policy of p (window, capacity,
 // estimate, lease), as one step of a rolling change; nil p restarts it on the run's own
 // profile again. The gateway's config file is <name>-policy.<ext> while it runs p.
-func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *fixtures.Profile) error {
+func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
 	b.mu.Lock()
 	r := b.gwRecipes[name]
 	b.mu.Unlock()

@@ -2,9 +2,10 @@ package topology
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
+
+	"github.com/quotaqual/quotaqual/internal/httpget"
 )
 
 // getOK sends one GET with its own timeout and reports whether it answered 200, or what it
@@ -13,15 +14,9 @@ import (
 func getOK(ctx context.Context, client *http.Client, url string, timeout time.Duration) (ok bool, last string) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
-	if err != nil {
+	a, err := httpget.Get(rctx, client, url, 4096)
+	if a.StatusCode == 0 {
 		return false, err.Error()
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return false, err.Error()
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK, resp.Status
+	return a.StatusCode == http.StatusOK, a.Status
 }

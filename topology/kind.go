@@ -77,6 +77,7 @@ import (
 	kindlog "sigs.k8s.io/kind/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
@@ -263,10 +264,10 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		}
 	}()
 	existing := t.opts.Kubeconfig != "" || t.opts.Context != ""
-	if !existing && !imageExists(ctx, t.nodeImage) && t.defaulted && imageExists(ctx, LocalKindNodeImage) {
+	if !existing && !images.Exists(ctx, t.nodeImage) && t.defaulted && images.Exists(ctx, LocalKindNodeImage) {
 		t.nodeImage = LocalKindNodeImage
 	}
-	if !existing && !imageExists(ctx, t.nodeImage) {
+	if !existing && !images.Exists(ctx, t.nodeImage) {
 		// Before building anything: no registry is reachable on the project's machines.
 		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalKindNodeImage, EnvKindNodeImage)
 	}
@@ -309,13 +310,13 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 func (t *kindTopo) images(ctx context.Context) error {
 	t.valkeyImg, t.qqImg = t.spec.ValkeyImage, t.spec.QuotaqualImage
 	if t.valkeyImg == "" {
-		t.valkeyImg = DefaultValkeyImage
-		if err := EnsureValkeyImage(ctx); err != nil {
+		t.valkeyImg = images.DefaultValkeyImage
+		if err := images.EnsureValkeyImage(ctx); err != nil {
 			return err
 		}
 	}
 	if t.qqImg == "" {
-		img, err := EnsureQuotaqualImage(ctx, t.spec.Binary)
+		img, err := images.EnsureQuotaqualImage(ctx, t.spec.Binary)
 		if err != nil {
 			return err
 		}

@@ -8,8 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
@@ -22,7 +23,7 @@ type KindManifestOptions struct {
 	RunID          string
 	Namespace      string // default quotaqual-<run id>
 	QuotaqualImage string // default quotaqual:dev
-	ValkeyImage    string // default DefaultValkeyImage
+	ValkeyImage    string // default images.DefaultValkeyImage
 	PullPolicy     corev1.PullPolicy
 	StorageClass   string // Valkey's PVC; "" = the cluster's default class
 	EmptyDir       bool   // Valkey data on an emptyDir (no PVC): state does not survive StopValkey
@@ -44,7 +45,7 @@ const (
 
 // KindInput builds the renderer's input for deployment d: gateway configs whose addresses are
 // the Service DNS names, the providers' arguments, the policy's rules and the secrets.
-func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error) {
+func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, error) {
 	if err := ValidateRunID(o.RunID); err != nil {
 		return k8s.Input{}, err
 	}
@@ -74,10 +75,10 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 		ValkeyStorageClass: o.StorageClass,
 	}
 	if in.QuotaqualImage == "" {
-		in.QuotaqualImage = quotaqualImageRepo + ":dev"
+		in.QuotaqualImage = images.QuotaqualImageRepo + ":dev"
 	}
 	if in.ValkeyImage == "" {
-		in.ValkeyImage = DefaultValkeyImage
+		in.ValkeyImage = images.DefaultValkeyImage
 	}
 	if o.EmptyDir {
 		in.ValkeyStorage = k8s.StorageEmptyDir
@@ -90,14 +91,14 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 	}
 	valkeyAddr := in.ServiceAddr(HostValkey, kindPorts.Valkey)
 	in.GatewayEnv = d.GatewayEnv(valkeyAddr)
-	var provs []fixtures.ProviderAddr
+	var provs []deployment.ProviderAddr
 	for _, h := range Providers {
-		provs = append(provs, fixtures.ProviderAddr{Site: siteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
+		provs = append(provs, deployment.ProviderAddr{Site: siteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
 		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: siteOf(h),
 			Args: d.ProviderArgs(siteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
 	for _, g := range Gateways {
-		cfg, err := d.GatewayConfig(g, fixtures.Addresses{
+		cfg, err := d.GatewayConfig(g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
 			ValkeyAddr:  valkeyAddr,
@@ -115,7 +116,7 @@ func KindInput(d *fixtures.Deployment, o KindManifestOptions) (k8s.Input, error)
 }
 
 // RenderKind renders the kind topology's manifests for deployment d.
-func RenderKind(d *fixtures.Deployment, o KindManifestOptions) ([]runtime.Object, error) {
+func RenderKind(d *deployment.Deployment, o KindManifestOptions) ([]runtime.Object, error) {
 	in, err := KindInput(d, o)
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func RenderKind(d *fixtures.Deployment, o KindManifestOptions) ([]runtime.Object
 }
 
 // RenderKindYAML renders the manifests as one multi-document YAML stream.
-func RenderKindYAML(d *fixtures.Deployment, o KindManifestOptions) ([]byte, error) {
+func RenderKindYAML(d *deployment.Deployment, o KindManifestOptions) ([]byte, error) {
 	objs, err := RenderKind(d, o)
 	if err != nil {
 		return nil, err

@@ -20,14 +20,15 @@ import (
 	kindv1alpha4 "sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/yaml"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
 
 func kindSpec(t *testing.T) Spec {
 	t.Helper()
-	p, _ := fixtures.ProfileByName("quick")
-	d, err := fixtures.NewDeployment("kindunit", p, []string{"valid-auth"})
+	p, _ := deployment.ProfileByName("quick")
+	d, err := deployment.NewDeployment("kindunit", p, []string{"valid-auth"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	ctx := context.Background()
 	k, _ := newKind(kindSpec(t))
 	cs := fake.NewClientset()
-	k.cs, k.qqImg, k.valkeyImg = cs, "quotaqual:test", DefaultValkeyImage
+	k.cs, k.qqImg, k.valkeyImg = cs, "quotaqual:test", images.DefaultValkeyImage
 	k.clusterNm = "context fake"
 	if err := k.render(); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,27 +19,42 @@ func FindRunProcesses(runID string) []int {
 	if ValidateRunID(runID) != nil {
 		return nil
 	}
-	marker := []byte(EnvRunID + "=" + runID)
-	self := os.Getpid()
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	var out []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil || pid == self {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join(d, "environ"))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if bytes.Equal(kv, marker) {
-				out = append(out, pid)
-				break
-			}
+	for pid, id := range runIDsOfProcesses() {
+		if id == runID {
+			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// runIDsOfProcesses scans /proc once: each readable process (other than this one) whose
+// environment carries EnvRunID maps to the run id it names. Processes whose environment
+// cannot be read (other users') are not ours and are skipped.
+func runIDsOfProcesses() iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		prefix := []byte(EnvRunID + "=")
+		self := os.Getpid()
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			pid, err := strconv.Atoi(filepath.Base(d))
+			if err != nil || pid == self {
+				continue
+			}
+			env, err := os.ReadFile(filepath.Join(d, "environ"))
+			if err != nil {
+				continue
+			}
+			for _, kv := range bytes.Split(env, []byte{0}) {
+				if id, ok := bytes.CutPrefix(kv, prefix); ok {
+					if !yield(pid, string(id)) {
+						return
+					}
+					break
+				}
+			}
+		}
+	}
 }
 
 // KillRunProcesses stops every process FindRunProcesses finds for runID: SIGTERM, then SIGKILL
@@ -94,26 +110,10 @@ func KillRunProcesses(ctx context.Context, runID string, grace time.Duration) Te
 // FindRuns maps each run id found in the environment of a readable process (other than this
 // one) to its processes: what `quotaqual down` without --run-id lists.
 func FindRuns() map[string][]int {
-	prefix := []byte(EnvRunID + "=")
-	self := os.Getpid()
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	out := map[string][]int{}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil || pid == self {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join(d, "environ"))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if id, ok := bytes.CutPrefix(kv, prefix); ok && ValidateRunID(string(id)) == nil {
-				if !zombieOrGone(pid) {
-					out[string(id)] = append(out[string(id)], pid)
-				}
-				break
-			}
+	for pid, id := range runIDsOfProcesses() {
+		if ValidateRunID(id) == nil && !zombieOrGone(pid) {
+			out[id] = append(out[id], pid)
 		}
 	}
 	return out

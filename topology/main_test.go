@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // testBinary is the quotaqual binary built once for all tests.
@@ -61,11 +63,11 @@ func testMain(m *testing.M) int {
 func newSpec(t *testing.T, mode string) Spec {
 	t.Helper()
 	id := NewRunID()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := fixtures.NewDeployment(id, p, nil)
+	d, err := deployment.NewDeployment(id, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +83,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // chat sends one walkthrough request to a gateway from the client host and returns the status
 // and the provider site that served it.
-func chat(t *testing.T, topo Topology, gateway string, d *fixtures.Deployment) (int, string) {
+func chat(t *testing.T, topo Topology, gateway string, d *deployment.Deployment) (int, string) {
 	t.Helper()
-	cred, ok := d.Credential("", fixtures.Subjects[0])
+	cred, ok := d.Credential("", deployment.Subjects[0])
 	if !ok {
 		t.Fatal("no walkthrough credential")
 	}
-	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
+	body := `{"model":"` + providerstub.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
@@ -99,7 +101,7 @@ func chat(t *testing.T, topo Topology, gateway string, d *fixtures.Deployment) (
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
 }
 
 // getStatus fetches url with the observer client.
@@ -149,7 +151,7 @@ func mustJSON(v any) string {
 
 // waitStoreBack polls chat until the gateway decides with the store again (200, or 429 once
 // the polling has used the budget up) or the deadline passes.
-func waitStoreBack(t *testing.T, topo Topology, gateway string, d *fixtures.Deployment, within time.Duration) {
+func waitStoreBack(t *testing.T, topo Topology, gateway string, d *deployment.Deployment, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -183,7 +183,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	}
 
 	var provs []*component
-	var provAddrs []fixtures.ProviderAddr
+	var provAddrs []deployment.ProviderAddr
 	for _, host := range Providers {
 		site := siteOf(host)
 		argv := append(t.wrap(host), t.spec.Binary)
@@ -198,11 +198,11 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 		t.mu.Lock()
 		t.providers[host] = ep
 		t.mu.Unlock()
-		provAddrs = append(provAddrs, fixtures.ProviderAddr{Site: site, URL: ep.DataURL})
+		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: site, URL: ep.DataURL})
 	}
 	var gws []*component
 	for _, host := range Gateways {
-		addrs := fixtures.Addresses{
+		addrs := deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
 			ValkeyAddr:  t.valkeyAt,

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -92,18 +92,18 @@ func storeSentinelAddrs(addr func(string) string) []string {
 
 // storeGatewayConfig renders the gateway's launch on the group (<gateway>-store) beside its
 // usual one, when the gateway under test can be put on the group.
-func (t *netnsTopo) storeGatewayConfig(gateway string, a fixtures.Addresses) error {
+func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses) error {
 	if t.StoreGroupReason() != "" || !t.gatewayUnderTest().Caps.StoreGroup {
 		return nil
 	}
-	a.Store = &fixtures.StoreAddrs{MasterName: StoreMasterName, Sentinels: storeSentinelAddrs(t.hostAddr),
+	a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Sentinels: storeSentinelAddrs(t.hostAddr),
 		Replication: t.spec.StoreReplication}
 	_, err := t.launchGateway(gateway, gateway+"-store", a, t.spec.Deployment.Profile, t.wrap(gateway))
 	return err
 }
 
 func (t *netnsTopo) StoreGroupReason() string {
-	if t.spec.Deployment.Backend == fixtures.BackendMemory {
+	if t.spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
 	}
 	return ""

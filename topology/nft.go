@@ -67,12 +67,15 @@ func CompileNFT(p Policy, host string, addrs map[string]string, mode string) (st
 // nftHead opens the table and declares the partition set.
 var nftHead = fmt.Sprintf("table inet %s {\n\tset %s {\n\t\ttype ipv4_addr\n\t}\n\n", nftTable, nftPartitionSet)
 
+// ValidDenyMode reports whether mode is DenyReject or DenyDrop.
+func ValidDenyMode(mode string) bool { return mode == DenyReject || mode == DenyDrop }
+
 // denyMode defaults an empty deny mode to DenyReject and rejects unknown ones.
 func denyMode(mode string) (string, error) {
 	if mode == "" {
 		return DenyReject, nil
 	}
-	if mode != DenyReject && mode != DenyDrop {
+	if !ValidDenyMode(mode) {
 		return "", fmt.Errorf("deny mode %q is unknown: use %q or %q", mode, DenyReject, DenyDrop)
 	}
 	return mode, nil

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
@@ -58,7 +58,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 
 	// Providers, then gateways: each group in parallel, each member retried with fresh ports
 	// if another process took a picked port before it could bind it.
-	var provAddrs []fixtures.ProviderAddr
+	var provAddrs []deployment.ProviderAddr
 	errs := make([]error, len(Providers))
 	done := make(chan int, len(Providers))
 	for i, host := range Providers {
@@ -90,7 +90,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	}
 	for _, host := range Providers {
 		p := t.Provider(host)
-		provAddrs = append(provAddrs, fixtures.ProviderAddr{Site: p.Site, URL: p.DataURL})
+		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: p.Site, URL: p.DataURL})
 	}
 	t.spec.progress("providers ready")
 
@@ -99,7 +99,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	for i, host := range Gateways {
 		go func() {
 			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*component, error) {
-				l, err := t.launchGateway(host, host, fixtures.Addresses{
+				l, err := t.launchGateway(host, host, deployment.Addresses{
 					DataListen: loop(data), AdminListen: loop(admin),
 					ValkeyAddr: t.valkeyAt, Providers: provAddrs,
 				}, t.spec.Deployment.Profile, nil)

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
@@ -29,7 +29,7 @@ type Spec struct {
 	RunID      string
 	WorkDir    string // the run's private directory: configs, logs, valkey data
 	Binary     string // the quotaqual binary to run for gateways and providers (os.Executable())
-	Deployment *fixtures.Deployment
+	Deployment *deployment.Deployment
 	// Gateway is the gateway under test; nil means quotaqual's own (undertest.Default).
 	Gateway  *undertest.Profile
 	DenyMode string    // DenyReject (default) or DenyDrop
@@ -40,12 +40,12 @@ type Spec struct {
 	AdjustPolicy func(Policy) Policy
 
 	// StoreReplication is how the gateways write to the replicated store group when a
-	// failover scenario puts them on it: fixtures.ReplicationAcknowledged (default) or
-	// fixtures.ReplicationAsync (to see the double spend it allows).
+	// failover scenario puts them on it: deployment.ReplicationAcknowledged (default) or
+	// deployment.ReplicationAsync (to see the double spend it allows).
 	StoreReplication string
 
 	// Docker engine only: images to run instead of the ones it builds when missing (see
-	// docker_image.go), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
+	// package topology/images), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
 	ValkeyImage    string
 	QuotaqualImage string
 
@@ -64,59 +64,26 @@ func (s *Spec) validate() error {
 		return errors.New("topology: Spec.Binary is required: pass the quotaqual binary (os.Executable())")
 	}
 	if s.Deployment == nil {
-		return errors.New("topology: Spec.Deployment is required: build one with fixtures.NewDeployment")
+		return errors.New("topology: Spec.Deployment is required: build one with deployment.NewDeployment")
 	}
 	switch s.StoreReplication {
 	case "":
-		s.StoreReplication = fixtures.ReplicationAcknowledged
-	case fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+		s.StoreReplication = deployment.ReplicationAcknowledged
+	case deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 	default:
-		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync)
+		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
 	}
-	switch s.DenyMode {
-	case "":
-		s.DenyMode = DenyReject
-	case DenyReject, DenyDrop:
-	default:
-		return fmt.Errorf("deny mode %q is unknown: use %q or %q", s.DenyMode, DenyReject, DenyDrop)
+	mode, err := denyMode(s.DenyMode)
+	if err != nil {
+		return err
 	}
+	s.DenyMode = mode
 	return nil
 }
 
 func (s *Spec) progress(format string, args ...any) {
 	if s.Stdout != nil {
 		fmt.Fprintf(s.Stdout, format+"\n", args...)
-	}
-}
-
-// New returns a topology of the named engine: "auto" (netns when Detect says it can, process
-// otherwise), "netns" or "process". The netns engine must run inside the run's own namespaces:
-// call ReexecIntoNamespace at the start of the command first (see reexec_linux.go).
-func New(engine string, spec Spec) (Topology, error) {
-	if err := spec.validate(); err != nil {
-		return nil, err
-	}
-	if engine == "" || engine == EngineAuto {
-		engine, _ = Detect()
-		if engine == EngineProcess && DockerAvailable() {
-			engine = EngineDocker
-		}
-	}
-	if g := spec.Gateway; g != nil && g.Name != undertest.DefaultName && (engine == EngineDocker || engine == EngineKind) {
-		// These engines still render quotaqual's gateway config themselves (issue 12).
-		return nil, fmt.Errorf("gateway profile %s: the %s engine launches only quotaqual's own gateway so far: use --topology netns or process", g.Name, engine)
-	}
-	switch engine {
-	case EngineDocker:
-		return newDocker(spec)
-	case EngineProcess:
-		return newProcess(spec), nil
-	case EngineNetns:
-		return newNetns(spec)
-	case EngineKind:
-		return newKind(spec)
-	default:
-		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // Host names, the same on every engine.
@@ -93,7 +93,7 @@ type Topology interface {
 // PolicyRollout is implemented by engines that can restart a gateway on another rule policy
 // (a rolling change of the quota policy); nil restores the run's own.
 type PolicyRollout interface {
-	RestartGatewayWithPolicy(ctx context.Context, gateway string, p *fixtures.Profile) error
+	RestartGatewayWithPolicy(ctx context.Context, gateway string, p *deployment.Profile) error
 }
 
 // GatewayEndpoint is where a gateway listens, as seen from the client and the observer.

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // Facts are what a run knows about one gateway it launches: the values a profile's config
@@ -27,12 +27,12 @@ type Facts struct {
 	UpstreamTimeout, ShutdownTimeout time.Duration
 
 	Users     []User
-	Providers []fixtures.ProviderAddr
+	Providers []deployment.ProviderAddr
 	Store     Store
 	Budget    Budget
 	// ScenarioRules are the scenarios' own rules, rendered ahead of the qualification's rule
 	// by a gateway with capabilities.scenario_rules.
-	ScenarioRules []fixtures.ScenarioRule
+	ScenarioRules []deployment.ScenarioRule
 }
 
 // User is one Basic-Auth principal; its password is in the environment variable PasswordEnv.
@@ -80,13 +80,13 @@ var sitePattern = regexp.MustCompile(`^[a-z0-9-]{1,32}$`) // as fixtures accepts
 // FactsFor gathers gateway name's facts from the run's deployment, the addresses of this
 // topology, and the qualification profile p (the deployment's own, or another for a policy
 // change). Addresses are checked here, so every profile gets the same errors.
-func FactsFor(d *fixtures.Deployment, name string, a fixtures.Addresses, p fixtures.Profile) (Facts, error) {
+func FactsFor(d *deployment.Deployment, name string, a deployment.Addresses, p deployment.Profile) (Facts, error) {
 	backend := d.Backend
 	if backend == "" {
-		backend = fixtures.BackendValkey
+		backend = deployment.BackendValkey
 	}
-	if backend != fixtures.BackendValkey && backend != fixtures.BackendMemory {
-		return Facts{}, fmt.Errorf("deployment backend %q is unknown: use %q or %q", backend, fixtures.BackendValkey, fixtures.BackendMemory)
+	if backend != deployment.BackendValkey && backend != deployment.BackendMemory {
+		return Facts{}, fmt.Errorf("deployment backend %q is unknown: use %q or %q", backend, deployment.BackendValkey, deployment.BackendMemory)
 	}
 	fail := func(err error) (Facts, error) {
 		return Facts{}, fmt.Errorf("rendering the config of %s: %w", name, err)
@@ -115,10 +115,10 @@ func FactsFor(d *fixtures.Deployment, name string, a fixtures.Addresses, p fixtu
 	f := Facts{
 		Name: name, RunID: d.RunID, Profile: p.Name,
 		DataListen: a.DataListen, AdminListen: a.AdminListen,
-		UpstreamTimeout: fixtures.GatewayUpstreamTimeout, ShutdownTimeout: fixtures.GatewayShutdownTimeout,
+		UpstreamTimeout: deployment.GatewayUpstreamTimeout, ShutdownTimeout: deployment.GatewayShutdownTimeout,
 		Providers: a.Providers,
-		Store: Store{Backend: backend, Addr: a.ValkeyAddr, URLEnv: fixtures.ValkeyURLEnv,
-			PasswordEnv: fixtures.ValkeyPasswordEnv, Namespace: d.Namespace, Timeout: p.StoreTimeout},
+		Store: Store{Backend: backend, Addr: a.ValkeyAddr, URLEnv: deployment.ValkeyURLEnv,
+			PasswordEnv: deployment.ValkeyPasswordEnv, Namespace: d.Namespace, Timeout: p.StoreTimeout},
 		Budget:        Budget{Rule: RuleName, Window: p.Window, Capacity: p.Capacity, Estimate: p.Estimate, Lease: p.Lease},
 		ScenarioRules: d.ScenarioRules(),
 	}
@@ -126,17 +126,17 @@ func FactsFor(d *fixtures.Deployment, name string, a fixtures.Addresses, p fixtu
 		f.Users = append(f.Users, User{Username: c.Username, PasswordEnv: c.EnvVar})
 	}
 	if a.Store != nil {
-		if backend != fixtures.BackendValkey {
+		if backend != deployment.BackendValkey {
 			return fail(fmt.Errorf("the replicated store needs the valkey backend"))
 		}
 		g := Group{MasterName: a.Store.MasterName, Sentinels: a.Store.Sentinels,
-			Replication: a.Store.Replication, AckTimeout: fixtures.StoreAckTimeout}
+			Replication: a.Store.Replication, AckTimeout: deployment.StoreAckTimeout}
 		switch g.Replication {
 		case "":
-			g.Replication = fixtures.ReplicationAcknowledged
-		case fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync:
+			g.Replication = deployment.ReplicationAcknowledged
+		case deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 		default:
-			return fail(fmt.Errorf("store replication %q is unknown: use %s or %s", g.Replication, fixtures.ReplicationAcknowledged, fixtures.ReplicationAsync))
+			return fail(fmt.Errorf("store replication %q is unknown: use %s or %s", g.Replication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync))
 		}
 		for _, s := range g.Sentinels {
 			if err := checkHostPort("sentinel address", s); err != nil {
@@ -163,7 +163,7 @@ func checkHostPort(what, addr string) error {
 // RenderFor renders gateway name's config for the run's deployment d on addresses a under
 // qualification profile qp: FactsFor, then Render. For engines that place the file
 // themselves (a container's file, a ConfigMap).
-func (p *Profile) RenderFor(d *fixtures.Deployment, name string, a fixtures.Addresses, qp fixtures.Profile) ([]byte, error) {
+func (p *Profile) RenderFor(d *deployment.Deployment, name string, a deployment.Addresses, qp deployment.Profile) ([]byte, error) {
 	f, err := FactsFor(d, name, a, qp)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/gateway"
 	"github.com/quotaqual/quotaqual/internal/altgateway"
 	"github.com/quotaqual/quotaqual/undertest"
@@ -24,7 +24,7 @@ func TestShippedProfiles(t *testing.T) {
 			t.Errorf("shipped profiles %v lack %s", names, want)
 		}
 	}
-	d := testDeployment(t, fixtures.BackendValkey)
+	d := testDeployment(t, deployment.BackendValkey)
 	secrets := append(d.GatewayEnv("10.0.0.5:6379"), d.StoreEnv()...)
 	getenv := func(k string) (string, bool) {
 		for _, kv := range secrets {

@@ -12,14 +12,14 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 // funcs are the template functions every profile template may use.
 var funcs = template.FuncMap{
 	"y":    yamlScalar,
 	"json": jsonString,
-	"dur":  fixtures.FormatDuration,
+	"dur":  deployment.FormatDuration,
 	"ms":   func(d time.Duration) int64 { return d.Milliseconds() },
 	"secs": func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) },
 	// envref is a ${NAME} reference, for gateways that expand their environment in config.

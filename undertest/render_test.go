@@ -8,17 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
-func testDeployment(t *testing.T, backend string) *fixtures.Deployment {
+func testDeployment(t *testing.T, backend string) *deployment.Deployment {
 	t.Helper()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := fixtures.NewDeployment("q-seam-test", p, []string{"shared-budget", "usage-accounting", "hard-gate", "long-generation", "valkey-failover"})
+	d, err := deployment.NewDeployment("q-seam-test", p, []string{"shared-budget", "usage-accounting", "hard-gate", "long-generation", "valkey-failover"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,9 +26,9 @@ func testDeployment(t *testing.T, backend string) *fixtures.Deployment {
 	return d
 }
 
-func testAddrs() fixtures.Addresses {
-	return fixtures.Addresses{DataListen: ":8080", AdminListen: "127.0.0.1:9090", ValkeyAddr: "10.0.0.5:6379",
-		Providers: []fixtures.ProviderAddr{{Site: "west", URL: "http://10.0.0.2:8000"}, {Site: "east", URL: "http://10.0.0.3:8000"}}}
+func testAddrs() deployment.Addresses {
+	return deployment.Addresses{DataListen: ":8080", AdminListen: "127.0.0.1:9090", ValkeyAddr: "10.0.0.5:6379",
+		Providers: []deployment.ProviderAddr{{Site: "west", URL: "http://10.0.0.2:8000"}, {Site: "east", URL: "http://10.0.0.3:8000"}}}
 }
 
 var update = flag.Bool("update", false, "rewrite the golden configs in testdata")
@@ -39,21 +39,21 @@ var update = flag.Bool("update", false, "rewrite the golden configs in testdata"
 func TestDefaultRendersTodaysConfig(t *testing.T) {
 	def := undertest.Default()
 	group := testAddrs()
-	group.Store = &fixtures.StoreAddrs{MasterName: "qq", Sentinels: []string{"10.0.0.7:26379", "10.0.0.8:26379"}}
+	group.Store = &deployment.StoreAddrs{MasterName: "qq", Sentinels: []string{"10.0.0.7:26379", "10.0.0.8:26379"}}
 	async := testAddrs()
-	async.Store = &fixtures.StoreAddrs{MasterName: "qq", Sentinels: []string{"10.0.0.7:26379"}, Replication: fixtures.ReplicationAsync}
-	ref, _ := fixtures.ProfileByName("reference")
+	async.Store = &deployment.StoreAddrs{MasterName: "qq", Sentinels: []string{"10.0.0.7:26379"}, Replication: deployment.ReplicationAsync}
+	ref, _ := deployment.ProfileByName("reference")
 	cases := []struct {
 		name    string
 		backend string
-		a       fixtures.Addresses
-		p       *fixtures.Profile
+		a       deployment.Addresses
+		p       *deployment.Profile
 	}{
-		{"valkey", fixtures.BackendValkey, testAddrs(), nil},
-		{"store group acknowledged", fixtures.BackendValkey, group, nil},
-		{"store group async", fixtures.BackendValkey, async, nil},
-		{"memory", fixtures.BackendMemory, testAddrs(), nil},
-		{"policy change", fixtures.BackendValkey, testAddrs(), &ref},
+		{"valkey", deployment.BackendValkey, testAddrs(), nil},
+		{"store group acknowledged", deployment.BackendValkey, group, nil},
+		{"store group async", deployment.BackendValkey, async, nil},
+		{"memory", deployment.BackendMemory, testAddrs(), nil},
+		{"policy change", deployment.BackendValkey, testAddrs(), &ref},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/internal/altgateway"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newAltGatewayCmd) }
@@ -26,17 +27,17 @@ func newAltGatewayCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
-				return withCode(ExitUsage, errors.New("--config is required: pass the altgateway's JSON config file"))
+				return withCode(wire.ExitUsage, errors.New("--config is required: pass the altgateway's JSON config file"))
 			}
 			s, err := altgateway.LoadConfig(configPath, os.LookupEnv)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "altgateway")
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			if err := altgateway.Run(ctx, s, logger); err != nil {
-				return withCode(ExitFailed, err)
+				return withCode(wire.ExitFailed, err)
 			}
 			return nil
 		},

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,7 +28,9 @@ import (
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 var binary string
@@ -151,8 +154,8 @@ func TestRunRejectsBadUsageWithExitCode2(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			_, stderr, code := quotaqual(t, 30*time.Second, c.args...)
-			if code != ExitUsage {
-				t.Errorf("exit %d, want %d; stderr: %s", code, ExitUsage, stderr)
+			if code != wire.ExitUsage {
+				t.Errorf("exit %d, want %d; stderr: %s", code, wire.ExitUsage, stderr)
 			}
 			if !strings.Contains(stderr, c.want) {
 				t.Errorf("stderr %q does not name %q", stderr, c.want)
@@ -179,8 +182,8 @@ func TestRunExitsWith3WhenTheTopologyCannotComeUp(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != ExitTopology {
-		t.Fatalf("run without valkey-server: %v, want exit %d\nstderr: %s", err, ExitTopology, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != wire.ExitTopology {
+		t.Fatalf("run without valkey-server: %v, want exit %d\nstderr: %s", err, wire.ExitTopology, stderr.String())
 	}
 	if !strings.Contains(stderr.String()+stdout.String(), "valkey-server") {
 		t.Errorf("the error does not say valkey-server is missing:\n%s\n%s", stderr.String(), stdout.String())
@@ -257,6 +260,15 @@ func workDirsOf(runID string) []string {
 // left and removes it, and says what it removed (issue 10, defect 13).
 func TestKill9LeavesAWorkDirectoryThatDownRemoves(t *testing.T) {
 	runID := fmt.Sprintf("kill9-%d", time.Now().UnixNano()%1e6)
+	// A temporary directory of its own: every run's start removes the dead runs' work
+	// directories it finds there, and a run of another package's tests starting between the
+	// kill and `down` (a CI run saw it) would take this one away before down could show it.
+	tmp, err := os.MkdirTemp("", "qqk9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd, _, stderr := startRunUntil(ctx, t, runID, t.TempDir(), "waiting for usage to leave", "window-expiry")
@@ -301,8 +313,8 @@ func interruptRun(t *testing.T, sig syscall.Signal) {
 	}
 	err := cmd.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != ExitFailed {
-		t.Fatalf("interrupted run: %v, want exit %d\nstderr: %s", err, ExitFailed, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != wire.ExitFailed {
+		t.Fatalf("interrupted run: %v, want exit %d\nstderr: %s", err, wire.ExitFailed, stderr.String())
 	}
 	var out runJSON
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
@@ -483,7 +495,7 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 // every run.
 func removeOwnImageAfterwards(t *testing.T) {
 	t.Helper()
-	tag, err := topology.QuotaqualImageTag(binary)
+	tag, err := images.QuotaqualImageTag(binary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,17 +568,23 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 			failed[a.Name] = true
 		}
 	}
-	for _, name := range []string{
-		"no token admitted twice: tokens held at once ≤ capacity",
-		"no acknowledged reservation lost in the promotion",
-		"the history is linearizable against the ledger model (porcupine)",
-	} {
+	mustFail := []string{"the history is linearizable against the ledger model (porcupine)"}
+	// Tokens held twice at once, and holds missing from the promoted primary while in flight,
+	// show only when the re-admission came while the split's holds still ran (6 s); a loaded
+	// machine can promote later than that (a CI run did), and then porcupine is the evidence.
+	for _, f := range out.Results[0].Facts {
+		if f.Name == "readmitted_while_split_holds_ran" && f.Value == true {
+			mustFail = append(mustFail, "no token admitted twice: tokens held at once ≤ capacity",
+				"no acknowledged reservation lost in the promotion")
+		}
+	}
+	for _, name := range mustFail {
 		if !failed[name] {
 			t.Errorf("valkey-failover with async replication on docker did not fail %q: %+v", name, out.Results[0].Assertions)
 		}
 	}
 	for _, f := range out.Results[0].Facts {
-		if f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
+		if slices.Contains(mustFail, "no acknowledged reservation lost in the promotion") && f.Name == "lost_reservations" && !strings.Contains(fmt.Sprint(f.Value), "split-") {
 			t.Errorf("the lost reservations are not named: %v", f.Value)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newDownCmd) }
@@ -53,7 +54,7 @@ that still have processes.`,
 				return nil
 			}
 			if err := topology.ValidateRunID(runID); err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
@@ -87,7 +88,7 @@ that still have processes.`,
 				fmt.Fprintln(out, "removed", r)
 			}
 			if len(td.Errors) > 0 {
-				return withCode(ExitFailed, fmt.Errorf("%s", strings.Join(td.Errors, "; ")))
+				return withCode(wire.ExitFailed, fmt.Errorf("%s", strings.Join(td.Errors, "; ")))
 			}
 			return nil
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newEvidenceCmd) }
@@ -20,7 +21,7 @@ func newEvidenceCmd() *cobra.Command {
 		Short: "Work with evidence bundles",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withCode(ExitUsage, errors.New("evidence: missing subcommand (try: quotaqual evidence verify DIR)"))
+			return withCode(wire.ExitUsage, errors.New("evidence: missing subcommand (try: quotaqual evidence verify DIR)"))
 		},
 	}
 	cmd.AddCommand(&cobra.Command{
@@ -34,11 +35,11 @@ or not a readable bundle.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := evidence.Verify(args[0])
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			printVerifyReport(cmd.OutOrStdout(), rep)
 			if !rep.OK() {
-				return withCode(ExitFailed, nil)
+				return withCode(wire.ExitFailed, nil)
 			}
 			return nil
 		},
@@ -56,9 +57,9 @@ bundle no longer verifies; 2: bad usage or not a readable bundle.`,
 			out, err := evidence.RegenerateReport(args[0])
 			if err != nil {
 				if out != "" {
-					return withCode(ExitFailed, err)
+					return withCode(wire.ExitFailed, err)
 				}
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), out)
 			return nil
@@ -76,17 +77,17 @@ configs. Exit 0: no verdict regressed; 1: a verdict regressed (a pass that is no
 skipped or missing, or a skip that is now a failure); 2: bad usage or not a readable bundle.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
-				return withCode(ExitUsage, fmt.Errorf("evidence diff takes a baseline and a candidate bundle, got %d arguments", len(args)))
+				return withCode(wire.ExitUsage, fmt.Errorf("evidence diff takes a baseline and a candidate bundle, got %d arguments", len(args)))
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if threshold < 0 {
-				return withCode(ExitUsage, fmt.Errorf("--threshold %g: give a relative change ≥ 0, e.g. 0.25 for 25%%", threshold))
+				return withCode(wire.ExitUsage, fmt.Errorf("--threshold %g: give a relative change ≥ 0, e.g. 0.25 for 25%%", threshold))
 			}
 			d, err := evidence.DiffBundles(args[0], args[1], threshold)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			if diffJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -98,7 +99,7 @@ skipped or missing, or a skip that is now a failure); 2: bad usage or not a read
 				d.WriteText(cmd.OutOrStdout())
 			}
 			if d.Regressed {
-				return withCode(ExitFailed, nil)
+				return withCode(wire.ExitFailed, nil)
 			}
 			return nil
 		},
@@ -113,7 +114,7 @@ skipped or missing, or a skip that is now a failure); 2: bad usage or not a read
 func exactlyOneBundle(sub string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != 1 {
-			return withCode(ExitUsage, fmt.Errorf("evidence %s takes exactly one bundle directory or .tar.gz, got %d arguments", sub, len(args)))
+			return withCode(wire.ExitUsage, fmt.Errorf("evidence %s takes exactly one bundle directory or .tar.gz, got %d arguments", sub, len(args)))
 		}
 		return nil
 	}

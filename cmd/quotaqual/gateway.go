@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/gateway"
 	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newGatewayCmd) }
@@ -40,24 +41,24 @@ drains the settlement queue and exits 0. Logs are JSON lines on stderr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configPath == "" {
-				return withCode(ExitUsage, errors.New("--config is required: pass the gateway's YAML config file"))
+				return withCode(wire.ExitUsage, errors.New("--config is required: pass the gateway's YAML config file"))
 			}
 			cfg, err := gateway.LoadConfig(configPath, os.LookupEnv)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			if check {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", configPath)
 				return err
 			}
 			if err := mutant.Arm(configPath); err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "gateway")
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			if err := gateway.Run(ctx, cfg, logger); err != nil {
-				return withCode(ExitFailed, err)
+				return withCode(wire.ExitFailed, err)
 			}
 			return nil
 		},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/scenarios"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // shippedProfile is the path of a shipped gateway profile from this package's directory.
@@ -50,8 +51,8 @@ func TestRunGatewayProfileErrorsNameTheField(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", path, "--evidence-dir", t.TempDir())
-		if code != ExitUsage {
-			t.Errorf("exit %d, want %d; stderr: %s", code, ExitUsage, stderr)
+		if code != wire.ExitUsage {
+			t.Errorf("exit %d, want %d; stderr: %s", code, wire.ExitUsage, stderr)
 		}
 		for _, want := range []string{"--gateway", path, c.want} {
 			if !strings.Contains(stderr, want) {
@@ -59,10 +60,10 @@ func TestRunGatewayProfileErrorsNameTheField(t *testing.T) {
 			}
 		}
 	}
-	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", "no-such-profile.yaml"); code != ExitUsage || !strings.Contains(stderr, "--gateway") {
+	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", "no-such-profile.yaml"); code != wire.ExitUsage || !strings.Contains(stderr, "--gateway") {
 		t.Errorf("a missing profile: exit %d, stderr %q", code, stderr)
 	}
-	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", "altgateway", "--topology", "docker", "--evidence-dir", t.TempDir()); code != ExitUsage || !strings.Contains(stderr, "netns or process") {
+	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", "altgateway", "--topology", "docker", "--evidence-dir", t.TempDir()); code != wire.ExitUsage || !strings.Contains(stderr, "netns or process") {
 		t.Errorf("a foreign profile on docker: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -84,8 +85,8 @@ func TestKnownBadProfileFails(t *testing.T) {
 		only = append(only, s)
 	}
 	out, code := runGateway(t, shippedProfile("quotaqual-memory"), 4*time.Minute, only...)
-	if code != ExitFailed {
-		t.Errorf("exit %d (%s), want %d", code, out.Error, ExitFailed)
+	if code != wire.ExitFailed {
+		t.Errorf("exit %d (%s), want %d", code, out.Error, wire.ExitFailed)
 	}
 	if len(out.Results) != len(only) {
 		t.Fatalf("%d results, want %d", len(out.Results), len(only))
@@ -147,8 +148,8 @@ var altGatewayVerdicts = map[string]verdict{
 // passes, fails and skips, and why.
 func TestAltGatewayVerdicts(t *testing.T) {
 	out, code := runGateway(t, shippedProfile("altgateway"), 5*time.Minute)
-	if code != ExitFailed {
-		t.Errorf("exit %d (%s), want %d: the altgateway fails two scenarios", code, out.Error, ExitFailed)
+	if code != wire.ExitFailed {
+		t.Errorf("exit %d (%s), want %d: the altgateway fails two scenarios", code, out.Error, wire.ExitFailed)
 	}
 	if len(altGatewayVerdicts) != len(scenarios.All()) {
 		t.Fatalf("the pinned list has %d scenarios, the qualification %d: pin every scenario", len(altGatewayVerdicts), len(scenarios.All()))

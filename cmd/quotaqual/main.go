@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func main() {
@@ -23,5 +25,5 @@ func main() {
 	}
 	// Anything cobra itself rejects (unknown flag, bad argument) is bad usage.
 	fmt.Fprintln(os.Stderr, "quotaqual:", err)
-	os.Exit(ExitUsage)
+	os.Exit(wire.ExitUsage)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Hidden helpers the docker topology runs inside its containers (whose images have no shell):
@@ -37,10 +38,10 @@ func newProbeCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, _, err := net.SplitHostPort(to); err != nil {
-				return withCode(ExitUsage, fmt.Errorf("--to %q is not host:port, for example --to valkey:6379", to))
+				return withCode(wire.ExitUsage, fmt.Errorf("--to %q is not host:port, for example --to valkey:6379", to))
 			}
 			if timeout <= 0 || timeout > time.Minute {
-				return withCode(ExitUsage, fmt.Errorf("--timeout %s is out of range: use 1ms to 1m", timeout))
+				return withCode(wire.ExitUsage, fmt.Errorf("--timeout %s is out of range: use 1ms to 1m", timeout))
 			}
 			out := topology.ProbeOutput{To: to}
 			d := net.Dialer{Timeout: timeout}
@@ -56,7 +57,7 @@ func newProbeCmd() *cobra.Command {
 			b, _ := json.Marshal(out)
 			fmt.Fprintln(cmd.OutOrStdout(), string(b))
 			if !out.Reached {
-				return withCode(ExitFailed, nil)
+				return withCode(wire.ExitFailed, nil)
 			}
 			return nil
 		},
@@ -80,7 +81,7 @@ func newRelayCmd() *cobra.Command {
 			if err != nil {
 				// The caller waits for this first stderr line to learn how the dial went.
 				fmt.Fprintln(os.Stderr, "error: "+dialCause(err))
-				return withCode(ExitFailed, nil)
+				return withCode(wire.ExitFailed, nil)
 			}
 			fmt.Fprintln(os.Stderr, "connected")
 			tc := conn.(*net.TCPConn)

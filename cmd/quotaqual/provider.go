@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newProviderCmd) }
 
 func newProviderCmd() *cobra.Command {
-	var f fixtures.ProviderFlags
+	var f providerstub.ProviderFlags
 	cmd := &cobra.Command{
 		Use:   "provider --site NAME --listen ADDR --admin-listen ADDR",
 		Short: "Run an OpenAI-compatible provider stub with deterministic usage and call counters",
@@ -27,13 +28,13 @@ SIGTERM or SIGINT drains in-flight requests for up to 5s and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.Validate(); err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "provider")
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			if err := fixtures.ServeProvider(ctx, f.Config(), f.Listen, f.AdminListen, logger); err != nil {
-				return withCode(ExitFailed, err)
+			if err := providerstub.ServeProvider(ctx, f.Config(), f.Listen, f.AdminListen, logger); err != nil {
+				return withCode(wire.ExitFailed, err)
 			}
 			return nil
 		},

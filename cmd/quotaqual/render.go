@@ -5,9 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newRenderCmd) }
@@ -28,32 +30,32 @@ placeholders; a run generates fresh ones and never prints them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if engine != topology.EngineKind {
-				return withCode(ExitUsage, fmt.Errorf("--topology %q cannot be rendered: only kind has manifests (use --topology kind)", engine))
+				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q cannot be rendered: only kind has manifests (use --topology kind)", engine))
 			}
 			if runID == "" {
 				runID = topology.NewRunID()
 			}
 			if err := topology.ValidateRunID(runID); err != nil {
-				return withCode(ExitUsage, fmt.Errorf("--run-id: %w", err))
+				return withCode(wire.ExitUsage, fmt.Errorf("--run-id: %w", err))
 			}
-			p, err := fixtures.ProfileByName(profile)
+			p, err := deployment.ProfileByName(profile)
 			if err != nil {
-				return withCode(ExitUsage, fmt.Errorf("--profile: %w", err))
+				return withCode(wire.ExitUsage, fmt.Errorf("--profile: %w", err))
 			}
 			var names []string
 			for _, s := range scenarios.All() {
 				names = append(names, s.Name)
 			}
-			d, err := fixtures.NewDeployment(runID, p, names)
+			d, err := deployment.NewDeployment(runID, p, names)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			y, err := topology.RenderKindYAML(d, topology.KindManifestOptions{
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
 				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
 			})
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			_, err = cmd.OutOrStdout().Write(y)
 			return err
@@ -62,9 +64,9 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f := cmd.Flags()
 	f.StringVar(&engine, "topology", topology.EngineKind, "topology to render (only kind has manifests)")
 	f.StringVar(&runID, "run-id", "", "run id naming the namespace quotaqual-<id> (default: a fresh one)")
-	f.StringVar(&profile, "profile", fixtures.DefaultProfile, "profile of the gateway configs")
+	f.StringVar(&profile, "profile", deployment.DefaultProfile, "profile of the gateway configs")
 	f.StringVar(&qqImage, "image", "quotaqual:dev", "quotaqual image of gateways, providers and probe pods")
-	f.StringVar(&valkeyImage, "valkey-image", topology.DefaultValkeyImage, "Valkey image")
+	f.StringVar(&valkeyImage, "valkey-image", images.DefaultValkeyImage, "Valkey image")
 	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")
 	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
 	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")

@@ -4,14 +4,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes shared by every command.
-const (
-	ExitOK       = 0 // everything passed
-	ExitFailed   = 1 // a scenario failed, or a served process ended with an error
-	ExitUsage    = 2 // bad flags, arguments or configuration
-	ExitTopology = 3 // the topology could not be brought up
-)
-
 // exitError carries an exit code out of a command's RunE.
 type exitError struct {
 	code int

@@ -17,6 +17,7 @@ import (
 	"github.com/quotaqual/quotaqual/qualify"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newRunCmd) }
@@ -38,13 +39,13 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Kind.Keep = o.Keep
 			if (o.Kind.Kubeconfig != "" || o.Kind.Context != "" || o.Kind.NodeImage != "") && o.Topology != topology.EngineKind {
-				return withCode(ExitUsage, fmt.Errorf("--kubeconfig, --context and --kind-node-image apply to --topology kind only"))
+				return withCode(wire.ExitUsage, fmt.Errorf("--kubeconfig, --context and --kind-node-image apply to --topology kind only"))
 			}
 			if err := o.Validate(); err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			if parentDone, code, err := enterTopologyNamespace(&o); err != nil {
-				return withCode(ExitTopology, err)
+				return withCode(wire.ExitTopology, err)
 			} else if parentDone {
 				// The run happened in the child; it already printed everything.
 				return withCode(code, nil)
@@ -62,10 +63,10 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 			} else {
 				printSummary(progress, out)
 			}
-			if out.Code != ExitOK {
+			if out.Code != wire.ExitOK {
 				var ue *qualify.UsageError
 				if errors.As(out.Err, &ue) {
-					return withCode(ExitUsage, out.Err)
+					return withCode(wire.ExitUsage, out.Err)
 				}
 				return withCode(out.Code, out.Err)
 			}

@@ -19,10 +19,12 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/walkthrough"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func init() { subcommands = append(subcommands, newUpCmd, newDemoCmd) }
@@ -68,9 +70,9 @@ connection: data ports from inside the client namespace (so the network policy a
 a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			prof, err := fixtures.ProfileByName(profile)
+			prof, err := deployment.ProfileByName(profile)
 			if err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
 			if runID == "" {
 				runID = topology.InsideRunID()
@@ -79,10 +81,10 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				runID = topology.NewRunID()
 			}
 			if err := topology.ValidateRunID(runID); err != nil {
-				return withCode(ExitUsage, err)
+				return withCode(wire.ExitUsage, err)
 			}
-			if denyMode != topology.DenyReject && denyMode != topology.DenyDrop {
-				return withCode(ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
+			if !topology.ValidDenyMode(denyMode) {
+				return withCode(wire.ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
 			}
 			errw := cmd.ErrOrStderr()
 			switch {
@@ -92,8 +94,8 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				var reason string
 				engine, reason = topology.DetectAuto()
 				fmt.Fprintf(errw, "topology %s: %s\n", engine, reason)
-			case engine != topology.EngineNetns && engine != topology.EngineDocker && engine != topology.EngineProcess:
-				return withCode(ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
+			case !topology.IsEngine(engine) || engine == topology.EngineKind: // up serves no kind topology
+				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
 			if engine == topology.EngineNetns && !topology.Inside() {
 				return upReexec(runID)
@@ -107,7 +109,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 		cmd.Flags().BoolVar(&demo, "demo", false, "run the narrated walkthrough, then tear down")
 	}
 	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
-	cmd.Flags().StringVar(&profile, "profile", fixtures.DefaultProfile, "quick or reference")
+	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
@@ -125,18 +127,18 @@ func upReexec(runID string) error {
 	for range upForwards {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return withCode(ExitTopology, fmt.Errorf("opening a loopback port forward: %w", err))
+			return withCode(wire.ExitTopology, fmt.Errorf("opening a loopback port forward: %w", err))
 		}
 		f, err := l.(*net.TCPListener).File()
 		l.Close() // the duplicate in f stays open
 		if err != nil {
-			return withCode(ExitTopology, err)
+			return withCode(wire.ExitTopology, err)
 		}
 		files = append(files, f)
 	}
 	_, code, err := topology.ReexecIntoNamespace(runID, files)
 	if err != nil {
-		return withCode(ExitTopology, err)
+		return withCode(wire.ExitTopology, err)
 	}
 	if code != 0 {
 		return withCode(code, nil)
@@ -144,34 +146,34 @@ func upReexec(runID string) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, denyMode string, demo bool) error {
+func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode string, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
 	self, err := os.Executable()
 	if err != nil {
-		return withCode(ExitTopology, fmt.Errorf("finding the quotaqual binary: %w", err))
+		return withCode(wire.ExitTopology, fmt.Errorf("finding the quotaqual binary: %w", err))
 	}
 	wd, err := topology.NewWorkDir("quotaqual-up-", runID)
 	if err != nil {
-		return withCode(ExitTopology, err)
+		return withCode(wire.ExitTopology, err)
 	}
 	defer wd.Remove()
 	work := wd.Path
-	d, err := fixtures.NewDeployment(runID, prof, nil)
+	d, err := deployment.NewDeployment(runID, prof, nil)
 	if err != nil {
-		return withCode(ExitUsage, err)
+		return withCode(wire.ExitUsage, err)
 	}
 	topo, err := topology.New(engine, topology.Spec{
 		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Stdout: errw,
 	})
 	if err != nil {
-		return withCode(ExitTopology, err)
+		return withCode(wire.ExitTopology, err)
 	}
 	start := time.Now()
 	if err := topo.Up(ctx); err != nil {
-		return withCode(ExitTopology, fmt.Errorf("bringing the %s topology up: %w", engine, err))
+		return withCode(wire.ExitTopology, fmt.Errorf("bringing the %s topology up: %w", engine, err))
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -194,10 +196,10 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 	if engine == topology.EngineNetns {
 		ls, err := topology.InheritedListeners()
 		if err != nil {
-			return withCode(ExitTopology, err)
+			return withCode(wire.ExitTopology, err)
 		}
 		if len(ls) != len(upForwards) {
-			return withCode(ExitTopology, fmt.Errorf("expected %d port-forward listeners from the outer process, got %d", len(upForwards), len(ls)))
+			return withCode(wire.ExitTopology, fmt.Errorf("expected %d port-forward listeners from the outer process, got %d", len(upForwards), len(ls)))
 		}
 		clientDial := topo.Client().Transport.(*http.Transport).DialContext
 		observerDial := topo.Observer().Transport.(*http.Transport).DialContext
@@ -221,7 +223,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		tty = isatty.IsTerminal(f.Fd())
 	}
 	var subjects []walkthrough.Subject
-	for _, label := range fixtures.Subjects {
+	for _, label := range deployment.Subjects {
 		if c, ok := d.Credential("", label); ok {
 			subjects = append(subjects, walkthrough.Subject{Label: label, Username: c.Username, Password: c.Password, EnvVar: c.EnvVar})
 		}
@@ -231,7 +233,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		// Never write a password into a pipe or a log: the curl lines read it from the
 		// environment, and this file (readable by its owner only) sets it.
 		if envFile, err = writeCredentialsFile(runID, subjects); err != nil {
-			return withCode(ExitTopology, err)
+			return withCode(wire.ExitTopology, err)
 		}
 		defer os.Remove(envFile)
 	}
@@ -251,7 +253,7 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		}
 		g := topology.Gateways[i%len(topology.Gateways)]
 		fmt.Fprintf(&header, "  curl -sS -i -u \"%s:%s\" -H 'Content-Type: application/json' \\\n    -d '%s' %s/v1/chat/completions\n",
-			sub.Username, pw, walkthrough.ChatBody(fixtures.DefaultModel), data[g])
+			sub.Username, pw, walkthrough.ChatBody(providerstub.DefaultModel), data[g])
 	}
 	if !tty {
 		fmt.Fprintf(&header, "\n  credentials: %s (mode 0600, removed at teardown); load them first: . %s\n", envFile, envFile)
@@ -273,12 +275,12 @@ func upServe(cmd *cobra.Command, engine string, prof fixtures.Profile, runID, de
 		if tty {
 			pace = 2 * time.Second
 		}
-		dm := &walkthrough.Demo{Out: out, Target: target, Levers: topo, Model: fixtures.DefaultModel, Pace: pace}
+		dm := &walkthrough.Demo{Out: out, Target: target, Levers: topo, Model: providerstub.DefaultModel, Pace: pace}
 		err := dm.Run(ctx)
 		stop() // tear down now: the demo is over
 		fwdWG.Wait()
 		if err != nil {
-			return withCode(ExitFailed, err)
+			return withCode(wire.ExitFailed, err)
 		}
 		return nil
 	}

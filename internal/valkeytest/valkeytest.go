@@ -62,3 +62,34 @@ func StartReplicated(t testing.TB, opts ...func(*valkeyproc.ReplicatedOptions)) 
 	}
 	return r
 }
+
+// StartCluster launches a Valkey Cluster of primaries (each with replicasPerPrimary replicas)
+// on loopback for t, each node on a random port in its own temp directory, waits for
+// cluster_state:ok on every node and registers their shutdown. opts may adjust the options
+// before the start (a password, announce addresses, ...).
+func StartCluster(t testing.TB, primaries, replicasPerPrimary int, opts ...func(*valkeyproc.ClusterOptions)) *valkeyproc.Cluster {
+	t.Helper()
+	o := valkeyproc.ClusterOptions{Primaries: primaries, ReplicasPerPrimary: replicasPerPrimary}
+	for range primaries * (1 + replicasPerPrimary) {
+		o.Nodes = append(o.Nodes, valkeyproc.Options{Dir: t.TempDir()})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := valkeyproc.StartCluster(context.Background(), o)
+	if err != nil {
+		t.Fatalf("start valkey cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			_ = n.Resume()
+		}
+		c.Kill()
+	})
+	return c
+}
+
+// WithClusterPassword requires AUTH on every cluster node.
+func WithClusterPassword(pw string) func(*valkeyproc.ClusterOptions) {
+	return func(o *valkeyproc.ClusterOptions) { o.Password = pw }
+}

@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
@@ -55,9 +56,9 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-// images builds both images when missing and removes, at the end of the test, the ones this
+// ensureImages builds both images when missing and removes, at the end of the test, the ones this
 // test built.
-func images(t *testing.T) string {
+func ensureImages(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -65,10 +66,10 @@ func images(t *testing.T) string {
 	// The Valkey image is kept: it is the same for every run, and another test package may be
 	// about to start a container from it (removing it there would fail that test — no
 	// registry to pull it back from).
-	if err := topology.EnsureValkeyImage(ctx); err != nil {
+	if err := images.EnsureValkeyImage(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := topology.EnsureQuotaqualImage(ctx, binary)
+	tag, err := images.EnsureQuotaqualImage(ctx, binary)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func images(t *testing.T) string {
 			removeImage(t, id)
 		}
 	})
-	t.Logf("images %s and %s ready in %s", topology.DefaultValkeyImage, tag, time.Since(start).Round(time.Millisecond))
+	t.Logf("images %s and %s ready in %s", images.DefaultValkeyImage, tag, time.Since(start).Round(time.Millisecond))
 	return tag
 }
 
@@ -95,14 +96,14 @@ func removeImage(t *testing.T, ref string) {
 	}
 }
 
-func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deployment, string) {
+func newTopo(t *testing.T, qqImage string) (topology.Topology, *deployment.Deployment, string) {
 	t.Helper()
 	id := topology.NewRunID()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := fixtures.NewDeployment(id, p, nil)
+	d, err := deployment.NewDeployment(id, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *fixtures.Deploym
 
 // chat sends one walkthrough request of subject through a gateway with Client(); a transport
 // error fails the test.
-func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
+func chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment, subject string) (int, string) {
 	t.Helper()
 	return e2e.Chat(t, topo, gateway, d, subject, 10*time.Second, t.Errorf)
 }
@@ -177,7 +178,7 @@ func policyProbes(p topology.Ports) []probe {
 
 func TestDockerTopology(t *testing.T) {
 	requireDocker(t)
-	img := images(t)
+	img := ensureImages(t)
 	topo, d, id := newTopo(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -193,8 +194,8 @@ func TestDockerTopology(t *testing.T) {
 
 	t.Run("a chat request through each gateway is admitted with a provider site", func(t *testing.T) {
 		for _, gw := range topology.Gateways {
-			code, site := chat(t, topo, gw, d, fixtures.Subjects[0])
-			if code != http.StatusOK || !slices.Contains(fixtures.Sites, site) {
+			code, site := chat(t, topo, gw, d, deployment.Subjects[0])
+			if code != http.StatusOK || !slices.Contains(deployment.Sites, site) {
 				t.Errorf("via %s: status %d, site %q", gw, code, site)
 			}
 		}
@@ -234,9 +235,9 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "gateway-a while partitioned", 10*time.Second,
-			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[1]); return c },
+			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[1]); return c },
 			func(c int) bool { return c == http.StatusServiceUnavailable })
-		if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
+		if code, _ := chat(t, topo, topology.HostGatewayB, d, deployment.Subjects[1]); !decided(code) {
 			t.Errorf("gateway-b during the partition: %d", code)
 		}
 		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); r.Reached {
@@ -252,7 +253,7 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, "gateway-a after heal", 15*time.Second,
-			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[2]); return c }, decided)
+			func() int { c, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[2]); return c }, decided)
 		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, topo.Ports().Valkey); !r.Reached {
 			t.Errorf("gateway-a does not reach valkey after heal: %s", r.Error)
 		}
@@ -265,7 +266,7 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("restart took %s; data %s → %s", time.Since(rs).Round(time.Millisecond), before.DataURL, topo.Gateway(topology.HostGatewayA).DataURL)
-		if code, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[0]); !decided(code) {
+		if code, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[0]); !decided(code) {
 			t.Errorf("after restart: %d", code)
 		}
 	})
@@ -274,7 +275,7 @@ func TestDockerTopology(t *testing.T) {
 		if err := topo.CrashGateway(ctx, topology.HostGatewayA); err != nil {
 			t.Fatal(err)
 		}
-		if code, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[0]); !decided(code) {
+		if code, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[0]); !decided(code) {
 			t.Errorf("after crash: %d", code)
 		}
 	})
@@ -285,7 +286,7 @@ func TestDockerTopology(t *testing.T) {
 		}
 		for _, gw := range topology.Gateways {
 			eventually(t, gw+" with valkey stopped", 5*time.Second,
-				func() int { c, _ := chat(t, topo, gw, d, fixtures.Subjects[1]); return c },
+				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[1]); return c },
 				func(c int) bool { return c == http.StatusServiceUnavailable })
 		}
 		ss := time.Now()
@@ -295,7 +296,7 @@ func TestDockerTopology(t *testing.T) {
 		t.Logf("valkey back in %s", time.Since(ss).Round(time.Millisecond))
 		for _, gw := range topology.Gateways {
 			eventually(t, gw+" after valkey restart", 15*time.Second,
-				func() int { c, _ := chat(t, topo, gw, d, fixtures.Subjects[2]); return c }, decided)
+				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[2]); return c }, decided)
 		}
 	})
 
@@ -337,7 +338,7 @@ func TestDockerTopology(t *testing.T) {
 		t.Errorf("Down removed %d things, want %d: 7 containers, the store group's 6 and their 6 netfilter sidecars, 4 networks, 1 volume: %v", len(td.Removed), want, td.Removed)
 	}
 	for _, kind := range []string{"ps -a", "network ls", "volume ls"} {
-		args := append(strings.Fields(kind), "-q", "--filter", "label="+topology.LabelRunID+"="+id)
+		args := append(strings.Fields(kind), "-q", "--filter", "label="+images.LabelRunID+"="+id)
 		out, err := exec.Command("docker", args...).Output()
 		if err != nil || strings.TrimSpace(string(out)) != "" {
 			t.Errorf("docker %s after Down: %q %v", kind, out, err)
@@ -352,7 +353,7 @@ func TestDockerTopology(t *testing.T) {
 // containers through docker exec relays (as when it cannot reach published ports).
 func TestDockerTopologyExecAccess(t *testing.T) {
 	requireDocker(t)
-	img := images(t)
+	img := ensureImages(t)
 	t.Setenv(topology.EnvDockerAccess, "exec")
 	topo, d, _ := newTopo(t, img)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -363,7 +364,7 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 	}
 	t.Logf("up in %s (access %v)", time.Since(start).Round(time.Millisecond), topo.Facts()["harness_access"])
 	for _, gw := range topology.Gateways {
-		code, site := chat(t, topo, gw, d, fixtures.Subjects[0])
+		code, site := chat(t, topo, gw, d, deployment.Subjects[0])
 		if code != http.StatusOK || site == "" {
 			t.Errorf("via %s from the client container: %d %q", gw, code, site)
 		}
@@ -379,7 +380,7 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 	if err := topo.RestartGateway(ctx, topology.HostGatewayB); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[1]); !decided(code) {
+	if code, _ := chat(t, topo, topology.HostGatewayB, d, deployment.Subjects[1]); !decided(code) {
 		t.Errorf("after restart: %d", code)
 	}
 }

@@ -7,10 +7,10 @@
 //	                 pod-security enforce=restricted (every pod below is restricted)
 //	Secret           valkey-auth: password, url (redis://:pw@valkey.<ns>.svc.<domain>:6379)
 //	                 and auth.conf ("requirepass <pw>", the only secret line of Valkey's config)
-//	Secret           gateway-credentials: exactly fixtures.Deployment.GatewayEnv — the Valkey
+//	Secret           gateway-credentials: exactly deployment.Deployment.GatewayEnv — the Valkey
 //	                 URL and every Basic-auth password under the variable names the gateway
 //	                 config references
-//	ConfigMap        <gateway>-config per gateway: fixtures.Deployment.GatewayConfig (no secret)
+//	ConfigMap        <gateway>-config per gateway: deployment.Deployment.GatewayConfig (no secret)
 //	PVC              valkey-data (default storage class) so the append-only file survives the
 //	                 pod being deleted (scale to 0 and back); an emptyDir would not
 //	NetworkPolicy    default-deny-ingress, then one allow-<rule> per rule of the policy
@@ -110,7 +110,7 @@ type Ports struct {
 	GatewayData, GatewayAdmin, ProviderData, ProviderAdmin, Valkey int
 }
 
-// Gateway is one gateway host and its rendered config (fixtures.Deployment.GatewayConfig).
+// Gateway is one gateway host and its rendered config (deployment.Deployment.GatewayConfig).
 type Gateway struct {
 	Host   string
 	Config []byte
@@ -163,7 +163,7 @@ type Input struct {
 	Rules      []Rule
 
 	ValkeyPassword string
-	GatewayEnv     []string // NAME=value, fixtures.Deployment.GatewayEnv(ValkeyAddr())
+	GatewayEnv     []string // NAME=value, deployment.Deployment.GatewayEnv(ValkeyAddr())
 	// Placeholders replaces every secret value by Placeholder (for review: `quotaqual render`).
 	Placeholders bool
 

@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/k8s"
 )
@@ -36,20 +36,20 @@ const goldenRunID = "golden-1"
 
 var ports = topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
 
-func deployment(t *testing.T) *fixtures.Deployment {
+func testDeployment(t *testing.T) *deployment.Deployment {
 	t.Helper()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := fixtures.NewDeployment(goldenRunID, p, []string{"valid-auth", "shared-budget"})
+	d, err := deployment.NewDeployment(goldenRunID, p, []string{"valid-auth", "shared-budget"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func render(t *testing.T, d *fixtures.Deployment, o topology.KindManifestOptions) []runtime.Object {
+func render(t *testing.T, d *deployment.Deployment, o topology.KindManifestOptions) []runtime.Object {
 	t.Helper()
 	o.RunID = goldenRunID
 	objs, err := topology.RenderKind(d, o)
@@ -60,7 +60,7 @@ func render(t *testing.T, d *fixtures.Deployment, o topology.KindManifestOptions
 }
 
 func TestManifestsMatchGoldenFiles(t *testing.T) {
-	d := deployment(t)
+	d := testDeployment(t)
 	cases := []struct {
 		file string
 		opts topology.KindManifestOptions
@@ -137,7 +137,7 @@ func typed(kind string) runtime.Object {
 // Every rendered document decodes strictly (no unknown or duplicate field) into its
 // Kubernetes API type, and decodes to exactly the object that was rendered.
 func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
-	d := deployment(t)
+	d := testDeployment(t)
 	for _, o := range withAndWithoutStore(topology.KindManifestOptions{Placeholders: true}, topology.KindManifestOptions{}) {
 		objs := render(t, d, o)
 		y, err := k8s.YAML(objs)
@@ -202,7 +202,7 @@ func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 
 // Names, labels and namespaces are what the API server accepts.
 func TestNamesAndLabelsAreValid(t *testing.T) {
-	for _, o := range renderBoth(t, deployment(t), topology.KindManifestOptions{}) {
+	for _, o := range renderBoth(t, testDeployment(t), topology.KindManifestOptions{}) {
 		m := o.(interface {
 			GetName() string
 			GetNamespace() string
@@ -231,7 +231,7 @@ func TestNamesAndLabelsAreValid(t *testing.T) {
 // Every pod is "restricted": non-root, no privilege escalation, ALL capabilities dropped,
 // RuntimeDefault seccomp, read-only root filesystem, no service account token, local images.
 func TestEveryPodIsRestricted(t *testing.T) {
-	for _, o := range renderBoth(t, deployment(t), topology.KindManifestOptions{}) {
+	for _, o := range renderBoth(t, testDeployment(t), topology.KindManifestOptions{}) {
 		dep, ok := o.(*appsv1.Deployment)
 		if !ok {
 			continue
@@ -272,7 +272,7 @@ func TestEveryPodIsRestricted(t *testing.T) {
 // The gateways get exactly the variables GatewayEnv produces, from a Secret, and every
 // password_env their config names is among them; Valkey gets its password from a Secret file.
 func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
-	d := deployment(t)
+	d := testDeployment(t)
 	objs := render(t, d, topology.KindManifestOptions{})
 	var gwSecret, vkSecret *corev1.Secret
 	configs := map[string]string{}
@@ -309,7 +309,7 @@ func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 	}
 	ref := regexp.MustCompile(`password_env: (\S+)`)
 	for name, cfg := range configs {
-		if !strings.Contains(cfg, "url: ${"+fixtures.ValkeyURLEnv+"}") || !strings.Contains(cfg, "http://provider-west.quotaqual-"+goldenRunID+".svc.cluster.local:8000") {
+		if !strings.Contains(cfg, "url: ${"+deployment.ValkeyURLEnv+"}") || !strings.Contains(cfg, "http://provider-west.quotaqual-"+goldenRunID+".svc.cluster.local:8000") {
 			t.Errorf("%s: config does not use the Service names and the Valkey URL variable:\n%s", name, cfg)
 		}
 		for _, m := range ref.FindAllStringSubmatch(cfg, -1) {
@@ -324,7 +324,7 @@ func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 // ConfigMap, an argument, an environment value or an annotation); with placeholders, none
 // appears at all.
 func TestSecretsAppearOnlyInSecrets(t *testing.T) {
-	d := deployment(t)
+	d := testDeployment(t)
 	for _, placeholders := range []bool{false, true} {
 		for _, o := range renderBoth(t, d, topology.KindManifestOptions{Placeholders: placeholders}) {
 			b, _ := json.Marshal(o)
@@ -351,7 +351,7 @@ func withAndWithoutStore(opts ...topology.KindManifestOptions) []topology.KindMa
 }
 
 // renderBoth renders o without and with the store group, one list after the other.
-func renderBoth(t *testing.T, d *fixtures.Deployment, o topology.KindManifestOptions) []runtime.Object {
+func renderBoth(t *testing.T, d *deployment.Deployment, o topology.KindManifestOptions) []runtime.Object {
 	t.Helper()
 	var objs []runtime.Object
 	for _, oo := range withAndWithoutStore(o) {
@@ -400,10 +400,10 @@ func checkReachability(t *testing.T, objs []runtime.Object, pol topology.Policy)
 
 func TestNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
 	pol := topology.DefaultPolicy(ports)
-	checkReachability(t, render(t, deployment(t), topology.KindManifestOptions{}), pol)
+	checkReachability(t, render(t, testDeployment(t), topology.KindManifestOptions{}), pol)
 
 	// A second client pod (e.g. an ad-hoc negative probe pod with role=client) is the client.
-	objs := render(t, deployment(t), topology.KindManifestOptions{})
+	objs := render(t, testDeployment(t), topology.KindManifestOptions{})
 	cluster, pods := k8s.ClusterOf(objs)
 	extra := pods[topology.HostClient]
 	extra.Name = "client-2"
@@ -429,7 +429,7 @@ func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
 			pol.Rules = append(pol.Rules, r)
 		}
 	}
-	objs := render(t, deployment(t), topology.KindManifestOptions{Policy: &pol})
+	objs := render(t, testDeployment(t), topology.KindManifestOptions{Policy: &pol})
 	checkReachability(t, objs, pol)
 	cluster, pods := k8s.ClusterOf(objs)
 	for _, g := range topology.Gateways {
@@ -445,7 +445,7 @@ func TestPartitionedPolicyCutsOnlyThePair(t *testing.T) {
 	if pol.Allows(topology.HostGatewayA, topology.HostValkey, ports.Valkey) || !pol.Allows(topology.HostGatewayB, topology.HostValkey, ports.Valkey) {
 		t.Fatal("partitioned policy must deny gateway-a → valkey and keep gateway-b → valkey")
 	}
-	checkReachability(t, render(t, deployment(t), topology.KindManifestOptions{Policy: &pol}), pol)
+	checkReachability(t, render(t, testDeployment(t), topology.KindManifestOptions{Policy: &pol}), pol)
 }
 
 // The evaluator itself, on hand-made policies: isolation, ports, named ports, endPort,
@@ -509,7 +509,7 @@ func TestEvaluatorSemantics(t *testing.T) {
 // runs the group under (DefaultPolicy plus the group's rules), on every triple of every host.
 func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
 	pol := topology.WithStorePolicy(topology.DefaultPolicy(ports), ports.Valkey)
-	objs := render(t, deployment(t), topology.KindManifestOptions{StoreGroup: true})
+	objs := render(t, testDeployment(t), topology.KindManifestOptions{StoreGroup: true})
 	checkReachability(t, objs, pol)
 	cluster, pods := k8s.ClusterOf(objs)
 	for _, h := range topology.StoreHosts {
@@ -545,14 +545,14 @@ func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testi
 	if cut.Allows(topology.HostSentinel1, topology.HostStore1, ports.Valkey) || !cut.Allows(topology.HostSentinel2, topology.HostStore1, ports.Valkey) {
 		t.Fatal("partitioned policy must deny sentinel-1 → valkey-1 and keep sentinel-2 → valkey-1")
 	}
-	checkReachability(t, render(t, deployment(t), topology.KindManifestOptions{StoreGroup: true, Policy: &cut}), cut)
+	checkReachability(t, render(t, testDeployment(t), topology.KindManifestOptions{StoreGroup: true, Policy: &cut}), cut)
 }
 
 // The group's configs: valkey-1 primary, valkey-2/3 its replicas by Service name, the Sentinels
 // monitoring valkey-1 with quorum 2, down-after 1000 ms and failover-timeout 3000 ms; every
 // password only in the store-auth Secret, included from there; each pod mounts what it uses.
 func TestKindStoreGroupConfigs(t *testing.T) {
-	d := deployment(t)
+	d := testDeployment(t)
 	objs := render(t, d, topology.KindManifestOptions{StoreGroup: true})
 	var cm *corev1.ConfigMap
 	var sec *corev1.Secret

@@ -21,11 +21,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
-	"github.com/quotaqual/quotaqual/fixtures"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
@@ -72,10 +73,10 @@ func nodeImage(t *testing.T) string {
 	return img
 }
 
-func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtures.Deployment, fixtures.Profile) {
+func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *deployment.Deployment, deployment.Profile) {
 	t.Helper()
 	id := topology.NewRunID()
-	p, err := fixtures.ProfileByName("quick")
+	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtu
 	for _, s := range scenarios.All() {
 		names = append(names, s.Name)
 	}
-	d, err := fixtures.NewDeployment(id, p, names)
+	d, err := deployment.NewDeployment(id, p, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *fixtu
 	return topo, d, p
 }
 
-func chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string) (int, string) {
+func chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment, subject string) (int, string) {
 	t.Helper()
 	return e2e.Chat(t, topo, gateway, d, subject, 15*time.Second, t.Logf)
 }
@@ -115,7 +116,7 @@ func eventually(t *testing.T, what string, within time.Duration, f func() int, w
 }
 
 // exercise brings the topology up and pulls every lever.
-func exercise(t *testing.T, topo topology.Topology, d *fixtures.Deployment, p fixtures.Profile) {
+func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p deployment.Profile) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -134,7 +135,7 @@ func exercise(t *testing.T, topo topology.Topology, d *fixtures.Deployment, p fi
 
 	// Data path through Client(): both gateways admit, with provider attribution.
 	for _, g := range topology.Gateways {
-		if code, site := chat(t, topo, g, d, fixtures.Subjects[0]); code != http.StatusOK || site == "" {
+		if code, site := chat(t, topo, g, d, deployment.Subjects[0]); code != http.StatusOK || site == "" {
 			t.Errorf("chat via %s: %d, site %q", g, code, site)
 		}
 	}
@@ -183,7 +184,7 @@ func exercise(t *testing.T, topo topology.Topology, d *fixtures.Deployment, p fi
 		t.Fatalf("RestartGateway: %v", err)
 	}
 	eventually(t, "gateway-a after restart", time.Minute, func() int {
-		c, _ := chat(t, topo, topology.HostGatewayA, d, fixtures.Subjects[1])
+		c, _ := chat(t, topo, topology.HostGatewayA, d, deployment.Subjects[1])
 		return c
 	}, func(c int) bool { return c == http.StatusOK })
 
@@ -192,7 +193,7 @@ func exercise(t *testing.T, topo topology.Topology, d *fixtures.Deployment, p fi
 		t.Fatalf("StopValkey: %v", err)
 	}
 	for _, g := range topology.Gateways {
-		if code, _ := chat(t, topo, g, d, fixtures.Subjects[2]); code != http.StatusServiceUnavailable {
+		if code, _ := chat(t, topo, g, d, deployment.Subjects[2]); code != http.StatusServiceUnavailable {
 			t.Errorf("%s with valkey stopped: %d, want 503", g, code)
 		}
 	}
@@ -200,7 +201,7 @@ func exercise(t *testing.T, topo topology.Topology, d *fixtures.Deployment, p fi
 		t.Fatalf("StartValkey: %v", err)
 	}
 	eventually(t, "admission after valkey is back", p.RecoveryMax+time.Minute, func() int {
-		c, _ := chat(t, topo, topology.HostGatewayB, d, fixtures.Subjects[2])
+		c, _ := chat(t, topo, topology.HostGatewayB, d, deployment.Subjects[2])
 		return c
 	}, func(c int) bool { return c == http.StatusOK || c == http.StatusTooManyRequests })
 
@@ -295,14 +296,14 @@ func TestKindUpWithoutNodeImageFailsClearly(t *testing.T) {
 	if e2e.ImageExists(missing) {
 		t.Skip("an image named " + missing + " exists locally, so a missing node image cannot be shown")
 	}
-	hadValkey := e2e.ImageExists(topology.DefaultValkeyImage)
+	hadValkey := e2e.ImageExists(images.DefaultValkeyImage)
 	topo, _, _ := newTopo(t, topology.KindOptions{NodeImage: missing})
 	t.Cleanup(func() {
 		if f, ok := topo.Facts()["quotaqual_image"].(string); ok && f != "" {
 			_ = exec.Command("docker", "image", "rm", f).Run()
 		}
 		if !hadValkey {
-			_ = exec.Command("docker", "image", "rm", topology.DefaultValkeyImage).Run()
+			_ = exec.Command("docker", "image", "rm", images.DefaultValkeyImage).Run()
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -12,22 +12,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaqual/quotaqual/fixtures"
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 // Chat sends one walkthrough request of subject through a gateway with topo.Client() and
 // returns the status (0 without a response) and the provider site header. A transport error
 // goes to report: t.Errorf where it must fail the test, t.Logf where a caller polls through
 // expected failures.
-func Chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Deployment, subject string,
+func Chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment, subject string,
 	timeout time.Duration, report func(format string, args ...any)) (int, string) {
 	t.Helper()
 	cred, ok := d.Credential("", subject)
 	if !ok {
 		t.Fatalf("no walkthrough credential for %s", subject)
 	}
-	body := `{"model":"` + fixtures.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
+	body := `{"model":"` + providerstub.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
@@ -40,7 +42,7 @@ func Chat(t *testing.T, topo topology.Topology, gateway string, d *fixtures.Depl
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(fixtures.SiteHeader)
+	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
 }
 
 // Eventually calls f every interval until want(f()) or within has passed, then fails the test

@@ -1,4 +1,6 @@
-package topology
+// Package images builds the container images the docker and kind engines run, locally: the
+// image builder, out of package topology so the engines share it without owning it.
+package images
 
 // Container images of the docker topology, built locally (no registry needed).
 //
@@ -37,12 +39,12 @@ import (
 // Image names and labels.
 const (
 	DefaultValkeyImage   = "quotaqual-valkey:8"
-	quotaqualImageRepo   = "quotaqual"
+	QuotaqualImageRepo   = "quotaqual"
 	LabelManaged         = "org.quotaqual.managed"
 	LabelRunID           = "org.quotaqual.run-id"
-	labelHost            = "org.quotaqual.host"
+	LabelHost            = "org.quotaqual.host"
 	labelBinarySHA256    = "org.quotaqual.binary-sha256"
-	quotaqualInContainer = "/quotaqual"
+	QuotaqualInContainer = "/quotaqual"
 	valkeyUID            = "10001"
 	quotaqualUID         = "65532"
 )
@@ -74,14 +76,14 @@ ENTRYPOINT ["/quotaqual"]
 // engine does not have it yet. It needs valkey-server on this host (Debian: bookworm-backports
 // valkey-server; .ci/install-deps installs it) and the docker CLI.
 func EnsureValkeyImage(ctx context.Context) error {
-	if imageExists(ctx, DefaultValkeyImage) {
+	if Exists(ctx, DefaultValkeyImage) {
 		return nil
 	}
 	bin, err := exec.LookPath("valkey-server")
 	if err != nil {
 		return fmt.Errorf("building %s needs valkey-server on this host (install it from bookworm-backports, or name an image with a registry, e.g. valkey/valkey:8): %w", DefaultValkeyImage, err)
 	}
-	files, err := withSharedLibraries(bin)
+	files, err := WithSharedLibraries(bin)
 	if err != nil {
 		return err
 	}
@@ -89,7 +91,7 @@ func EnsureValkeyImage(ctx context.Context) error {
 	for _, f := range files[1:] {
 		rootfs[f] = f
 	}
-	return buildScratchImage(ctx, DefaultValkeyImage, ValkeyDockerfile, rootfs, true)
+	return BuildScratchImage(ctx, DefaultValkeyImage, ValkeyDockerfile, rootfs, true)
 }
 
 // EnsureQuotaqualImage returns the tag of an image that runs exactly binary (a Linux
@@ -99,22 +101,22 @@ func EnsureQuotaqualImage(ctx context.Context, binary string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if imageExists(ctx, tag) {
+	if Exists(ctx, tag) {
 		return tag, nil
 	}
 	if runtime.GOOS != "linux" {
 		return "", fmt.Errorf("this quotaqual binary is for %s, not Linux: build the image with `make image` (it cross-compiles) and pass it by name", runtime.GOOS)
 	}
-	files, err := withSharedLibraries(binary)
+	files, err := WithSharedLibraries(binary)
 	if err != nil {
 		return "", err
 	}
-	rootfs := map[string]string{quotaqualInContainer: binary}
+	rootfs := map[string]string{QuotaqualInContainer: binary}
 	for _, f := range files[1:] {
 		rootfs[f] = f
 	}
 	df := quotaqualAutoDockerfile + fmt.Sprintf("LABEL %s=\"true\" %s=%q\n", LabelManaged, labelBinarySHA256, digest)
-	if err := buildScratchImage(ctx, tag, df, rootfs, false); err != nil {
+	if err := BuildScratchImage(ctx, tag, df, rootfs, false); err != nil {
 		return "", err
 	}
 	return tag, nil
@@ -128,14 +130,14 @@ func QuotaqualImageTag(binary string) (string, error) {
 }
 
 func quotaqualImageTag(binary string) (tag, digest string, err error) {
-	digest, err = fileSHA256(binary)
+	digest, err = FileSHA256(binary)
 	if err != nil {
 		return "", "", fmt.Errorf("reading the quotaqual binary %s: %w", binary, err)
 	}
-	return quotaqualImageRepo + ":bin-" + digest[:12], digest, nil
+	return QuotaqualImageRepo + ":bin-" + digest[:12], digest, nil
 }
 
-func fileSHA256(path string) (string, error) {
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -148,13 +150,13 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func imageExists(ctx context.Context, ref string) bool {
+func Exists(ctx context.Context, ref string) bool {
 	return exec.CommandContext(ctx, "docker", "image", "inspect", "--format", "{{.Id}}", ref).Run() == nil
 }
 
-// withSharedLibraries returns bin followed by the shared libraries and the ELF interpreter it
+// WithSharedLibraries returns bin followed by the shared libraries and the ELF interpreter it
 // needs (from ldd), or just bin when it is statically linked.
-func withSharedLibraries(bin string) ([]string, error) {
+func WithSharedLibraries(bin string) ([]string, error) {
 	f, err := elf.Open(bin)
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a Linux ELF binary: %w", bin, err)
@@ -190,9 +192,9 @@ func withSharedLibraries(bin string) ([]string, error) {
 	return out, nil
 }
 
-// buildScratchImage writes a build context (Dockerfile, rootfs/<path> for each entry of
+// BuildScratchImage writes a build context (Dockerfile, rootfs/<path> for each entry of
 // rootfs — symlinks resolved — and an empty data/ when withData) and runs docker build.
-func buildScratchImage(ctx context.Context, tag, dockerfile string, rootfs map[string]string, withData bool) error {
+func BuildScratchImage(ctx context.Context, tag, dockerfile string, rootfs map[string]string, withData bool) error {
 	if _, err := exec.LookPath("docker"); err != nil {
 		return fmt.Errorf("building image %s needs the docker CLI on PATH: %w", tag, err)
 	}

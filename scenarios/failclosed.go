@@ -1,0 +1,72 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// What valkey-outage and valkey-partition share: a request answered while the store is out of
+// reach must fail closed in bounded time, and once the store is back admission must recover.
+
+// decisions collects how long each fail-closed answer took.
+type decisions struct {
+	ms    []float64
+	worst time.Duration
+}
+
+// checkFailClosed checks one answer given while the store was out of reach: the gateway's
+// store-failure answer (quotaqual's: a 503 of the store's error type), decided within slo
+// (the store timeout plus a margin).
+func (d *decisions) checkFailClosed(env *Env, r *Result, what string, o Outcome, slo time.Duration) {
+	d.ms = append(d.ms, ms(o.Latency))
+	d.worst = max(d.worst, o.Latency)
+	env.checkStoreFailure(r, what, o)
+	r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
+}
+
+// checkStoreFailure checks o is the gateway's store-failure answer: its status (503 for
+// quotaqual) and, when its profile names one, its error type (quota_store_unavailable).
+func (env *Env) checkStoreFailure(r *Result, what string, o Outcome) {
+	want := env.gateway().Expect.StoreFailure
+	r.Check(fmt.Sprintf("%s → %d", what, want.Status), want.Status, o.Status, o.Status == want.Status)
+	if want.ErrorType == "" {
+		r.NotMade(what+" error type", "the profile names no store-failure error type")
+		return
+	}
+	r.Check(what+" error type", want.ErrorType, o.ErrorType, o.ErrorType == want.ErrorType)
+}
+
+// record adds the decision times to the result's facts.
+func (d *decisions) record(r *Result) {
+	r.Fact("time_to_decision_ms", d.ms)
+	r.Fact("worst_time_to_decision_ms", ms(d.worst))
+}
+
+// recovery is how admission came back on one gateway after the store did.
+type recovery struct {
+	got      Outcome // the last answer: admitted when it recovered
+	statuses []int   // every answer's status, in order
+	tries    int
+	err      error
+	elapsed  time.Duration // from the store's return to the last answer
+}
+
+// awaitAdmission sends subject's requests to gw every 100 ms until one is admitted or the
+// profile's RecoveryMax has passed, timing the recovery from since.
+func (env *Env) awaitAdmission(ctx context.Context, gw, subject string, since time.Time) recovery {
+	var rec recovery
+	rec.tries, rec.err = poll(ctx, 100*time.Millisecond, env.Profile.RecoveryMax, func(ctx context.Context) (bool, error) {
+		rec.got = env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
+		rec.statuses = append(rec.statuses, rec.got.Status)
+		return rec.got.Admitted(), nil
+	})
+	rec.elapsed = time.Since(since)
+	return rec
+}
+
+// check checks that admission recovered within RecoveryMax.
+func (rec recovery) check(r *Result, what string, limit time.Duration) {
+	r.Check(what, "≤ "+limit.String(),
+		fmt.Sprintf("%s after %d tries (%v)", rec.elapsed.Round(time.Millisecond), rec.tries, rec.err), rec.got.Admitted() && rec.elapsed <= limit)
+}
