@@ -491,7 +491,11 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []depl
 	t.mu.Lock()
 	t.provAddrs = provs
 	t.mu.Unlock()
-	cfg, err := t.spec.Deployment.GatewayConfig(host, t.gatewayAddrs(host, provs))
+	cfg, err := renderGatewayConfig(t.spec, host, t.gatewayAddrs(host, provs), t.spec.Deployment.Profile)
+	if err != nil {
+		return err
+	}
+	args, err := containerGatewayArgs(t.spec, host, images.QuotaqualInContainer, dockerGatewayConf)
 	if err != nil {
 		return err
 	}
@@ -505,7 +509,7 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []depl
 		env[k] = v
 	}
 	files := []testcontainers.ContainerFile{{Reader: bytes.NewReader(cfg), ContainerFilePath: dockerGatewayConf, FileMode: 0o444}}
-	return t.startQuotaqual(ctx, host, []string{"gateway", "--config", dockerGatewayConf}, env, files,
+	return t.startQuotaqual(ctx, host, args, env, files,
 		[]int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin})
 }
 
@@ -728,7 +732,7 @@ func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, 
 	t.mu.Lock()
 	provs := t.provAddrs
 	t.mu.Unlock()
-	cfg, err := t.spec.Deployment.GatewayConfigFor(name, t.gatewayAddrs(name, provs), prof)
+	cfg, err := renderGatewayConfig(t.spec, name, t.gatewayAddrs(name, provs), prof)
 	if err != nil {
 		return err
 	}

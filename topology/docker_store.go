@@ -434,7 +434,7 @@ func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on 
 		a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Replication: t.spec.StoreReplication,
 			Sentinels: storeSentinelAddrs(func(h string) string { return h })}
 	}
-	cfg, err := t.spec.Deployment.GatewayConfig(gateway, a)
+	cfg, err := renderGatewayConfig(t.spec, gateway, a, t.spec.Deployment.Profile)
 	if err != nil {
 		return err
 	}

@@ -125,3 +125,36 @@ func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *dep
 	}
 	return b.RestartGateway(ctx, name)
 }
+
+// The container engines (docker, kind) place the config themselves (a file copied into the
+// container, a ConfigMap); they render it, and the docker engine its command, through the
+// profile too. They launch only quotaqual's own gateway so far (New refuses another), whose
+// image entrypoint is the quotaqual binary.
+
+// gatewayProfile is spec's gateway under test.
+func gatewayProfile(spec Spec) *undertest.Profile {
+	if spec.Gateway != nil {
+		return spec.Gateway
+	}
+	return undertest.Default()
+}
+
+// renderGatewayConfig renders gateway name's config on addresses a under qualification
+// profile p through spec's gateway profile.
+func renderGatewayConfig(spec Spec, name string, a deployment.Addresses, p deployment.Profile) ([]byte, error) {
+	return gatewayProfile(spec).RenderFor(spec.Deployment, name, a, p)
+}
+
+// containerGatewayArgs is the gateway's command in a container whose entrypoint is the
+// quotaqual binary at bin, its config at configPath: the profile's argv after the binary.
+func containerGatewayArgs(spec Spec, name, bin, configPath string) ([]string, error) {
+	gw := gatewayProfile(spec)
+	argv, err := gw.Argv(undertest.Facts{Name: name, RunID: spec.RunID, Binary: bin, ConfigPath: configPath})
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) == 0 || argv[0] != bin {
+		return nil, fmt.Errorf("gateway profile %s: launch.argv must start with {{.Binary}} in a container whose entrypoint is %s", gw.Name, bin)
+	}
+	return argv[1:], nil
+}

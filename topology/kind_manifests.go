@@ -12,6 +12,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // kindPorts are the container and Service ports of the kind topology (each pod has its own
@@ -98,12 +99,13 @@ func KindInput(d *deployment.Deployment, o KindManifestOptions) (k8s.Input, erro
 			Args: d.ProviderArgs(siteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
 	for _, g := range Gateways {
-		cfg, err := d.GatewayConfig(g, deployment.Addresses{
+		// quotaqual's own gateway: the kind engine launches no other yet (New refuses one).
+		cfg, err := undertest.Default().RenderFor(d, g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
 			ValkeyAddr:  valkeyAddr,
 			Providers:   provs,
-		})
+		}, d.Profile)
 		if err != nil {
 			return k8s.Input{}, err
 		}
