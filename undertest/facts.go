@@ -2,13 +2,12 @@ package undertest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
-	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/internal/hostport"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 // Facts are what a run knows about one gateway it launches: the values a profile's config
@@ -75,8 +74,6 @@ type Budget struct {
 // RuleName is the qualification's one quota rule as quotaqual's gateway names it.
 const RuleName = "per-application-budget"
 
-var sitePattern = regexp.MustCompile(`^[a-z0-9-]{1,32}$`) // as fixtures accepts a provider site
-
 // FactsFor gathers gateway name's facts from the run's deployment, the addresses of this
 // topology, and the qualification profile p (the deployment's own, or another for a policy
 // change). Addresses are checked here, so every profile gets the same errors.
@@ -91,17 +88,17 @@ func FactsFor(d *deployment.Deployment, name string, a deployment.Addresses, p d
 	fail := func(err error) (Facts, error) {
 		return Facts{}, fmt.Errorf("rendering the config of %s: %w", name, err)
 	}
-	if err := checkHostPort("data listen address", a.DataListen); err != nil {
+	if err := hostport.Check("data listen address", a.DataListen); err != nil {
 		return fail(err)
 	}
-	if err := checkHostPort("admin listen address", a.AdminListen); err != nil {
+	if err := hostport.Check("admin listen address", a.AdminListen); err != nil {
 		return fail(err)
 	}
 	if len(a.Providers) == 0 {
 		return fail(fmt.Errorf("no providers given: pass at least one provider address"))
 	}
 	for _, pa := range a.Providers {
-		if !sitePattern.MatchString(pa.Site) {
+		if !providerstub.ValidSite(pa.Site) {
 			return fail(fmt.Errorf("provider site %q is not a valid site name (1-32 of a-z, 0-9, '-')", pa.Site))
 		}
 		u, err := url.Parse(pa.URL)
@@ -139,25 +136,13 @@ func FactsFor(d *deployment.Deployment, name string, a deployment.Addresses, p d
 			return fail(fmt.Errorf("store replication %q is unknown: use %s or %s", g.Replication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync))
 		}
 		for _, s := range g.Sentinels {
-			if err := checkHostPort("sentinel address", s); err != nil {
+			if err := hostport.Check("sentinel address", s); err != nil {
 				return fail(err)
 			}
 		}
 		f.Store.Group = &g
 	}
 	return f, nil
-}
-
-// checkHostPort checks that addr is host:port with a numeric port.
-func checkHostPort(what, addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q is not host:port (for example 127.0.0.1:8080 or :8080)", what, addr)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("%s %q has no valid port: use a number from 0 to 65535", what, addr)
-	}
-	return nil
 }
 
 // RenderFor renders gateway name's config for the run's deployment d on addresses a under

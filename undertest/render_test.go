@@ -34,8 +34,9 @@ func testAddrs() deployment.Addresses {
 var update = flag.Bool("update", false, "rewrite the golden configs in testdata")
 
 // TestDefaultRendersTodaysConfig pins the default profile to the config the qualification
-// rendered before the seam existed: the same bytes for the shared store, the replicated store
-// group in both modes, the memory backend and a policy change.
+// rendered before the seam existed (testdata/, written by deployment's renderer, which the
+// default profile replaced byte for byte): the same bytes for the shared store, the
+// replicated store group in both modes, the memory backend and a policy change.
 func TestDefaultRendersTodaysConfig(t *testing.T) {
 	def := undertest.Default()
 	group := testAddrs()
@@ -62,10 +63,6 @@ func TestDefaultRendersTodaysConfig(t *testing.T) {
 			if c.p != nil {
 				p = *c.p
 			}
-			want, err := d.GatewayConfigFor("gateway-a", c.a, p)
-			if err != nil {
-				t.Fatal(err)
-			}
 			f, err := undertest.FactsFor(d, "gateway-a", c.a, p)
 			if err != nil {
 				t.Fatal(err)
@@ -73,9 +70,6 @@ func TestDefaultRendersTodaysConfig(t *testing.T) {
 			got, err := def.Render(f)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("default profile renders\n%s\nwant\n%s", got, want)
 			}
 			golden := filepath.Join("testdata", "quotaqual-"+strings.ReplaceAll(c.name, " ", "-")+".yaml")
 			if *update {
