@@ -85,7 +85,8 @@ type Launch struct {
 	// quotaqual binary, ConfigPath the rendered config as the gateway sees it).
 	Argv []string `yaml:"argv"`
 	// Image, for the container engines: the gateway's image; empty means the run's quotaqual
-	// image. The process engines ignore it.
+	// image. Not read yet: docker and kind launch only quotaqual's own gateway so far, and
+	// the process engines never will.
 	Image string `yaml:"image"`
 	// Env is added to the gateway's environment; each value is a template over Facts. The
 	// secrets (passwords, the store URL) are always in the environment under the names Facts
