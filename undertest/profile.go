@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -206,7 +207,7 @@ func (p *Profile) validate() strictyaml.Errors {
 	bad := func(path, format string, args ...any) {
 		errs = append(errs, strictyaml.FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
-	if !namePattern(p.Name) {
+	if !profileName.MatchString(p.Name) {
 		bad("name", "%q is not a profile name: use 1-48 characters of a-z, 0-9 and '-'", p.Name)
 	}
 	switch p.Status {
@@ -232,7 +233,7 @@ func (p *Profile) validate() strictyaml.Errors {
 	p.env = map[string]*template.Template{}
 	for _, k := range sortedKeys(p.Launch.Env) {
 		path := strictyaml.JoinPath("launch.env", strictyaml.KeySegment(k))
-		if !envNamePattern(k) {
+		if !envName.MatchString(k) {
 			bad(path, "%q is not an environment variable name: use A-Z, 0-9 and '_', starting with a letter", k)
 			continue
 		}
@@ -279,7 +280,7 @@ func (p *Profile) validate() strictyaml.Errors {
 		"expect.attribution.header":        p.Expect.Attribution.Header,
 		"expect.request_id_header":         p.Expect.RequestIDHeader,
 	} {
-		if h != "" && !headerPattern(h) {
+		if h != "" && !headerName.MatchString(h) {
 			bad(path, "%q is not an HTTP header name", h)
 		}
 	}
@@ -337,38 +338,12 @@ func ledgerBucket(window time.Duration) time.Duration {
 // Inspects reports whether the gateway offers quotaqual's quota inspection.
 func (p *Profile) Inspects() bool { return p.Caps.QuotaInspection == InspectQuotaqualAdmin }
 
-func namePattern(s string) bool {
-	if s == "" || len(s) > 48 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func envNamePattern(s string) bool {
-	if s == "" || !(s[0] >= 'A' && s[0] <= 'Z') {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-func headerPattern(s string) bool {
-	for _, r := range s {
-		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return false
-		}
-	}
-	return s != ""
-}
+// What names in a profile may be.
+var (
+	profileName = regexp.MustCompile(`^[a-z0-9-]{1,48}$`)
+	envName     = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	headerName  = regexp.MustCompile(`^[A-Za-z0-9-]+$`)
+)
 
 func sortedKeys(m map[string]string) []string {
 	out := make([]string, 0, len(m))
