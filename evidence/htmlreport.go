@@ -419,6 +419,7 @@ nav a{margin-right:.6em}
 <p class="meta">{{.Summary}}{{if .Started}} · started {{.Started}}{{end}}{{if .Elapsed}} · took {{.Elapsed}}{{end}} · {{.Requests}} requests</p>
 {{if .Invariant}}<p><strong>Invariant.</strong> {{.Invariant}}</p>{{end}}
 {{if .Reason}}<p class="reason">{{.Reason}}</p>{{end}}
+{{if .Evidence}}<p class="evidence"><strong>Evidence.</strong> {{.Evidence}}</p>{{end}}
 {{if .Faults}}<h3>Fault windows</h3><table class="faults"><tr><th>lever</th><th>target</th><th>window (since the scenario started)</th></tr>
 {{range .Faults}}<tr class="fault"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{windowSpan . $origin}}</td></tr>{{end}}</table>{{end}}
 {{if .Timeline}}<figure class="plot" data-plot="timeline">{{.Timeline}}<figcaption>Every request: when it was sent, through which gateway, its status (colour) and the provider site that served it (shape); fault windows shaded.</figcaption></figure>{{end}}

@@ -39,6 +39,9 @@ func renderSummary(m Manifest, results []ScenarioResult) []byte {
 		for _, r := range bad {
 			fmt.Fprintf(&b, "\n### %s (%s)\n\n", r.Name, r.Status)
 			fmt.Fprintf(&b, "Reason: %s\n", orDash(r.Reason))
+			if r.Evidence != "" {
+				fmt.Fprintf(&b, "Evidence: %s\n", r.Evidence)
+			}
 			var failing []Assertion
 			for _, a := range r.Assertions {
 				if !a.OK {
@@ -127,6 +130,9 @@ func renderJUnit(m Manifest, results []ScenarioResult) ([]byte, error) {
 	for _, r := range results {
 		total += r.Elapsed
 		tc := junit.Testcase{Name: r.Name, Classname: "quotaqual", Time: seconds(r.Elapsed)}
+		if r.Evidence != "" {
+			suite.AddProperty("evidence."+r.Name, r.Evidence)
+		}
 		switch r.Status {
 		case Passed:
 		case Skipped:

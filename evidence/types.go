@@ -32,12 +32,16 @@ type Fact struct {
 
 // ScenarioResult is one scenario's outcome.
 type ScenarioResult struct {
-	Name       string        `json:"name"`
-	Summary    string        `json:"summary"`   // what the scenario proves, one line
-	Invariant  string        `json:"invariant"` // "hard gate: peak reserved <= capacity" or "meter: ..." etc.
-	Status     Status        `json:"status"`
-	Reason     string        `json:"reason,omitempty"` // why it failed or was skipped
-	KeyFact    string        `json:"key_fact"`         // one short line for the closing table
+	Name      string `json:"name"`
+	Summary   string `json:"summary"`   // what the scenario proves, one line
+	Invariant string `json:"invariant"` // "hard gate: peak reserved <= capacity" or "meter: ..." etc.
+	Status    Status `json:"status"`
+	Reason    string `json:"reason,omitempty"` // why it failed or was skipped
+	// Evidence, when set, says the verdict rests on less than the full evidence: the gateway
+	// under test lacked a capability (quota inspection), so black-box evidence (provider-side
+	// counts, the request history) decided it, and the checks that could not be made are named.
+	Evidence   string        `json:"evidence,omitempty"`
+	KeyFact    string        `json:"key_fact"` // one short line for the closing table
 	Facts      []Fact        `json:"facts"`
 	Assertions []Assertion   `json:"assertions"`
 	Started    time.Time     `json:"started"`

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	_ "github.com/quotaqual/quotaqual/topology/engines" // builds in every engine New and IsEngine know
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -46,6 +48,11 @@ type Options struct {
 	Image            string               // docker, kind: the quotaqual image (default: built from the running binary)
 	Kind             topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
 	Reporter         Reporter             // progress; nil: silent
+	// Gateway is the gateway profile to qualify (--gateway): a profile file, or the name of a
+	// shipped one (undertest.ShippedNames); empty: quotaqual's own gateway.
+	Gateway string
+
+	gateway *undertest.Profile // Gateway, loaded by Validate
 }
 
 // Reporter receives progress. The ui package implements it for terminals and plain logs.
@@ -110,7 +117,26 @@ func (o *Options) Validate() error {
 	if o.EvidenceDir == "" {
 		o.EvidenceDir = "quotaqual-evidence"
 	}
+	if o.Gateway != "" {
+		gw, err := loadGateway(o.Gateway)
+		if err != nil {
+			return &UsageError{fmt.Errorf("--gateway: %w", err)}
+		}
+		o.gateway = gw
+		if o.Topology == topology.EngineDocker || o.Topology == topology.EngineKind {
+			return &UsageError{fmt.Errorf("--gateway %s: the %s topology launches only quotaqual's own gateway so far: use --topology netns or process", gw.Name, o.Topology)}
+		}
+	}
 	return nil
+}
+
+// loadGateway reads a gateway profile file or, when no such file exists and the name is one,
+// a shipped profile.
+func loadGateway(s string) (*undertest.Profile, error) {
+	if _, err := os.Stat(s); err != nil && slices.Contains(undertest.ShippedNames(), s) {
+		return undertest.Shipped(s)
+	}
+	return undertest.Load(s)
 }
 
 // Run performs one qualification. It always tries to write the evidence bundle, even when the
@@ -189,12 +215,16 @@ func Run(ctx context.Context, o Options) Outcome {
 	if engine == "" {
 		engine = "auto"
 	}
+	if gw := o.gateway; gw != nil {
+		rep.Note("gateway under test: profile %s (%s): %s", gw.Name, gw.Status, gw.Description)
+	}
 	rep.Step("topology up (" + engine + ")")
 	topo, err := topology.New(engine, topology.Spec{
 		RunID:            o.RunID,
 		WorkDir:          workDir,
 		Binary:           binary,
 		Deployment:       deployment,
+		Gateway:          o.gateway,
 		DenyMode:         o.DenyMode,
 		StoreReplication: o.StoreReplication,
 		ValkeyImage:      o.ValkeyImage,
@@ -226,6 +256,9 @@ func Run(ctx context.Context, o Options) Outcome {
 	}
 	rep.Done("ok", fmt.Sprintf("engine %s, run %s", topo.Engine(), o.RunID))
 	manifest.TopologyFacts = topo.Facts()
+	if gw := o.gateway; gw != nil {
+		manifest.TopologyFacts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
+	}
 	if o.EngineWhy != "" {
 		manifest.TopologyFacts["engine_choice"] = o.EngineWhy
 	}
@@ -234,6 +267,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		Topo:       topo,
 		Deployment: deployment,
 		Profile:    profile,
+		Gateway:    o.gateway,
 		Record:     writer.Request,
 		Progress:   func(s string) { rep.Note("%s", s) },
 		Finished: func(r evidence.ScenarioResult) {

@@ -17,6 +17,7 @@ func authRejection() Scenario {
 		Name:      "auth-rejection",
 		Summary:   "missing, malformed, wrong-password and cross-subject credentials get 401 on both gateways; no provider call, no ledger change",
 		Invariant: "hard gate: an unauthenticated request reaches neither the ledger nor a provider",
+		Prefers:   []Need{NeedQuotaInspection},
 		Run:       runAuthRejection,
 	}
 }
@@ -26,8 +27,12 @@ var rejectedKinds = []CredKind{CredMissing, CredMalformed, CredBearer, CredNoCol
 
 func runAuthRejection(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
+	challenge := env.gateway().Expect.AuthChallenge
 	before := map[string]wire.QuotaState{}
 	for _, s := range subjects() {
+		if !env.inspects() {
+			break
+		}
 		q, err := env.Quota(ctx, gwA, s)
 		if err != nil {
 			return r.Error(err)
@@ -44,14 +49,17 @@ func runAuthRejection(ctx context.Context, env *Env) *Result {
 			// Cross-subject: application-b's username with application-a's password.
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "reject-" + string(k), Subject: appA, Cred: k, CrossWith: appB})
 			outs = append(outs, o)
-			www := ""
-			if o.Headers != nil {
-				www = o.Headers.Get("WWW-Authenticate")
-			}
+			www := headerOf(o.Headers, "WWW-Authenticate")
 			r.Check(fmt.Sprintf("%s on %s → 401", k, gw), http.StatusUnauthorized, o.Status, o.Status == http.StatusUnauthorized)
-			r.Check(fmt.Sprintf("%s on %s carries WWW-Authenticate", k, gw), "Basic realm=…", www, len(www) > 6 && www[:6] == "Basic ")
-			r.Check(fmt.Sprintf("%s on %s has an OpenAI-style error body", k, gw), "error.type set", o.ErrorType, o.ErrorType != "")
-			r.Check(fmt.Sprintf("%s on %s names no provider site", k, gw), "", o.Site, o.Site == "")
+			if challenge != "" {
+				r.Check(fmt.Sprintf("%s on %s carries WWW-Authenticate", k, gw), challenge+" realm=…", www, strings.HasPrefix(www, challenge+" "))
+			}
+			if env.gateway().Expect.Denial.ErrorType != "" {
+				r.Check(fmt.Sprintf("%s on %s has an OpenAI-style error body", k, gw), "error.type set", o.ErrorType, o.ErrorType != "")
+			}
+			if env.gateway().Expect.Attribution.Header != "" {
+				r.Check(fmt.Sprintf("%s on %s names no provider site", k, gw), "", o.Site, o.Site == "")
+			}
 		}
 	}
 	// A client that announces a body and never sends it (issue 10, item 14) must still get its
@@ -70,7 +78,19 @@ func runAuthRejection(ctx context.Context, env *Env) *Result {
 		r.Check("provider calls unchanged", 0, d, d == 0)
 		r.Fact("provider_calls_delta", d)
 	}
+	if challenge == "" {
+		r.NotMade("401s carry WWW-Authenticate", "the profile expects no challenge")
+	}
+	if env.gateway().Expect.Denial.ErrorType == "" {
+		r.NotMade("401s have an OpenAI-style error body", "the gateway writes error bodies of its own")
+	}
+	if !env.inspects() {
+		r.NotMade("ledger state unchanged", "no quota inspection: provider calls counted instead")
+	}
 	for _, s := range subjects() {
+		if !env.inspects() {
+			break
+		}
 		q, err := env.Quota(ctx, gwB, s)
 		if err != nil {
 			r.Error(err)

@@ -16,11 +16,12 @@ import (
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
 // RuleName is the qualification's one quota rule.
-const RuleName = "per-application-budget"
+const RuleName = undertest.RuleName
 
 // Env is what a scenario may use: the topology (HTTP clients, endpoints, levers), the run's
 // deployment (credentials, by scenario and subject label), the profile, and the recorders.
@@ -28,6 +29,9 @@ type Env struct {
 	Topo       topology.Topology
 	Deployment *deployment.Deployment
 	Profile    deployment.Profile
+	// Gateway is the gateway under test: what to expect of it and what it offers. Nil means
+	// quotaqual's own gateway (undertest.Default).
+	Gateway *undertest.Profile
 	// Record receives every HTTP exchange a scenario makes (labels only, never credentials).
 	Record func(evidence.RequestRecord)
 	// Progress receives short human-readable progress lines, each naming its scenario; may be
@@ -63,6 +67,19 @@ func (env *Env) forScenario(name string) *Env {
 	e.share = nil
 	return &e
 }
+
+// gateway is the profile of the gateway under test.
+func (env *Env) gateway() *undertest.Profile {
+	if env == nil || env.Gateway == nil {
+		return defaultGateway
+	}
+	return env.Gateway
+}
+
+var defaultGateway = undertest.Default()
+
+// inspects reports whether the gateway under test reports quota state.
+func (env *Env) inspects() bool { return env.gateway().Inspects() }
 
 // NewResult starts the scenario's result.
 func (env *Env) NewResult() *Result {
@@ -109,14 +126,10 @@ func scenarioDeadline(p deployment.Profile) time.Duration {
 	return 60*time.Second + 2*p.RecoveryMax + 4*p.Window + 4*requestTimeout(p)
 }
 
-// bucketWidth is the ledger's accounting bucket for a window: one second up to a minute,
-// window/60 rounded up to whole seconds beyond.
-func bucketWidth(window time.Duration) time.Duration {
-	if window <= time.Minute {
-		return time.Second
-	}
-	b := (window + 59) / 60
-	return ((b + time.Second - 1) / time.Second) * time.Second
+// bucketWidth is the gateway's accounting bucket for a window (its profile's granularity; for
+// quotaqual's ledger one second up to a minute, window/60 rounded up to whole seconds beyond).
+func (env *Env) bucketWidth(window time.Duration) time.Duration {
+	return env.gateway().Granularity(window)
 }
 
 // errPollDeadline is returned by poll when its limit passed before fn reported done.
@@ -308,6 +321,9 @@ func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (wire.Q
 // QuotaOf reads the state of subject's key under rule from gateway's admin endpoint.
 func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (wire.QuotaState, error) {
 	var q wire.QuotaState
+	if !env.inspects() {
+		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, errNoInspection{env.gateway().Name})
+	}
 	cred, ok := env.credential(subjectLabel)
 	if !ok {
 		return q, fmt.Errorf("no credential for %s in scenario %s: the deployment was built without this scenario", subjectLabel, env.scenario)
@@ -319,6 +335,16 @@ func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string)
 	}
 	return q, nil
 }
+
+// errNoInspection is a quota read of a gateway that offers none. It is ErrUnsupported: a
+// scenario that needed the read and made no failing check is skipped, never passed.
+type errNoInspection struct{ profile string }
+
+func (e errNoInspection) Error() string {
+	return "gateway profile " + e.profile + " offers no quota inspection"
+}
+
+func (e errNoInspection) Unwrap() error { return topology.ErrUnsupported }
 
 // credential returns the scenario's principal for a subject label.
 func (env *Env) credential(label string) (deployment.Credential, bool) {

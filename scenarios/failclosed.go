@@ -3,10 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"time"
-
-	"github.com/quotaqual/quotaqual/wire"
 )
 
 // What valkey-outage and valkey-partition share: a request answered while the store is out of
@@ -18,14 +15,26 @@ type decisions struct {
 	worst time.Duration
 }
 
-// checkFailClosed checks one answer given while the store was out of reach: a 503 of the
-// store's error type, decided within slo (the store timeout plus a margin).
-func (d *decisions) checkFailClosed(r *Result, what string, o Outcome, slo time.Duration) {
+// checkFailClosed checks one answer given while the store was out of reach: the gateway's
+// store-failure answer (quotaqual's: a 503 of the store's error type), decided within slo
+// (the store timeout plus a margin).
+func (d *decisions) checkFailClosed(env *Env, r *Result, what string, o Outcome, slo time.Duration) {
 	d.ms = append(d.ms, ms(o.Latency))
 	d.worst = max(d.worst, o.Latency)
-	r.Check(what+" → 503", http.StatusServiceUnavailable, o.Status, o.Status == http.StatusServiceUnavailable)
-	r.Check(what+" error type", wire.TypeStore, o.ErrorType, o.ErrorType == wire.TypeStore)
+	env.checkStoreFailure(r, what, o)
 	r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
+}
+
+// checkStoreFailure checks o is the gateway's store-failure answer: its status (503 for
+// quotaqual) and, when its profile names one, its error type (quota_store_unavailable).
+func (env *Env) checkStoreFailure(r *Result, what string, o Outcome) {
+	want := env.gateway().Expect.StoreFailure
+	r.Check(fmt.Sprintf("%s → %d", what, want.Status), want.Status, o.Status, o.Status == want.Status)
+	if want.ErrorType == "" {
+		r.NotMade(what+" error type", "the profile names no store-failure error type")
+		return
+	}
+	r.Check(what+" error type", want.ErrorType, o.ErrorType, o.ErrorType == want.ErrorType)
 }
 
 // record adds the decision times to the result's facts.

@@ -19,6 +19,7 @@ func gatewayCrash() Scenario {
 			"the expiry sweep writes what admission reads",
 		Exclusive:        "kills and restarts gateway-a",
 		SharesAfterLever: true, // then waits for the dead gateway's lease to run out
+		Needs:            []Need{NeedRestart, NeedLeases, NeedQuotaInspection},
 		Run:              runGatewayCrash,
 	}
 }

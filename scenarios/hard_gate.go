@@ -20,7 +20,8 @@ func hardGate() Scenario {
 			"covers, across both gateways, streamed and not",
 		Invariant: "hard gate: usage settled within any window ≤ capacity, counted at the providers (prompt + generated tokens of " +
 			"every admitted request); no request consumes more than its reservation",
-		Run: runHardGate,
+		Needs: []Need{NeedScenarioRules, NeedQuotaInspection},
+		Run:   runHardGate,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -40,8 +41,16 @@ func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
 
 // waitIdle polls subject's quota until no reservation is active (every admitted request has
 // settled) and returns that state. The gateway settles off the response path, so a read right
-// after a response may still see its reservation.
+// after a response may still see its reservation. A gateway without quota inspection is
+// waited on from outside: until no provider has a request in flight; the state returned is
+// then not inspected: every figure is zero.
 func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.QuotaState, error) {
+	if !env.inspects() {
+		if _, err := env.settledProviders(ctx); err != nil {
+			return wire.QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
+		}
+		return wire.QuotaState{}, nil
+	}
 	return env.waitIdleOf(ctx, gateway, RuleName, subject)
 }
 
@@ -71,12 +80,41 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 	return q, nil
 }
 
+// fixedWindowStart, for a gateway whose profile declares fixed windows, waits until offset
+// after the next window boundary (fixed windows are aligned to the Unix epoch, as a counter
+// keyed by now/period is), so a sequence that must fit in one window is not cut by a reset in
+// its middle; it records how long it waited. For a sliding window it returns at once: any
+// sequence shorter than the window fits.
+func (env *Env) fixedWindowStart(ctx context.Context, r *Result, offset time.Duration) error {
+	if env.gateway().Expect.Admission.Window != undertest.WindowFixed {
+		return nil
+	}
+	w := env.Profile.Window
+	wait := (w - time.Duration(time.Now().UnixNano()%int64(w)) + offset) % w
+	r.Fact("waited_for_a_fixed_window_start_ms", ms(wait))
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// fixedWindowMargin is how long after a fixed window's boundary a sequence starts: far more
+// than the clock skew between the harness and the gateway on one machine.
+const fixedWindowMargin = 50 * time.Millisecond
+
 // exhaustion is a sequential run of requests until the first answer that is not 200.
 type exhaustion struct {
 	Outcomes []Outcome // every request, in order; the last is the first non-200 unless capped
 	Admitted int       // 200s before the first non-200
 	Denied   bool      // the run ended with a 429
 	Settled  []int64   // settled usage read after each admitted request (waitIdle)
+	// Blind: Settled is the sum of the admitted responses' own usage, not read from the
+	// gateway (it offers no quota inspection).
+	Blind bool
 }
 
 // exhaust sends requests for subject alternating gateway-a, gateway-b, … (starting with
@@ -96,6 +134,17 @@ func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gatewa
 		q, err := env.waitIdle(ctx, gw, subject)
 		if err != nil {
 			return ex, err
+		}
+		if !env.inspects() {
+			ex.Blind = true
+			var sum int64
+			for _, o := range ex.Outcomes {
+				if o.Admitted() {
+					sum += charge(o, env.Profile.Estimate)
+				}
+			}
+			ex.Settled = append(ex.Settled, sum)
+			continue
 		}
 		ex.Settled = append(ex.Settled, q.Settled())
 	}

@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/providerstub"
-	"github.com/quotaqual/quotaqual/wire"
 )
 
 // CredKind is the kind of credential a request carries.
@@ -81,8 +81,18 @@ type Outcome struct {
 // Admitted reports a 200 answer.
 func (o Outcome) Admitted() bool { return o.Status == http.StatusOK }
 
-// quotaHeaderNames are the response headers kept in the request log.
-var quotaHeaderNames = []string{wire.RetryAfterHeader, wire.LimitTokensHeader, wire.RemainingTokensHeader, wire.ResetTokensHeader}
+// quotaHeaderNames are the response headers kept in the request log: the quota headers the
+// gateway under test sends (quotaqual's: Retry-After and x-ratelimit-{limit,remaining,reset}-tokens).
+func (env *Env) quotaHeaderNames() []string {
+	h := env.gateway().Expect.QuotaHeaders
+	var out []string
+	for _, n := range []string{h.RetryAfter, h.Limit, h.Remaining, h.Reset} {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // Chat sends one chat completion from the client host and records every attempt. A real HTTP
 // response (any status) is never retried; a transport failure (no response) is retried once,
@@ -135,7 +145,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 			rec.Error = o.Err.Error()
 		}
 		if o.Headers != nil {
-			for _, h := range quotaHeaderNames {
+			for _, h := range env.quotaHeaderNames() {
 				if v := o.Headers.Get(h); v != "" {
 					if rec.QuotaHeaders == nil {
 						rec.QuotaHeaders = map[string]string{}
@@ -176,8 +186,8 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 	defer resp.Body.Close()
 	o.Status = resp.StatusCode
 	o.Headers = resp.Header
-	o.Site = resp.Header.Get(wire.SiteHeader)
-	o.RequestID = resp.Header.Get("X-Request-Id")
+	o.Site = headerOf(resp.Header, env.gateway().Expect.Attribution.Header)
+	o.RequestID = headerOf(resp.Header, env.gateway().Expect.RequestIDHeader)
 	if c.StopAfterChunks > 0 {
 		n, err := readContentChunks(resp.Body, c.StopAfterChunks)
 		o.End = time.Now()
@@ -384,11 +394,40 @@ func statuses(os []Outcome) []int {
 	return out
 }
 
-// hasQuotaHeaders reports whether a 429 carries Retry-After and the three x-ratelimit headers,
-// and which are missing.
-func hasQuotaHeaders(h http.Header) (bool, []string) {
+// quotaHeadersLabel names the quota headers in check names: quotaqual's as always
+// ("Retry-After and x-ratelimit-*"), another gateway's by their names.
+func (env *Env) quotaHeadersLabel() string {
+	names := env.quotaHeaderNames()
+	if slices.Equal(names, defaultQuotaHeaders) {
+		return "Retry-After and x-ratelimit-*"
+	}
+	return strings.ToLower(strings.Join(names, ", "))
+}
+
+// quotaHeadersCount is the expected value of the headers-present check.
+func (env *Env) quotaHeadersCount() string {
+	n := len(env.quotaHeaderNames())
+	if n == 4 {
+		return "all four"
+	}
+	return fmt.Sprintf("all %d", n)
+}
+
+var defaultQuotaHeaders = (&Env{}).quotaHeaderNames()
+
+// headerOf is h's value of name, "" when the gateway under test sends no such header.
+func headerOf(h http.Header, name string) string {
+	if name == "" || h == nil {
+		return ""
+	}
+	return h.Get(name)
+}
+
+// hasQuotaHeaders reports whether a 429 carries every quota header the gateway under test
+// sends (quotaqual's: Retry-After and the three x-ratelimit headers), and which are missing.
+func (env *Env) hasQuotaHeaders(h http.Header) (bool, []string) {
 	var missing []string
-	for _, n := range quotaHeaderNames {
+	for _, n := range env.quotaHeaderNames() {
 		if h == nil || h.Get(n) == "" {
 			missing = append(missing, strings.ToLower(n))
 		}

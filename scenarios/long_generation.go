@@ -18,7 +18,8 @@ func longGeneration() Scenario {
 			"room for one request) while the same subject keeps asking on both gateways",
 		Invariant: "hard gate: the renewed lease keeps the hold for the whole generation — every concurrent request is denied, " +
 			"also after the lease would have run out — and the generation settles at the usage the provider counted",
-		Run: runLongGeneration,
+		Needs: []Need{NeedScenarioRules, NeedLeases, NeedQuotaInspection},
+		Run:   runLongGeneration,
 	}
 }
 

@@ -43,6 +43,10 @@ type ledgerSampler struct {
 func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.Duration) *ledgerSampler {
 	sctx, stop := context.WithCancel(ctx)
 	s := &ledgerSampler{stop: stop, done: make(chan struct{})}
+	if !env.inspects() {
+		close(s.done) // nothing to sample: the trace stays empty
+		return s
+	}
 	go func() {
 		defer close(s.done)
 		for i := 0; ; i++ {

@@ -31,6 +31,7 @@ func rollingUpgrade() Scenario {
 		Summary:   "gateway-a restarted on policy P2 while gateway-b runs P1, traffic through both, then gateway-b on P2: held tokens ≤ the larger capacity, live leases kept, P1's window keeps usage P2's shorter window dropped",
 		Invariant: "hard gate across a policy change: no window admits beyond the larger capacity, no live lease cut short, no usage leaves a window earlier than either policy allows",
 		Exclusive: "restarts both gateways on other policies of the qualification's rule",
+		Needs:     []Need{NeedRestart, NeedPolicyChange, NeedQuotaInspection},
 		Run:       runRollingUpgrade,
 	}
 }
@@ -115,7 +116,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 		if o.Admitted() {
 			admitted[gw]++
 			ivs = append(ivs, heldInterval{o.Start, o.End, estOf[gw]})
-			limit := o.Headers.Get("X-Ratelimit-Limit-Tokens")
+			limit := headerOf(o.Headers, env.gateway().Expect.QuotaHeaders.Limit)
 			want := strconv.FormatInt(map[string]int64{gwA: p2.Capacity, gwB: p1.Capacity}[gw], 10)
 			r.Check(fmt.Sprintf("%s reports its own policy's limit", gw), want, limit, limit == want)
 		} else {
@@ -146,7 +147,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 
 	// Past P2's window (and a bucket) but within P1's: P2 rebuilds its totals on its next
 	// call; P1's window must still count what the burst was charged.
-	check := settledAt.Add(p2.Window + bucketWidth(p2.Window) + 200*time.Millisecond)
+	check := settledAt.Add(p2.Window + env.bucketWidth(p2.Window) + 200*time.Millisecond)
 	if latest := settledAt.Add(p1.Window - 500*time.Millisecond); check.After(latest) {
 		return r.Error(fmt.Errorf("P2's window %s leaves no time inside P1's %s", p2.Window, p1.Window))
 	}
@@ -173,7 +174,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	}
 	for _, gw := range []string{gwA, gwB} {
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "both-on-p2", Subject: appB})
-		limit := o.Headers.Get("X-Ratelimit-Limit-Tokens")
+		limit := headerOf(o.Headers, env.gateway().Expect.QuotaHeaders.Limit)
 		want := strconv.FormatInt(p2.Capacity, 10)
 		r.Check(gw+" admits on P2 with P2's limit after the rollout", "200, limit "+want,
 			fmt.Sprintf("%d, limit %s", o.Status, limit), o.Admitted() && limit == want)
@@ -202,7 +203,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	}); err != nil && !errors.Is(err, errPollDeadline) {
 		return r.Error(err)
 	}
-	r.Check("P3's longer window (buckets of "+bucketWidth(p3.Window).String()+") counts usage settled under P2 (1 s buckets)",
+	r.Check("P3's longer window (buckets of "+env.bucketWidth(p3.Window).String()+") counts usage settled under P2 (1 s buckets)",
 		fmt.Sprintf("≥ %d", want), seen, seen >= want)
 	r.Key("peak held %d ≤ %d, P1 kept %d/%d settled after P2's rebuild, P3 saw %d/%d, %d+%d admitted",
 		peak, larger, q.Settled(), charged, seen, want, admitted[gwA], admitted[gwB])

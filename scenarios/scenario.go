@@ -26,14 +26,38 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
-// Need is a topology capability a scenario cannot run without.
+// Need is a capability a scenario cannot run without: of the topology (its levers) or of the
+// gateway under test (its profile's capabilities, package undertest).
 type Need string
 
 const (
 	NeedNetworkPolicy Need = "network-policy"
 	NeedPartition     Need = "partition"
+
+	// NeedRestart: a gateway restarted (or killed) by the topology comes back on the same
+	// config; every topology and every profile provides it, declared so a reader sees it.
+	NeedRestart Need = "restart"
+	// NeedQuotaInspection: the gateway reports a subject's quota state (settled, reserved).
+	// A scenario that only prefers it (Scenario.Prefers) uses black-box evidence without it.
+	NeedQuotaInspection Need = "quota-inspection"
+	// NeedSharedStore: the gateway keeps its quota state in the run's Valkey, so the store
+	// levers (stop, partition) are levers on the gateway's quota.
+	NeedSharedStore Need = "shared-store"
+	// NeedStoreGroup: the gateway can be put on the replicated store group.
+	NeedStoreGroup Need = "store-group"
+	// NeedScenarioRules: the gateway renders the scenarios' own rules.
+	NeedScenarioRules Need = "scenario-rules"
+	// NeedPolicyChange: the gateway can be restarted on another budget.
+	NeedPolicyChange Need = "policy-change"
+	// NeedLeases: admitted requests hold reservations that expire unless renewed.
+	NeedLeases Need = "leases"
+	// NeedAttribution: each admitted response names the provider that served it, and the id
+	// it forwarded, so the provider's log confirms it. Only ever preferred: without it the
+	// sites are counted at the providers.
+	NeedAttribution Need = "attribution"
 )
 
 // Scenario is one qualification scenario.
@@ -55,7 +79,11 @@ type Scenario struct {
 	// Profiles lists the profiles whose default run includes the scenario; empty: every
 	// profile. --scenario selects it in any profile.
 	Profiles []string
-	Run      func(ctx context.Context, env *Env) *Result
+	// Prefers are capabilities the scenario uses when the gateway has them and replaces with
+	// black-box evidence when it has not; its result then names the checks not made
+	// (Result.NotMade) and carries a lower evidence level.
+	Prefers []Need
+	Run     func(ctx context.Context, env *Env) *Result
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
@@ -157,6 +185,7 @@ type Result struct {
 	errs       []error
 	skip       string
 	faults     []evidence.FaultWindow // recorded by Env.Fault
+	notMade    []string               // checks the gateway under test could not support
 }
 
 // NewResult returns an empty result (unit tests; scenarios use env.NewResult).
@@ -184,6 +213,21 @@ func (r *Result) Error(err error) *Result {
 		r.errs = append(r.errs, err)
 	}
 	return r
+}
+
+// NotMade records a check that could not be made because the gateway under test lacks a
+// capability, and why. The result keeps its other checks but is marked with the lower,
+// black-box evidence level: it never passes as if the check had been made.
+func (r *Result) NotMade(check, why string) {
+	r.notMade = append(r.notMade, check+" ("+why+")")
+}
+
+// evidenceLevel is "" for the full evidence, or what decided the verdict instead.
+func (r *Result) evidenceLevel() string {
+	if len(r.notMade) == 0 {
+		return ""
+	}
+	return "black-box: decided by provider-side counts and the request history; not made: " + strings.Join(r.notMade, "; ")
 }
 
 // Skip marks the result skipped with a reason (a missing lever). A skip is never a pass.
@@ -285,7 +329,7 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
 		return res
 	}
-	if reason := missingNeed(sc.Needs, caps); reason != "" {
+	if reason := missingNeed(sc.Needs, caps, env.gateway()); reason != "" {
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
 		return env.progressed(sc.Name, res)
 	}
@@ -300,6 +344,7 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 	res.Assertions = append(res.Assertions, r.assertions...)
 	res.KeyFact = r.keyFact
 	res.Status, res.Reason = r.verdict()
+	res.Evidence = r.evidenceLevel()
 	if ctx.Err() != nil && res.Status != evidence.Skipped {
 		// Cut short: the verdict was not reached, and checks that failed after the
 		// interruption failed because of it. Everything recorded is kept.
@@ -314,6 +359,9 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 		if res.Reason != "" {
 			res.KeyFact = firstLine(res.Reason)
 		}
+	}
+	if res.Evidence != "" {
+		res.KeyFact = "[black-box] " + res.KeyFact
 	}
 	return env.progressed(sc.Name, res)
 }
@@ -337,10 +385,35 @@ func firstLine(s string) string {
 	return s
 }
 
-// missingNeed returns why the topology cannot run a scenario with these needs, or "".
-func missingNeed(needs []Need, caps topology.Capabilities) string {
+// gatewayNeeds are the needs a gateway profile answers: what each is, in a reason, and
+// whether the profile offers it.
+var gatewayNeeds = map[Need]struct {
+	what string
+	has  func(*undertest.Profile) bool
+}{
+	NeedRestart:         {"a restart", func(*undertest.Profile) bool { return true }},
+	NeedQuotaInspection: {"quota inspection", (*undertest.Profile).Inspects},
+	NeedSharedStore:     {"its quota state in the run's store", func(g *undertest.Profile) bool { return g.Caps.SharedStore }},
+	NeedStoreGroup:      {"the replicated store group", func(g *undertest.Profile) bool { return g.Caps.StoreGroup }},
+	NeedScenarioRules:   {"the scenarios' own rules", func(g *undertest.Profile) bool { return g.Caps.ScenarioRules }},
+	NeedPolicyChange:    {"a restart on another budget", func(g *undertest.Profile) bool { return g.Caps.PolicyChange }},
+	NeedLeases:          {"reservation leases", func(g *undertest.Profile) bool { return g.Caps.Leases }},
+	NeedAttribution: {"attribution headers", func(g *undertest.Profile) bool {
+		return g.Expect.Attribution.Header != "" && g.Expect.RequestIDHeader != ""
+	}},
+}
+
+// missingNeed returns why the topology or the gateway under test cannot run a scenario with
+// these needs, or "".
+func missingNeed(needs []Need, caps topology.Capabilities, gw *undertest.Profile) string {
 	var reasons []string
 	for _, n := range needs {
+		if g, ok := gatewayNeeds[n]; ok {
+			if !g.has(gw) {
+				reasons = append(reasons, fmt.Sprintf("needs %s, which gateway profile %s does not offer", g.what, gw.Name))
+			}
+			continue
+		}
 		switch n {
 		case NeedNetworkPolicy:
 			if !caps.NetworkPolicy {

@@ -425,7 +425,7 @@ func TestResponseParsing(t *testing.T) {
 	h := http.Header{}
 	h.Set("Retry-After", "4")
 	h.Set("X-Ratelimit-Limit-Tokens", "60")
-	if ok, missing := hasQuotaHeaders(h); ok || len(missing) != 2 {
+	if ok, missing := (&Env{}).hasQuotaHeaders(h); ok || len(missing) != 2 {
 		t.Errorf("missing %v", missing)
 	}
 }
@@ -434,7 +434,7 @@ func TestBucketWidth(t *testing.T) {
 	for _, tt := range []struct{ w, want time.Duration }{
 		{4 * time.Second, time.Second}, {time.Minute, time.Second}, {2 * time.Minute, 2 * time.Second}, {time.Hour, time.Minute}, {61 * time.Second, 2 * time.Second},
 	} {
-		if got := bucketWidth(tt.w); got != tt.want {
+		if got := (&Env{}).bucketWidth(tt.w); got != tt.want {
 			t.Errorf("bucketWidth(%s) = %s, want %s", tt.w, got, tt.want)
 		}
 	}

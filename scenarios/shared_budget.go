@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -19,7 +20,8 @@ func sharedBudget() Scenario {
 		Summary: "one subject alternating between gateways exhausts one shared budget; denied on both; denials reach no provider; other subjects unaffected",
 		Invariant: "hard gate: both gateways admit exactly what one budget allows (settled + estimate ≤ capacity, predicted from the responses' usage); " +
 			"denials reach no provider; attribution counted at the providers",
-		Run: runSharedBudget,
+		Prefers: []Need{NeedQuotaInspection},
+		Run:     runSharedBudget,
 	}
 }
 
@@ -33,6 +35,9 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 
 	// The ledger's trace for the report: one budget filling from both gateways.
 	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
+	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+		return r.Error(err)
+	}
 	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
 	if err != nil {
 		r.Error(err)
@@ -41,7 +46,12 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	last := ex.Outcomes[len(ex.Outcomes)-1]
 	r.Fact("exhaust_statuses", statuses(ex.Outcomes))
 	r.Fact("exhaust_sites", sitesOf(ex.Outcomes))
-	r.Fact("settled_after_each_admission", ex.Settled)
+	if ex.Blind {
+		r.Fact("settled_after_each_admission_from_responses", ex.Settled)
+		r.NotMade("settled usage read from the gateway after each admission", "no quota inspection: summed from the responses' usage")
+	} else {
+		r.Fact("settled_after_each_admission", ex.Settled)
+	}
 
 	// The prediction, from the responses' own usage.
 	expected := chatUsage(p, 1)
@@ -66,7 +76,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	r.Check("exhaustion ended with 429", http.StatusTooManyRequests, last.Status, ex.Denied)
 	r.Check("admitted == predicted from settled usage (settled + estimate ≤ capacity)", predicted, ex.Admitted, ex.Admitted == predicted)
 	r.Check("every decision matches the rule replayed on the observed usage", "no mismatch", wrong, len(wrong) == 0)
-	checkRemainingTruth(r, ex, p.Capacity, p.Estimate)
+	env.checkRemainingTruth(r, ex, p.Capacity, p.Estimate)
 
 	// The next request is denied on both gateways.
 	type denial struct {
@@ -83,7 +93,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 		r.Check("next request on "+gw+" denied", http.StatusTooManyRequests, o.Status, o.Status == http.StatusTooManyRequests)
 	}
 	for _, d := range denials {
-		checkDenialHeaders(r, d.what, d.o, p)
+		env.checkDenialHeaders(r, d.what, d.o, p)
 	}
 	end := time.Now()
 	after, err := env.settledProviders(ctx)
@@ -156,20 +166,45 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 }
 
 // checkDenialHeaders checks a 429's quota headers: Retry-After and the reset within a window
-// plus a bucket, the limit equal to the capacity, the remaining tokens within [0, capacity].
-func checkDenialHeaders(r *Result, what string, o Outcome, p deployment.Profile) {
-	ok, missing := hasQuotaHeaders(o.Headers)
-	r.Check(what+": Retry-After and x-ratelimit-* headers present", "all four", missing, ok && o.Status == http.StatusTooManyRequests)
+// plus a bucket, the limit equal to the capacity, the remaining tokens within [0, capacity]
+// (each under the name the gateway under test uses; a header it does not send is a check
+// not made).
+func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p deployment.Profile) {
+	h := env.gateway().Expect.QuotaHeaders
+	ok, missing := env.hasQuotaHeaders(o.Headers)
+	r.Check(what+": "+env.quotaHeadersLabel()+" headers present", env.quotaHeadersCount(), missing, ok && o.Status == http.StatusTooManyRequests)
 	if !ok {
 		return
 	}
-	maxWait := int64((p.Window + bucketWidth(p.Window) + time.Second - 1) / time.Second)
-	ra, err := strconv.ParseInt(o.Headers.Get("Retry-After"), 10, 64)
-	r.Check(what+": Retry-After in whole seconds within window + bucket", fmt.Sprintf("1..%d", maxWait), o.Headers.Get("Retry-After"), err == nil && ra >= 1 && ra <= maxWait)
-	lim := o.Headers.Get("X-Ratelimit-Limit-Tokens")
-	r.Check(what+": x-ratelimit-limit-tokens is the capacity", strconv.FormatInt(p.Capacity, 10), lim, lim == strconv.FormatInt(p.Capacity, 10))
-	rem, err := strconv.ParseInt(o.Headers.Get("X-Ratelimit-Remaining-Tokens"), 10, 64)
-	r.Check(what+": x-ratelimit-remaining-tokens below the estimate", fmt.Sprintf("0..%d", p.Estimate-1), o.Headers.Get("X-Ratelimit-Remaining-Tokens"), err == nil && rem >= 0 && rem < p.Estimate)
+	if h.RetryAfter != "" {
+		maxWait := int64((p.Window + env.bucketWidth(p.Window) + time.Second - 1) / time.Second)
+		ra, err := strconv.ParseInt(o.Headers.Get(h.RetryAfter), 10, 64)
+		r.Check(what+": Retry-After in whole seconds within window + bucket", fmt.Sprintf("1..%d", maxWait), o.Headers.Get(h.RetryAfter), err == nil && ra >= 1 && ra <= maxWait)
+	} else {
+		r.NotMade(what+": Retry-After", "the gateway sends none")
+	}
+	if h.Limit != "" {
+		lim := o.Headers.Get(h.Limit)
+		r.Check(what+": "+strings.ToLower(h.Limit)+" is the capacity", strconv.FormatInt(p.Capacity, 10), lim, lim == strconv.FormatInt(p.Capacity, 10))
+	} else {
+		r.NotMade(what+": the limit header", "the gateway sends none")
+	}
+	if h.Remaining != "" {
+		rem, err := strconv.ParseInt(o.Headers.Get(h.Remaining), 10, 64)
+		r.Check(what+": "+strings.ToLower(h.Remaining)+" below the estimate", fmt.Sprintf("0..%d", p.Estimate-1), o.Headers.Get(h.Remaining), err == nil && rem >= 0 && rem < p.Estimate)
+	} else {
+		r.NotMade(what+": the remaining header", "the gateway sends none")
+	}
+	env.checkErrorBody(r, what, o)
+}
+
+// checkErrorBody checks an error answer has an OpenAI-style body (error.type set), when the
+// gateway under test writes those (its profile names a denial error type).
+func (env *Env) checkErrorBody(r *Result, what string, o Outcome) {
+	if env.gateway().Expect.Denial.ErrorType == "" {
+		r.NotMade(what+": OpenAI-style error body", "the gateway writes error bodies of its own")
+		return
+	}
 	r.Check(what+": OpenAI-style error body", "error.type set", o.ErrorType, o.ErrorType != "")
 }
 
@@ -178,7 +213,12 @@ func checkDenialHeaders(r *Result, what string, o Outcome, p deployment.Profile)
 // usage settled after request i−1 (read once its reservation had settled) and nothing else,
 // so an admitted response must report capacity − settled − its own estimate, and the 429 that
 // ended the run capacity − settled (never below zero).
-func checkRemainingTruth(r *Result, ex exhaustion, capacity, estimate int64) {
+func (env *Env) checkRemainingTruth(r *Result, ex exhaustion, capacity, estimate int64) {
+	name := env.gateway().Expect.QuotaHeaders.Remaining
+	if name == "" {
+		r.NotMade("the remaining header is the truthful remaining", "the gateway sends none")
+		return
+	}
 	var wrong []string
 	var settled int64
 	for i, o := range ex.Outcomes {
@@ -194,10 +234,10 @@ func checkRemainingTruth(r *Result, ex exhaustion, capacity, estimate int64) {
 		default:
 			continue
 		}
-		got := o.Headers.Get("X-Ratelimit-Remaining-Tokens")
+		got := o.Headers.Get(name)
 		if got != strconv.FormatInt(want, 10) {
 			wrong = append(wrong, fmt.Sprintf("#%d (%d, settled %d): %q, truthful %d", i+1, o.Status, settled, got, want))
 		}
 	}
-	r.Check("x-ratelimit-remaining-tokens is the truthful remaining on every response (capacity − settled − held)", "all exact", wrong, len(wrong) == 0)
+	r.Check(strings.ToLower(name)+" is the truthful remaining on every response (capacity − settled − held)", "all exact", wrong, len(wrong) == 0)
 }

@@ -73,11 +73,11 @@ func TestRemainingTruth(t *testing.T) {
 		Outcomes: []Outcome{resp(200, "45"), resp(200, "40"), resp(200, "35"), resp(429, "5")},
 		Settled:  []int64{5, 10, 55},
 	}
-	if f := failedChecks(func(r *Result) { checkRemainingTruth(r, ex, 60, 15) }); len(f) != 0 {
+	if f := failedChecks(func(r *Result) { (&Env{}).checkRemainingTruth(r, ex, 60, 15) }); len(f) != 0 {
 		t.Errorf("truthful remaining failed %v", f)
 	}
 	ex.Outcomes[1] = resp(200, "60")
-	if f := failedChecks(func(r *Result) { checkRemainingTruth(r, ex, 60, 15) }); len(f) != 1 {
+	if f := failedChecks(func(r *Result) { (&Env{}).checkRemainingTruth(r, ex, 60, 15) }); len(f) != 1 {
 		t.Errorf("remaining stuck at the limit: failed %v, want one check", f)
 	}
 }

@@ -17,7 +17,8 @@ func usageAccounting() Scenario {
 			"than the usage buffer, provider errors, n > 1 and both output-bound fields — are each charged what the provider generated",
 		Invariant: "meter: each request's settled charge equals what the provider stub counted (prompt + generated tokens), and never less " +
 			"than what it generated; the reservation covers the output bound the provider honours, times n",
-		Run: runUsageAccounting,
+		Needs: []Need{NeedScenarioRules, NeedQuotaInspection},
+		Run:   runUsageAccounting,
 	}
 }
 

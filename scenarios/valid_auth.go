@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 func validAuth() Scenario {
@@ -12,12 +15,15 @@ func validAuth() Scenario {
 		Name:      "valid-auth",
 		Summary:   "every subject is admitted on both gateways, with provider attribution",
 		Invariant: "each authenticated subject is admitted on both gateways; attribution and call counts are confirmed at the providers; credentials are not forwarded",
+		Prefers:   []Need{NeedAttribution},
 		Run:       runValidAuth,
 	}
 }
 
 func runValidAuth(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
+	attributed := env.gateway().Expect.Attribution.Header != "" && env.gateway().Expect.RequestIDHeader != ""
+	limitHeader := env.gateway().Expect.QuotaHeaders.Limit
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
 	if !ok {
 		return r
@@ -28,14 +34,21 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "valid-" + s, Subject: s})
 			outs = append(outs, o)
 			r.Check(fmt.Sprintf("%s admitted on %s", s, gw), http.StatusOK, o.Status, o.Admitted())
-			r.Check(fmt.Sprintf("%s on %s names a provider site", s, gw), "one of west, central, east", o.Site, isSite(o.Site))
-			limit := ""
-			if o.Headers != nil {
-				limit = o.Headers.Get("X-Ratelimit-Limit-Tokens")
+			if attributed {
+				r.Check(fmt.Sprintf("%s on %s names a provider site", s, gw), "one of west, central, east", o.Site, isSite(o.Site))
 			}
-			r.Check(fmt.Sprintf("%s on %s: x-ratelimit-limit-tokens is the capacity", s, gw),
-				strconv.FormatInt(env.Profile.Capacity, 10), limit, limit == strconv.FormatInt(env.Profile.Capacity, 10))
+			if limitHeader != "" {
+				limit := headerOf(o.Headers, limitHeader)
+				r.Check(fmt.Sprintf("%s on %s: %s is the capacity", s, gw, strings.ToLower(limitHeader)),
+					strconv.FormatInt(env.Profile.Capacity, 10), limit, limit == strconv.FormatInt(env.Profile.Capacity, 10))
+			}
 		}
+	}
+	if !attributed {
+		r.NotMade("each response names its provider site", "the gateway sends no attribution header: sites counted at the providers")
+	}
+	if limitHeader == "" {
+		r.NotMade("the limit header is the capacity", "the gateway sends none")
 	}
 	after, err := env.settledProviders(ctx)
 	if err != nil {
@@ -50,6 +63,20 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 	// Attribution, confirmed at the providers: the request id each response carries is in the
 	// log of the provider whose site the response names, and no provider saw credentials.
 	var mismatched, authForwarded []string
+	if !attributed {
+		// Black-box: no response names its provider, so every request the providers logged
+		// since before is checked for forwarded credentials.
+		for _, h := range topology.Providers {
+			for _, pr := range after.ByHost[h].Requests {
+				if !pr.Time.Before(before.At) && pr.AuthorizationPresent {
+					authForwarded = append(authForwarded, fmt.Sprintf("a request at %s", after.ByHost[h].Site))
+				}
+			}
+		}
+		r.Check("no credentials forwarded to a provider", "authorization_present false everywhere", authForwarded, len(authForwarded) == 0)
+		r.Key("%d/%d admitted, provider calls +%d, sites %v", countAdmitted(outs), len(outs), d, SitesCovered(SiteDelta(before, after)))
+		return r
+	}
 	for i, o := range outs {
 		site, pr, found := after.FindRequest(o.RequestID)
 		switch {

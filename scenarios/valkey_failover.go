@@ -34,8 +34,8 @@ func valkeyFailover() Scenario {
 		Name:      "valkey-failover",
 		Summary:   "split brain of a replicated store (primary cut off from replicas, Sentinels and gateway-b; gateway-a still reaches it): no token admitted twice, no acknowledged reservation lost across the promotion",
 		Invariant: "hard gate across a failover: reservations held at once ≤ capacity, and every admitted reservation survives the promotion (porcupine-checked against the ledger model)",
-		Needs:     []Need{NeedPartition},
 		Exclusive: "moves both gateways to the replicated store group and splits it",
+		Needs:     []Need{NeedPartition, NeedStoreGroup, NeedQuotaInspection},
 		Run:       runValkeyFailover,
 	}
 }

@@ -16,6 +16,8 @@ func valkeyOutage() Scenario {
 		Summary:   "Valkey stopped: both gateways answer 503 within the store timeout plus a margin, no provider contacted; Valkey back: admission recovers",
 		Invariant: "fail closed: a store failure is a 503 (never 200, never 429), decided in bounded time before any provider is contacted",
 		Exclusive: "stops the store",
+		Needs:     []Need{NeedSharedStore},
+		Prefers:   []Need{NeedQuotaInspection},
 		Run:       runValkeyOutage,
 	}
 }
@@ -60,7 +62,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		for _, gw := range []string{gwA, gwB} {
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("outage-%d", i+1), Subject: appA})
 			what := fmt.Sprintf("%s request %d", gw, i+1)
-			dec.checkFailClosed(r, what, o, slo)
+			dec.checkFailClosed(env, r, what, o, slo)
 			r.Check(what+" names no provider site", "", o.Site, o.Site == "")
 		}
 	}
@@ -88,13 +90,13 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		r.Fact("time_to_recovery_ms_"+gw, ms(rec.elapsed))
 		bad := 0
 		for _, s := range rec.statuses {
-			if s == http.StatusOK || s == http.StatusServiceUnavailable {
+			if s == http.StatusOK || s == env.gateway().Expect.StoreFailure.Status {
 				continue
 			}
 			bad++
 		}
 		rec.check(r, "admission recovered on "+gw+" within RecoveryMax", p.RecoveryMax)
-		r.Check("while recovering "+gw+" answered only 503 or 200", "no 429, no transport failure", rec.statuses, bad == 0)
+		r.Check(fmt.Sprintf("while recovering %s answered only %d or 200", gw, env.gateway().Expect.StoreFailure.Status), "no 429, no transport failure", rec.statuses, bad == 0)
 	}
 	r.Key("503 within %s (SLO %s), recovered", dec.worst.Round(time.Millisecond), slo)
 	return r

@@ -22,8 +22,9 @@ func valkeyPartition() Scenario {
 		Name:      "valkey-partition",
 		Summary:   "gateway-a cut off from Valkey: it answers 503 within the store timeout plus a margin while gateway-b keeps admitting; healed: gateway-a recovers",
 		Invariant: "fail closed per replica: a gateway that cannot reach the store never admits, and never blocks longer than its store timeout; the other replica is unaffected",
-		Needs:     []Need{NeedPartition},
 		Exclusive: "cuts gateway-a off from the store",
+		Needs:     []Need{NeedPartition, NeedSharedStore},
+		Prefers:   []Need{NeedQuotaInspection},
 		Run:       runValkeyPartition,
 	}
 }
@@ -73,7 +74,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	var dec decisions
 	for i := 0; i < partitionRequests; i++ {
 		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA})
-		dec.checkFailClosed(r, fmt.Sprintf("cut-off gateway-a request %d", i+1), o, slo)
+		dec.checkFailClosed(env, r, fmt.Sprintf("cut-off gateway-a request %d", i+1), o, slo)
 	}
 	dec.record(r)
 
@@ -112,6 +113,12 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	// admission. Read the store through gateway-a until stableReads reads in a row answer;
 	// the time that takes is the recovery clients actually see, and the next scenario starts
 	// from a settled gateway.
+	if !env.inspects() {
+		r.NotMade(fmt.Sprintf("gateway-a stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
+		r.Key("cut-off replica %d within %s (SLO %s), other replica admitted %d/2, recovered in %s",
+			env.gateway().Expect.StoreFailure.Status, dec.worst.Round(time.Millisecond), slo, admittedOnB, rec.elapsed.Round(time.Millisecond))
+		return r
+	}
 	var unanswered []string
 	streak := 0
 	_, stableErr := poll(ctx, stableReadInterval, p.RecoveryMax, func(ctx context.Context) (bool, error) {

@@ -35,7 +35,7 @@ type base struct {
 	// thread inside the valkey namespace); nil runs f directly.
 	inValkeyNet func(f func() error) error
 
-	gwAddrs map[string]deployment.Addresses // each gateway's rendered addresses (for a new policy)
+	gwRecipes map[string]*gatewayRecipe // how each gateway was launched (gateway_launch.go)
 }
 
 func newBase(spec Spec, engine string) base {
@@ -90,59 +90,6 @@ func (b *base) Ports() Ports {
 }
 
 func (b *base) CollectLogs(dir string) error { return copyLogs(b.logDir(), dir) }
-
-// gatewayConfig renders and writes gateway name's config; it holds no secret (they are ${ENV}
-// references resolved from the environment GatewayEnv builds).
-func (b *base) gatewayConfig(name string, a deployment.Addresses) (string, error) {
-	b.mu.Lock()
-	if b.gwAddrs == nil {
-		b.gwAddrs = map[string]deployment.Addresses{}
-	}
-	b.gwAddrs[name] = a
-	b.mu.Unlock()
-	return b.gatewayConfigAs(name, name, a)
-}
-
-// RestartGatewayWithPolicy restarts a gateway on the rule's policy of p (window, capacity,
-// estimate, lease), as one step of a rolling change; nil p restarts it on the run's own
-// profile again. The gateway's config file is <name>-policy.yaml while it runs p.
-func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
-	b.mu.Lock()
-	a, ok := b.gwAddrs[name]
-	c := b.comps[name]
-	b.mu.Unlock()
-	if !ok || c == nil {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
-	}
-	path := filepath.Join(b.configDir(), name+".yaml")
-	if p != nil {
-		y, err := b.spec.Deployment.GatewayConfigFor(name, a, *p)
-		if err != nil {
-			return err
-		}
-		path = filepath.Join(b.configDir(), name+"-policy.yaml")
-		if err := os.WriteFile(path, y, 0o600); err != nil {
-			return fmt.Errorf("writing the config of %s: %w", name, err)
-		}
-	}
-	c.mu.Lock()
-	c.argv[len(c.argv)-1] = path // argv ends with "--config", path
-	c.mu.Unlock()
-	return b.RestartGateway(ctx, name)
-}
-
-// gatewayConfigAs renders gateway name's config into file <file>.yaml.
-func (b *base) gatewayConfigAs(name, file string, a deployment.Addresses) (string, error) {
-	y, err := b.spec.Deployment.GatewayConfig(name, a)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(b.configDir(), file+".yaml")
-	if err := os.WriteFile(path, y, 0o600); err != nil {
-		return "", fmt.Errorf("writing the config of %s: %w", name, err)
-	}
-	return path, nil
-}
 
 // startValkey starts the run's Valkey (AOF on, data in WorkDir/valkey, log in logs/valkey.log).
 func (b *base) startValkey(ctx context.Context, opts valkeyproc.Options) error {

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Engines besides netns and process, which live in packages of their own (topology/dockerengine,
@@ -79,6 +81,10 @@ func New(engine string, spec Spec) (Topology, error) {
 	e, ok := engineNamed(engine)
 	if !ok {
 		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
+	}
+	if g := spec.Gateway; g != nil && g.Name != undertest.DefaultName && (engine == EngineDocker || engine == EngineKind) {
+		// These engines launch only quotaqual's own gateway so far (issue 12).
+		return nil, fmt.Errorf("gateway profile %s: the %s engine launches only quotaqual's own gateway so far: use --topology netns or process", g.Name, engine)
 	}
 	return e.New(spec)
 }

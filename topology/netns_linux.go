@@ -202,29 +202,21 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	}
 	var gws []*component
 	for _, host := range Gateways {
-		cfg, err := t.gatewayConfig(host, deployment.Addresses{
+		addrs := deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
 			ValkeyAddr:  t.valkeyAt,
 			Providers:   provAddrs,
-		})
+		}
+		l, err := t.launchGateway(host, host, addrs, t.spec.Deployment.Profile, t.wrap(host))
 		if err != nil {
 			return err
 		}
-		if err := t.storeGatewayConfig(host, deployment.Addresses{
-			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
-			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
-			ValkeyAddr:  t.valkeyAt,
-			Providers:   provAddrs,
-		}, cfg); err != nil {
+		if err := t.storeGatewayConfig(host, addrs); err != nil {
 			return err
 		}
-		gws = append(gws, &component{
-			host: host, argv: append(t.wrap(host), t.spec.Binary, "gateway", "--config", cfg),
-			env: componentEnv(t.spec.RunID, append(t.spec.Deployment.GatewayEnv(t.valkeyAt),
-				t.spec.Deployment.StoreEnv()...)...),
-			logPath: t.logPath(host), readyURL: t.url(host, netnsPorts.GatewayAdmin) + "/readyz",
-		})
+		gws = append(gws, &component{host: host, argv: l.argv, env: l.env, logPath: t.logPath(host),
+			readyURL: t.gatewayReadyURL(t.url(host, netnsPorts.GatewayData), t.url(host, netnsPorts.GatewayAdmin))})
 		t.mu.Lock()
 		t.gateways[host] = GatewayEndpoint{Name: host,
 			DataURL: t.url(host, netnsPorts.GatewayData), AdminURL: t.url(host, netnsPorts.GatewayAdmin)}

@@ -19,9 +19,8 @@ import (
 // storeGroup is the netns engine's replicated store group (see store.go): each node a real
 // valkey-server in its own namespace, so a partition between any two of them is real.
 type storeGroup struct {
-	mu      sync.Mutex
-	r       *valkeyproc.Replicated
-	configs map[string][2]string // gateway -> config on the single Valkey, on the group
+	mu sync.Mutex
+	r  *valkeyproc.Replicated
 }
 
 // storeNodeOptions are the options of one group node on host.
@@ -91,24 +90,16 @@ func StoreSentinelAddrs(addr func(string) string) []string {
 	return out
 }
 
-// storeGatewayConfig renders the gateway's config on the group beside its usual one.
-func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses, single string) error {
-	if t.StoreGroupReason() != "" {
+// storeGatewayConfig renders the gateway's launch on the group (<gateway>-store) beside its
+// usual one, when the gateway under test can be put on the group.
+func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses) error {
+	if t.StoreGroupReason() != "" || !t.gatewayUnderTest().Caps.StoreGroup {
 		return nil
 	}
 	a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Sentinels: storeSentinelAddrs(t.hostAddr),
 		Replication: t.spec.StoreReplication}
-	path, err := t.gatewayConfigAs(gateway, gateway+"-store", a)
-	if err != nil {
-		return err
-	}
-	t.store.mu.Lock()
-	defer t.store.mu.Unlock()
-	if t.store.configs == nil {
-		t.store.configs = map[string][2]string{}
-	}
-	t.store.configs[gateway] = [2]string{single, path}
-	return nil
+	_, err := t.launchGateway(gateway, gateway+"-store", a, t.spec.Deployment.Profile, t.wrap(gateway))
+	return err
 }
 
 func (t *netnsTopo) StoreGroupReason() string {
@@ -154,22 +145,13 @@ func (t *netnsTopo) StoreNode(ctx context.Context, host string) (StoreNodeState,
 func (t *netnsTopo) StoreEvents() ([]StoreEvent, error) { return readStoreEvents(t.logPath) }
 
 func (t *netnsTopo) UseReplicatedStore(ctx context.Context, gateway string, on bool) error {
-	t.store.mu.Lock()
-	cfgs, ok := t.store.configs[gateway]
-	t.store.mu.Unlock()
-	t.mu.Lock()
-	c := t.comps[gateway]
-	t.mu.Unlock()
-	if !ok || c == nil {
-		return fmt.Errorf("no gateway %q: use %s or %s", gateway, HostGatewayA, HostGatewayB)
-	}
-	want := cfgs[0]
+	stem := gateway
 	if on {
-		want = cfgs[1]
+		stem = gateway + "-store"
 	}
-	c.mu.Lock()
-	c.argv[len(c.argv)-1] = want // argv ends with "--config", path
-	c.mu.Unlock()
+	if err := t.relaunchAs(gateway, stem); err != nil {
+		return err
+	}
 	return t.RestartGateway(ctx, gateway)
 }
 

@@ -99,18 +99,15 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	for i, host := range Gateways {
 		go func() {
 			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*component, error) {
-				cfg, err := t.gatewayConfig(host, deployment.Addresses{
+				l, err := t.launchGateway(host, host, deployment.Addresses{
 					DataListen: loop(data), AdminListen: loop(admin),
 					ValkeyAddr: t.valkeyAt, Providers: provAddrs,
-				})
+				}, t.spec.Deployment.Profile, nil)
 				if err != nil {
 					return nil, err
 				}
-				return &component{
-					host: host, argv: []string{t.spec.Binary, "gateway", "--config", cfg},
-					env:     componentEnv(t.spec.RunID, t.spec.Deployment.GatewayEnv(t.valkeyAt)...),
-					logPath: t.logPath(host), readyURL: "http://" + loop(admin) + "/readyz",
-				}, nil
+				return &component{host: host, argv: l.argv, env: l.env, logPath: t.logPath(host),
+					readyURL: t.gatewayReadyURL("http://"+loop(data), "http://"+loop(admin))}, nil
 			}, func(data, admin int) {
 				t.mu.Lock()
 				t.gateways[host] = GatewayEndpoint{Name: host,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Engines New accepts besides "auto".
@@ -29,8 +30,10 @@ type Spec struct {
 	WorkDir    string // the run's private directory: configs, logs, valkey data
 	Binary     string // the quotaqual binary to run for gateways and providers (os.Executable())
 	Deployment *deployment.Deployment
-	DenyMode   string    // DenyReject (default) or DenyDrop
-	Stdout     io.Writer // optional progress lines
+	// Gateway is the gateway under test; nil means quotaqual's own (undertest.Default).
+	Gateway  *undertest.Profile
+	DenyMode string    // DenyReject (default) or DenyDrop
+	Stdout   io.Writer // optional progress lines
 	// AdjustPolicy, when set, changes the network policy before the netns engine enforces
 	// it. Production never sets it; tests use it to prove that the network-policy scenario
 	// fails when the enforced policy is not the intended one (a missing or an extra rule).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/ui"
 	"github.com/quotaqual/quotaqual/qualify"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -72,6 +74,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.Gateway, "gateway", "", "the gateway to qualify: a gateway profile file (launch, config template, expectations), or a shipped profile's name: "+strings.Join(undertest.ShippedNames(), ", ")+" (default: quotaqual's own gateway)")
 	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces), docker (containers), process (loopback) or kind (Kubernetes)")
 	f.StringVar(&o.Profile, "profile", "quick", "scenario parameters: quick (short window) or reference (the upstream 60 s window)")
 	f.StringArrayVar(&o.Scenarios, "scenario", nil, "run only this scenario (repeatable); see `quotaqual scenarios`")

@@ -487,7 +487,11 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []depl
 	t.mu.Lock()
 	t.provAddrs = provs
 	t.mu.Unlock()
-	cfg, err := t.spec.Deployment.GatewayConfig(host, t.gatewayAddrs(host, provs))
+	cfg, err := topology.RenderGatewayConfig(t.spec, host, t.gatewayAddrs(host, provs), t.spec.Deployment.Profile)
+	if err != nil {
+		return err
+	}
+	args, err := topology.ContainerGatewayArgs(t.spec, host, images.QuotaqualInContainer, dockerGatewayConf)
 	if err != nil {
 		return err
 	}
@@ -501,7 +505,7 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []depl
 		env[k] = v
 	}
 	files := []testcontainers.ContainerFile{{Reader: bytes.NewReader(cfg), ContainerFilePath: dockerGatewayConf, FileMode: 0o444}}
-	return t.startQuotaqual(ctx, host, []string{"gateway", "--config", dockerGatewayConf}, env, files,
+	return t.startQuotaqual(ctx, host, args, env, files,
 		[]int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin})
 }
 
@@ -716,7 +720,7 @@ func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, 
 	t.mu.Lock()
 	provs := t.provAddrs
 	t.mu.Unlock()
-	cfg, err := t.spec.Deployment.GatewayConfigFor(name, t.gatewayAddrs(name, provs), prof)
+	cfg, err := topology.RenderGatewayConfig(t.spec, name, t.gatewayAddrs(name, provs), prof)
 	if err != nil {
 		return err
 	}

@@ -435,7 +435,7 @@ func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on 
 		a.Store = &deployment.StoreAddrs{MasterName: topology.StoreMasterName, Replication: t.spec.StoreReplication,
 			Sentinels: topology.StoreSentinelAddrs(func(h string) string { return h })}
 	}
-	cfg, err := t.spec.Deployment.GatewayConfig(gateway, a)
+	cfg, err := topology.RenderGatewayConfig(t.spec, gateway, a, t.spec.Deployment.Profile)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@
 //	Secret           gateway-credentials: exactly deployment.Deployment.GatewayEnv — the Valkey
 //	                 URL and every Basic-auth password under the variable names the gateway
 //	                 config references
-//	ConfigMap        <gateway>-config per gateway: deployment.Deployment.GatewayConfig (no secret)
+//	ConfigMap        <gateway>-config per gateway: the gateway profile's config (undertest; no secret)
 //	PVC              valkey-data (default storage class) so the append-only file survives the
 //	                 pod being deleted (scale to 0 and back); an emptyDir would not
 //	NetworkPolicy    default-deny-ingress, then one allow-<rule> per rule of the policy
@@ -110,7 +110,7 @@ type Ports struct {
 	GatewayData, GatewayAdmin, ProviderData, ProviderAdmin, Valkey int
 }
 
-// Gateway is one gateway host and its rendered config (deployment.Deployment.GatewayConfig).
+// Gateway is one gateway host and its rendered config (undertest.Profile.RenderFor).
 type Gateway struct {
 	Host   string
 	Config []byte

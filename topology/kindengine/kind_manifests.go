@@ -13,6 +13,7 @@ import (
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // kindPorts are the container and Service ports of the kind topology (each pod has its own
@@ -99,12 +100,13 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 			Args: d.ProviderArgs(topology.SiteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
 	for _, g := range topology.Gateways {
-		cfg, err := d.GatewayConfig(g, deployment.Addresses{
+		// quotaqual's own gateway: the kind engine launches no other yet (New refuses one).
+		cfg, err := undertest.Default().RenderFor(d, g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
 			ValkeyAddr:  valkeyAddr,
 			Providers:   provs,
-		})
+		}, d.Profile)
 		if err != nil {
 			return k8s.Input{}, err
 		}

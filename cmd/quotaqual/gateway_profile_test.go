@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/scenarios"
+	"github.com/quotaqual/quotaqual/wire"
+)
+
+// shippedProfile is the path of a shipped gateway profile from this package's directory.
+func shippedProfile(name string) string {
+	return filepath.Join("..", "..", "undertest", "profiles", name+".yaml")
+}
+
+// runGateway runs `quotaqual run --gateway profile --json` with the scenarios given and
+// returns the decoded output and the exit code.
+func runGateway(t *testing.T, profile string, timeout time.Duration, only ...string) (runJSON, int) {
+	t.Helper()
+	args := []string{"run", "--gateway", profile, "--json", "--evidence-dir", t.TempDir()}
+	for _, s := range only {
+		args = append(args, "--scenario", s)
+	}
+	stdout, stderr, code := quotaqual(t, timeout, args...)
+	var out runJSON
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("run --json printed no JSON (%v)\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	return out, code
+}
+
+// TestRunGatewayProfileErrorsNameTheField checks a broken profile is refused before anything
+// starts, with exit code 2 and the problem named by its path in the profile.
+func TestRunGatewayProfileErrorsNameTheField(t *testing.T) {
+	good, err := os.ReadFile(shippedProfile("altgateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"readiness:", "readyness:", `readyness: unknown field; did you mean "readiness"?`},
+		{"store_failure: {status: 503}", "store_failure: {status: 200}", "expect.store_failure.status: 200 is not an error status"},
+	} {
+		path := filepath.Join(t.TempDir(), "broken.yaml")
+		if err := os.WriteFile(path, []byte(strings.Replace(string(good), c.from, c.to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", path, "--evidence-dir", t.TempDir())
+		if code != wire.ExitUsage {
+			t.Errorf("exit %d, want %d; stderr: %s", code, wire.ExitUsage, stderr)
+		}
+		for _, want := range []string{"--gateway", path, c.want} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("stderr %q does not name %q", stderr, want)
+			}
+		}
+	}
+	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", "no-such-profile.yaml"); code != wire.ExitUsage || !strings.Contains(stderr, "--gateway") {
+		t.Errorf("a missing profile: exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--gateway", "altgateway", "--topology", "docker", "--evidence-dir", t.TempDir()); code != wire.ExitUsage || !strings.Contains(stderr, "netns or process") {
+		t.Errorf("a foreign profile on docker: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestKnownBadProfileFails runs the shipped known-bad profile (quotaqual's gateway on a
+// per-process memory ledger) on netns: the scenarios that prove a shared, durable, fail-closed
+// budget fail, each on the assertion naming the broken invariant, while a scenario that does
+// not depend on the store still passes (the failures are the ledger's, not a broken launch).
+func TestKnownBadProfileFails(t *testing.T) {
+	wantFailed := map[string]string{
+		"shared-budget":    "admitted == predicted from settled usage",
+		"concurrency":      "admitted == capacity / estimate",
+		"gateway-restart":  "still denied on the restarted gateway-a",
+		"valkey-outage":    "→ 503",
+		"valkey-partition": "→ 503",
+	}
+	only := []string{"valid-auth"}
+	for s := range wantFailed {
+		only = append(only, s)
+	}
+	out, code := runGateway(t, shippedProfile("quotaqual-memory"), 4*time.Minute, only...)
+	if code != wire.ExitFailed {
+		t.Errorf("exit %d (%s), want %d", code, out.Error, wire.ExitFailed)
+	}
+	if len(out.Results) != len(only) {
+		t.Fatalf("%d results, want %d", len(out.Results), len(only))
+	}
+	for _, r := range out.Results {
+		want, mustFail := wantFailed[r.Name]
+		if !mustFail {
+			if r.Status != evidence.Passed {
+				t.Errorf("%s: %s (%s), want passed: the memory profile launches and serves", r.Name, r.Status, r.Reason)
+			}
+			continue
+		}
+		if r.Status != evidence.Failed || !failedOn(r, want) {
+			t.Errorf("%s: %s (%s), want failed on %q", r.Name, r.Status, r.Reason, want)
+			continue
+		}
+		t.Logf("%s failed as it must: %s", r.Name, firstReason(r))
+	}
+}
+
+// verdict is what the qualification says of one scenario on the altgateway: its status, a
+// fragment of its reason (failed, skipped) and whether black-box evidence decided it.
+type verdict struct {
+	status   evidence.Status
+	fragment string
+	blackBox bool
+}
+
+// altGatewayVerdicts pins what the qualification says of the independent altgateway
+// (internal/altgateway, undertest/profiles/altgateway.yaml) on netns, and why.
+var altGatewayVerdicts = map[string]verdict{
+	// No quota inspection: the ledger figures are not read; provider counts decide.
+	"probe-no-quota": {evidence.Passed, "", true},
+	// No attribution header or request id: the sites are counted at the providers.
+	"valid-auth": {evidence.Passed, "", true},
+	// Go's HTTP server waits for an announced body before the 401 reaches the client.
+	"auth-rejection": {evidence.Failed, "a POST announcing a body it never sends gets 401", true},
+	// One fixed-window counter shared by both gateways: one budget, predicted exactly.
+	"shared-budget": {evidence.Passed, "", true},
+	// INCRBY is atomic: exactly capacity/estimate of the burst, peak reconstructed ≤ capacity.
+	"concurrency": {evidence.Passed, "", true},
+	// A fixed window forgets everything at its boundary: usage leaves before a window passed.
+	"window-expiry":   {evidence.Failed, "not admitted before the charge could leave", true},
+	"gateway-restart": {evidence.Passed, "", true},
+	"gateway-crash":   {evidence.Skipped, "needs quota inspection", false},
+	// The counter is in Valkey: no store, no admission (503).
+	"valkey-outage":    {evidence.Passed, "", true},
+	"network-policy":   {evidence.Passed, "", false},
+	"valkey-partition": {evidence.Passed, "", true},
+	"usage-accounting": {evidence.Skipped, "needs the scenarios' own rules", false},
+	"long-generation":  {evidence.Skipped, "needs reservation leases", false},
+	"hard-gate":        {evidence.Skipped, "needs the scenarios' own rules", false},
+	"valkey-failover":  {evidence.Skipped, "needs the replicated store group", false},
+	"rolling-upgrade":  {evidence.Skipped, "needs quota inspection", false},
+}
+
+// TestAltGatewayVerdicts proves the gateway seam with a second, independent gateway: the whole
+// qualification runs on it through its profile alone, and reports exactly which scenarios it
+// passes, fails and skips, and why.
+func TestAltGatewayVerdicts(t *testing.T) {
+	out, code := runGateway(t, shippedProfile("altgateway"), 5*time.Minute)
+	if code != wire.ExitFailed {
+		t.Errorf("exit %d (%s), want %d: the altgateway fails two scenarios", code, out.Error, wire.ExitFailed)
+	}
+	if len(altGatewayVerdicts) != len(scenarios.All()) {
+		t.Fatalf("the pinned list has %d scenarios, the qualification %d: pin every scenario", len(altGatewayVerdicts), len(scenarios.All()))
+	}
+	var got []string
+	for _, r := range out.Results {
+		got = append(got, r.Name)
+		want, ok := altGatewayVerdicts[r.Name]
+		if !ok {
+			t.Errorf("%s: no pinned verdict", r.Name)
+			continue
+		}
+		if r.Status != want.status || (want.fragment != "" && !strings.Contains(r.Reason, want.fragment)) {
+			t.Errorf("%s: %s (%s), want %s with %q", r.Name, r.Status, r.Reason, want.status, want.fragment)
+		}
+		if r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox {
+			t.Errorf("%s: evidence %q, want black-box %v", r.Name, r.Evidence, want.blackBox)
+		}
+		t.Logf("%s: %s %s %s", r.Name, r.Status, firstReason(r), r.Evidence)
+	}
+	if want := scenarios.Names(); !slices.Equal(got, want) {
+		t.Errorf("results for %v, want %v", got, want)
+	}
+}
+
+// failedOn reports whether r has a failed assertion whose name contains want.
+func failedOn(r evidence.ScenarioResult, want string) bool {
+	for _, a := range r.Assertions {
+		if !a.OK && strings.Contains(a.Name, want) {
+			return true
+		}
+	}
+	return false
+}
+
+func firstReason(r evidence.ScenarioResult) string {
+	s, _, _ := strings.Cut(r.Reason, "; ")
+	return s
+}

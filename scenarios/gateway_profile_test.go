@@ -1,0 +1,119 @@
+package scenarios
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
+)
+
+func altProfile(t *testing.T) *undertest.Profile {
+	t.Helper()
+	p, err := undertest.Shipped("altgateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestGatewayNeedsSkipWithTheProfileNamed checks a scenario needing a capability the gateway
+// under test lacks is skipped, naming the capability and the profile, and never runs.
+func TestGatewayNeedsSkipWithTheProfileNamed(t *testing.T) {
+	env := testEnv(topology.Capabilities{})
+	env.Gateway = altProfile(t)
+	ran := false
+	res := Run(context.Background(), env, []Scenario{fake("x", []Need{NeedScenarioRules, NeedQuotaInspection}, func(ctx context.Context, env *Env) *Result {
+		ran = true
+		return env.NewResult()
+	})})
+	if ran || res[0].Status != evidence.Skipped {
+		t.Fatalf("ran %v, status %s", ran, res[0].Status)
+	}
+	for _, want := range []string{"quota inspection", "the scenarios' own rules", "altgateway"} {
+		if !strings.Contains(res[0].Reason, want) {
+			t.Errorf("reason %q does not name %s", res[0].Reason, want)
+		}
+	}
+	// The default gateway offers every gateway capability: the same scenario runs.
+	env.Gateway = nil
+	res = Run(context.Background(), env, []Scenario{fake("x", []Need{NeedScenarioRules, NeedQuotaInspection, NeedStoreGroup, NeedLeases, NeedPolicyChange, NeedSharedStore, NeedRestart}, func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		r.Check("ok", 1, 1, true)
+		return r
+	})})
+	if res[0].Status != evidence.Passed {
+		t.Errorf("default gateway: %s %q", res[0].Status, res[0].Reason)
+	}
+}
+
+// TestNotMadeLowersTheEvidence checks a check the gateway cannot support is named in the
+// result's evidence level and the key fact, and that a result without one keeps the default
+// (empty) evidence.
+func TestNotMadeLowersTheEvidence(t *testing.T) {
+	res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{
+		fake("blind", nil, func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			r.Check("counted at the providers", 1, 1, true)
+			r.NotMade("settled unchanged", "no quota inspection")
+			r.Key("k")
+			return r
+		}),
+		fake("full", nil, func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			r.Check("ok", 1, 1, true)
+			r.Key("k")
+			return r
+		}),
+	})
+	if !strings.HasPrefix(res[0].Evidence, "black-box") || !strings.Contains(res[0].Evidence, "settled unchanged (no quota inspection)") {
+		t.Errorf("evidence %q", res[0].Evidence)
+	}
+	if res[0].KeyFact != "[black-box] k" {
+		t.Errorf("key fact %q", res[0].KeyFact)
+	}
+	if res[1].Evidence != "" || res[1].KeyFact != "k" {
+		t.Errorf("full evidence changed: %q %q", res[1].Evidence, res[1].KeyFact)
+	}
+}
+
+// TestQuotaReadWithoutInspectionSkips checks a quota read of a gateway without inspection is
+// an unsupported lever: the scenario that needed it is skipped, never passed.
+func TestQuotaReadWithoutInspectionSkips(t *testing.T) {
+	env := testEnv(topology.Capabilities{})
+	env.Gateway = altProfile(t)
+	res := Run(context.Background(), env, []Scenario{fake("reads", nil, func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		r.Check("admitted", 200, 200, true)
+		_, err := env.Quota(ctx, gwA, appA)
+		return r.Error(err)
+	})})
+	if res[0].Status != evidence.Skipped || !strings.Contains(res[0].Reason, "offers no quota inspection") {
+		t.Fatalf("got %s %q", res[0].Status, res[0].Reason)
+	}
+}
+
+// TestExpectationsComeFromTheProfile checks the header names, the store failure and the
+// bucket follow the gateway under test.
+func TestExpectationsComeFromTheProfile(t *testing.T) {
+	def := &Env{}
+	if got := def.quotaHeadersLabel(); got != "Retry-After and x-ratelimit-*" {
+		t.Errorf("default label %q", got)
+	}
+	alt := &Env{Gateway: altProfile(t)}
+	if got := alt.quotaHeaderNames(); strings.Join(got, ",") != "Retry-After,X-Allowance-Limit,X-Allowance-Remaining" {
+		t.Errorf("altgateway quota headers %v", got)
+	}
+	r := NewResult()
+	alt.checkStoreFailure(r, "req", Outcome{Status: 503})
+	if r.Failed() || len(r.notMade) != 1 {
+		t.Errorf("altgateway's 503 without an error type: failed %v, not made %v", r.Failed(), r.notMade)
+	}
+	r = NewResult()
+	def.checkStoreFailure(r, "req", Outcome{Status: 503, ErrorType: "other"})
+	if !r.Failed() {
+		t.Error("quotaqual's 503 with the wrong error type passed")
+	}
+}

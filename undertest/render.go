@@ -1,0 +1,124 @@
+package undertest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/quotaqual/quotaqual/deployment"
+)
+
+// funcs are the template functions every profile template may use.
+var funcs = template.FuncMap{
+	"y":    yamlScalar,
+	"json": jsonString,
+	"dur":  deployment.FormatDuration,
+	"ms":   func(d time.Duration) int64 { return d.Milliseconds() },
+	"secs": func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) },
+	// envref is a ${NAME} reference, for gateways that expand their environment in config.
+	"envref": func(name string) string { return "${" + name + "}" },
+	// port and host split a host:port fact (a gateway that takes its port as a flag).
+	"port": func(hp string) string { _, p, _ := net.SplitHostPort(hp); return p },
+	"host": func(hp string) string { h, _, _ := net.SplitHostPort(hp); return h },
+}
+
+func parseTemplate(s string) (*template.Template, error) {
+	return template.New("").Option("missingkey=error").Funcs(funcs).Parse(s)
+}
+
+// Render renders the gateway's config file for f.
+func (p *Profile) Render(f Facts) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := p.tmpl.Execute(&buf, f); err != nil {
+		return nil, fmt.Errorf("rendering the config of %s (gateway profile %s): %w", f.Name, p.Name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Argv renders the gateway's command line for f (f.ConfigPath set).
+func (p *Profile) Argv(f Facts) ([]string, error) {
+	out := make([]string, len(p.argv))
+	for i, t := range p.argv {
+		var b strings.Builder
+		if err := t.Execute(&b, f); err != nil {
+			return nil, fmt.Errorf("rendering launch.argv[%d] of gateway profile %s: %w", i, p.Name, err)
+		}
+		out[i] = b.String()
+	}
+	return out, nil
+}
+
+// Env is the gateway's environment: secrets (the harness's NAME=value list of passwords and
+// the store URL) followed by the profile's own variables, rendered for f; a profile value may
+// copy a secret with $NAME. Secret: never log it.
+func (p *Profile) Env(f Facts, secrets []string) ([]string, error) {
+	lookup := map[string]string{}
+	for _, kv := range secrets {
+		k, v, _ := strings.Cut(kv, "=")
+		lookup[k] = v
+	}
+	out := append([]string(nil), secrets...)
+	for _, k := range sortedKeys(p.Launch.Env) {
+		var b strings.Builder
+		if err := p.env[k].Execute(&b, f); err != nil {
+			return nil, fmt.Errorf("rendering launch.env.%s of gateway profile %s: %w", k, p.Name, err)
+		}
+		var missing []string
+		v := os.Expand(b.String(), func(name string) string {
+			v, ok := lookup[name]
+			if !ok {
+				missing = append(missing, name)
+			}
+			return v
+		})
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("launch.env.%s of gateway profile %s copies $%s, which the run does not set: use one of the run's variables", k, p.Name, missing[0])
+		}
+		out = append(out, k+"="+v)
+	}
+	return out, nil
+}
+
+// ReadyURL is the gateway's readiness URL, given its data and admin base URLs.
+func (p *Profile) ReadyURL(dataURL, adminURL string) string {
+	base := adminURL
+	if p.Readiness.Listener == ListenerData {
+		base = dataURL
+	}
+	return strings.TrimRight(base, "/") + p.Readiness.Path
+}
+
+// plainScalar matches strings that YAML reads back verbatim as plain (unquoted) strings.
+var plainScalar = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/@-]*(:[A-Za-z0-9._/@-]+)*$`)
+
+// yamlScalar renders s as a YAML string: plain when that is unambiguous, double-quoted
+// otherwise (a JSON string is a valid YAML double-quoted scalar).
+func yamlScalar(s string) string {
+	if plainScalar.MatchString(s) {
+		if _, err := strconv.ParseFloat(s, 64); err != nil && !yamlKeyword(s) {
+			return s
+		}
+	}
+	return jsonString(s)
+}
+
+func yamlKeyword(s string) bool {
+	switch s {
+	case "true", "false", "yes", "no", "on", "off", "null", "True", "False", "Null", "TRUE", "FALSE", "NULL", "y", "n", "Y", "N":
+		return true
+	}
+	return false
+}
+
+// jsonString renders s as a JSON string literal.
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
