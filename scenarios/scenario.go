@@ -309,6 +309,9 @@ func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResu
 	if env != nil && env.Topo != nil {
 		caps = env.Topo.Capabilities()
 	}
+	if !env.gateway().Caps.ForwardsScenarioHeader {
+		list = oneAtATime(list, "gateway profile "+env.gateway().Name+" does not forward the scenario header: provider calls cannot be told apart by scenario")
+	}
 	var finishedMu sync.Mutex
 	schedule(list, func(i int, share func()) {
 		out[i] = runScenario(ctx, env, list[i], caps, share)
@@ -477,4 +480,16 @@ func trimStack(b []byte) string {
 		lines = lines[:24]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// oneAtATime is list with every scenario exclusive for reason (those already exclusive keep
+// theirs): the scenarios' provider-side evidence needs the topology to itself.
+func oneAtATime(list []Scenario, reason string) []Scenario {
+	out := slices.Clone(list)
+	for i := range out {
+		if out[i].Exclusive == "" {
+			out[i].Exclusive = reason
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // occupancy records which scenarios run at once.
@@ -143,5 +144,40 @@ func TestScheduleWithoutLeversRunsEverythingSideBySide(t *testing.T) {
 	}
 	if res[1].Status != evidence.Failed || !strings.Contains(res[1].Reason, "panic") {
 		t.Fatalf("b: %s %q, want failed by its panic", res[1].Status, res[1].Reason)
+	}
+}
+
+// A gateway that does not forward the scenario header leaves the provider stubs unable to tell
+// the scenarios' calls apart: every scenario then runs alone, even those that pull no lever.
+func TestScheduleWithoutTheScenarioHeaderRunsOneAtATime(t *testing.T) {
+	var mu sync.Mutex
+	running, peak := 0, 0
+	run := func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // long enough for a second one to start beside it
+		mu.Lock()
+		running--
+		mu.Unlock()
+		r.Check("ran", true, true, true)
+		return r
+	}
+	gw := *undertest.Default()
+	gw.Caps.ForwardsScenarioHeader = false
+	env := testEnv(topology.Capabilities{})
+	env.Gateway = &gw
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := Run(ctx, env, []Scenario{fake("a", nil, run), fake("b", nil, run), fake("c", nil, run)})
+	for _, r := range res {
+		if r.Status != evidence.Passed {
+			t.Fatalf("%s: %s %q", r.Name, r.Status, r.Reason)
+		}
+	}
+	if peak != 1 {
+		t.Errorf("%d scenarios ran at once; want one at a time", peak)
 	}
 }

@@ -173,6 +173,11 @@ type Capabilities struct {
 	PolicyChange bool `yaml:"policy_change"`
 	// Leases: admitted requests hold a reservation that expires unless renewed.
 	Leases bool `yaml:"leases"`
+	// ForwardsScenarioHeader: the gateway passes the request's x-quotaqual-scenario header on
+	// to the provider, so the stubs count calls per scenario and the scenarios that pull no
+	// lever can run side by side. Without it every scenario runs alone: a provider call that
+	// names no scenario counts against all of them.
+	ForwardsScenarioHeader bool `yaml:"forwards_scenario_header"`
 }
 
 // Load reads and validates a profile file. Every problem is reported with its path in the
