@@ -153,7 +153,7 @@ func (b *base) replaceGateway(ctx context.Context, name string, halt func(*compo
 	b.mu.Lock()
 	c := b.comps[name]
 	b.mu.Unlock()
-	if c == nil || !isGateway(name) {
+	if c == nil || !IsGateway(name) {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
 	if _, err := halt(c, ctx); err != nil {
@@ -195,7 +195,7 @@ func (b *base) stopAll(ctx context.Context, td *Teardown) {
 	b.mu.Lock()
 	var gws, others []*component
 	for _, c := range b.comps {
-		if isGateway(c.host) {
+		if IsGateway(c.host) {
 			gws = append(gws, c)
 		} else {
 			others = append(others, c)

@@ -111,8 +111,8 @@ func newNetns(spec Spec) (Topology, error) {
 		t.policy = spec.AdjustPolicy(t.policy)
 	}
 	t.ports = netnsPorts
-	t.observer = &http.Client{Transport: newTransport(nil)}
-	t.client = &http.Client{Transport: newTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
+	t.observer = &http.Client{Transport: NewTransport(nil)}
+	t.client = &http.Client{Transport: NewTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return t.dialFrom(ctx, HostClient, network, addr, 2*time.Second)
 	})}
 	t.inValkeyNet = func(f func() error) error { return t.onThreadIn(HostValkey, f) }
@@ -167,7 +167,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	if err := t.buildNetwork(ctx); err != nil {
 		return err
 	}
-	t.spec.progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(netnsHosts), bridgeName, bridgeSubnet, t.spec.DenyMode, elapsedSince(start))
+	t.spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(netnsHosts), bridgeName, bridgeSubnet, t.spec.DenyMode, ElapsedSince(start))
 
 	if err := t.startValkey(ctx, valkeyproc.Options{
 		Host: t.hostAddr(HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(HostValkey),
@@ -185,7 +185,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	var provs []*component
 	var provAddrs []deployment.ProviderAddr
 	for _, host := range Providers {
-		site := siteOf(host)
+		site := SiteOf(host)
 		argv := append(t.wrap(host), t.spec.Binary)
 		argv = append(argv, t.spec.Deployment.ProviderArgs(site,
 			":"+strconv.Itoa(netnsPorts.ProviderData), ":"+strconv.Itoa(netnsPorts.ProviderAdmin))...)
@@ -230,7 +230,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	t.mu.Lock()
 	t.up = true
 	t.mu.Unlock()
-	t.spec.progress("netns topology up in %s", elapsedSince(start))
+	t.spec.Progress("netns topology up in %s", ElapsedSince(start))
 	return nil
 }
 
@@ -356,10 +356,10 @@ func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) ProbeR
 		return res
 	}
 	start := time.Now()
-	conn, err := t.dialFrom(ctx, from, "tcp", net.JoinHostPort(ip, strconv.Itoa(port)), probeTimeout)
+	conn, err := t.dialFrom(ctx, from, "tcp", net.JoinHostPort(ip, strconv.Itoa(port)), ProbeTimeout)
 	res.Elapsed = time.Since(start)
 	if err != nil {
-		res.Error = connectError(err)
+		res.Error = ConnectError(err)
 		return res
 	}
 	conn.Close()
@@ -417,12 +417,12 @@ func (t *netnsTopo) setPartition(ctx context.Context, host, peer string, on bool
 	if t.partitions[key] == on {
 		return nil
 	}
-	if err := run(ctx, nftPartitionCmd(on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...); err != nil {
+	if err := run(ctx, NFTPartitionCommand(on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...); err != nil {
 		return fmt.Errorf("partition %s from %s: %w", host, peer, err)
 	}
-	if err := run(ctx, nftPartitionCmd(on, t.hostAddr(host)), append(t.wrap(peer), "nft", "-f", "-")...); err != nil {
+	if err := run(ctx, NFTPartitionCommand(on, t.hostAddr(host)), append(t.wrap(peer), "nft", "-f", "-")...); err != nil {
 		// Undo the first half so the two sides agree.
-		_ = run(ctx, nftPartitionCmd(!on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...)
+		_ = run(ctx, NFTPartitionCommand(!on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...)
 		return fmt.Errorf("partition %s from %s: %w", peer, host, err)
 	}
 	if on {

@@ -96,7 +96,7 @@ func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses) e
 	if t.StoreGroupReason() != "" || !t.gatewayUnderTest().Caps.StoreGroup {
 		return nil
 	}
-	a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Sentinels: storeSentinelAddrs(t.hostAddr),
+	a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Sentinels: StoreSentinelAddrs(t.hostAddr),
 		Replication: t.spec.StoreReplication}
 	_, err := t.launchGateway(gateway, gateway+"-store", a, t.spec.Deployment.Profile, t.wrap(gateway))
 	return err
@@ -131,7 +131,7 @@ func (t *netnsTopo) StorePrimary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return storePrimary(ctx, r)
+	return StorePrimary(ctx, r)
 }
 
 func (t *netnsTopo) StoreNode(ctx context.Context, host string) (StoreNodeState, error) {
@@ -139,10 +139,10 @@ func (t *netnsTopo) StoreNode(ctx context.Context, host string) (StoreNodeState,
 	if err != nil {
 		return StoreNodeState{Host: host}, err
 	}
-	return storeNodeState(ctx, r, host)
+	return ReadStoreNodeState(ctx, r, host)
 }
 
-func (t *netnsTopo) StoreEvents() ([]StoreEvent, error) { return readStoreEvents(t.logPath) }
+func (t *netnsTopo) StoreEvents() ([]StoreEvent, error) { return ReadStoreEvents(t.logPath) }
 
 func (t *netnsTopo) UseReplicatedStore(ctx context.Context, gateway string, on bool) error {
 	stem := gateway
@@ -160,7 +160,7 @@ func (t *netnsTopo) storeFacts() map[string]any {
 	for _, h := range StoreHosts {
 		addrs[h] = t.hostAddr(h)
 	}
-	return storeGroupFacts(addrs, t.spec.StoreReplication)
+	return StoreGroupFacts(addrs, t.spec.StoreReplication)
 }
 
 var _ StoreGroup = (*netnsTopo)(nil)

@@ -28,7 +28,7 @@ type processTopo struct {
 
 func newProcess(spec Spec) *processTopo {
 	t := &processTopo{base: newBase(spec, EngineProcess)}
-	t.observer = &http.Client{Transport: newTransport(nil)}
+	t.observer = &http.Client{Transport: NewTransport(nil)}
 	return t
 }
 
@@ -54,7 +54,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	t.valkeyAt = t.valkey.Addr()
 	t.ports.Valkey = t.valkey.Port()
 	t.mu.Unlock()
-	t.spec.progress("valkey ready on %s", t.valkeyAt)
+	t.spec.Progress("valkey ready on %s", t.valkeyAt)
 
 	// Providers, then gateways: each group in parallel, each member retried with fresh ports
 	// if another process took a picked port before it could bind it.
@@ -64,7 +64,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	for i, host := range Providers {
 		go func() {
 			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*component, error) {
-				site := siteOf(host)
+				site := SiteOf(host)
 				argv := append([]string{t.spec.Binary}, t.spec.Deployment.ProviderArgs(site, loop(data), loop(admin))...)
 				return &component{
 					host: host, argv: argv, env: componentEnv(t.spec.RunID),
@@ -72,7 +72,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 				}, nil
 			}, func(data, admin int) {
 				t.mu.Lock()
-				t.providers[host] = ProviderEndpoint{Name: host, Site: siteOf(host),
+				t.providers[host] = ProviderEndpoint{Name: host, Site: SiteOf(host),
 					DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
 				if host == Providers[0] {
 					t.ports.ProviderData, t.ports.ProviderAdmin = data, admin
@@ -92,7 +92,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 		p := t.Provider(host)
 		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: p.Site, URL: p.DataURL})
 	}
-	t.spec.progress("providers ready")
+	t.spec.Progress("providers ready")
 
 	errs = make([]error, len(Gateways))
 	done = make(chan int, len(Gateways))
@@ -129,7 +129,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	t.mu.Lock()
 	t.up = true
 	t.mu.Unlock()
-	t.spec.progress("gateways ready (process topology up in %s)", elapsedSince(start))
+	t.spec.Progress("gateways ready (process topology up in %s)", ElapsedSince(start))
 	return nil
 }
 
