@@ -403,14 +403,7 @@ func (c *Cluster) do(ctx context.Context, s *Server, args ...string) (any, error
 // server (not started here) never has.
 func (s *Server) exited() bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
+	started := s.done != nil
+	s.mu.Unlock()
+	return started && !s.Running()
 }

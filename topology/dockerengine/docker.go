@@ -369,23 +369,9 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 }
 
 // images resolves (and builds when missing) the two images.
-func (t *dockerTopo) images(ctx context.Context) error {
-	t.valkeyImg = t.spec.ValkeyImage
-	if t.valkeyImg == "" {
-		t.valkeyImg = images.DefaultValkeyImage
-		if err := images.EnsureValkeyImage(ctx); err != nil {
-			return err
-		}
-	}
-	t.qqImg = t.spec.QuotaqualImage
-	if t.qqImg == "" {
-		img, err := images.EnsureQuotaqualImage(ctx, t.spec.Binary)
-		if err != nil {
-			return err
-		}
-		t.qqImg = img
-	}
-	return nil
+func (t *dockerTopo) images(ctx context.Context) (err error) {
+	t.valkeyImg, t.qqImg, err = images.Resolve(ctx, t.spec.ValkeyImage, t.spec.QuotaqualImage, t.spec.Binary)
+	return err
 }
 
 func (t *dockerTopo) createNetworks(ctx context.Context) error {

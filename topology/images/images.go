@@ -251,3 +251,20 @@ func copyResolved(src, dst string) error {
 	}
 	return out.Close()
 }
+
+// Resolve returns the Valkey and quotaqual images a topology runs: the ones named (valkey,
+// quotaqual), or the local defaults, built when missing (the quotaqual image from binary).
+func Resolve(ctx context.Context, valkey, quotaqual, binary string) (valkeyImage, quotaqualImage string, err error) {
+	if valkey == "" {
+		valkey = DefaultValkeyImage
+		if err := EnsureValkeyImage(ctx); err != nil {
+			return "", "", err
+		}
+	}
+	if quotaqual == "" {
+		if quotaqual, err = EnsureQuotaqualImage(ctx, binary); err != nil {
+			return "", "", err
+		}
+	}
+	return valkey, quotaqual, nil
+}

@@ -298,22 +298,9 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 }
 
 // images resolves (and builds when missing) the two images, as the docker engine does.
-func (t *kindTopo) images(ctx context.Context) error {
-	t.valkeyImg, t.qqImg = t.spec.ValkeyImage, t.spec.QuotaqualImage
-	if t.valkeyImg == "" {
-		t.valkeyImg = images.DefaultValkeyImage
-		if err := images.EnsureValkeyImage(ctx); err != nil {
-			return err
-		}
-	}
-	if t.qqImg == "" {
-		img, err := images.EnsureQuotaqualImage(ctx, t.spec.Binary)
-		if err != nil {
-			return err
-		}
-		t.qqImg = img
-	}
-	return nil
+func (t *kindTopo) images(ctx context.Context) (err error) {
+	t.valkeyImg, t.qqImg, err = images.Resolve(ctx, t.spec.ValkeyImage, t.spec.QuotaqualImage, t.spec.Binary)
+	return err
 }
 
 // kindClusterConfig is the cluster's kind config: one control-plane node, kind's default CNI
