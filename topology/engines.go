@@ -10,9 +10,10 @@ import (
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
-// Engines besides netns and process, which live in packages of their own (topology/dockerengine,
-// topology/kindengine) and register themselves under these names. The names are here because
-// the flags, auto detection and the evidence speak them without importing an engine.
+// Engines besides netns and process (spec.go names those), which like them live in packages of
+// their own (topology/dockerengine, topology/kindengine) and register themselves under these
+// names. The names are here because the flags, auto detection and the evidence speak them
+// without importing an engine.
 const (
 	EngineDocker = "docker"
 	EngineKind   = "kind"
@@ -32,12 +33,9 @@ type Engine struct {
 
 var (
 	enginesMu sync.RWMutex
-	// engines holds every engine by name: netns and process are registered here, the others
-	// by their packages' init (see package topology/engines, which imports them all).
-	engines = map[string]Engine{
-		EngineNetns:   {New: newNetns},
-		EngineProcess: {New: func(s Spec) (Topology, error) { return newProcess(s), nil }},
-	}
+	// engines holds every engine by name, each registered by its package's init (see package
+	// topology/engines, which imports them all).
+	engines = map[string]Engine{}
 )
 
 // Register adds an engine under name: the one registration a new engine package makes, from

@@ -1,14 +1,8 @@
 //go:build !linux
 
-package topology
+package netnsengine
 
-import (
-	"errors"
-	"runtime"
-)
+import "github.com/quotaqual/quotaqual/topology"
 
-func errNetnsPlatform() error {
-	return errors.New("the netns topology needs Linux network namespaces; this is " + runtime.GOOS + ": use --topology process")
-}
-
-func newNetns(spec Spec) (Topology, error) { return nil, errNetnsPlatform() }
+// newNetns refuses off Linux: there are no network namespaces.
+func newNetns(spec topology.Spec) (topology.Topology, error) { return nil, topology.NetnsUnavailable() }
