@@ -8,5 +8,11 @@ package netnsengine
 import "github.com/quotaqual/quotaqual/topology"
 
 func init() {
-	topology.Register(topology.EngineNetns, topology.Engine{New: newNetns})
+	topology.Register(topology.EngineNetns, topology.Engine{
+		New: newNetns,
+		// The hosts are built inside the run's own user, network, mount and pid namespaces:
+		// a command enters them by running again in there (topology/reexec.go).
+		Enter:   topology.ReexecIntoNamespace,
+		Entered: func() (string, bool) { return topology.InsideRunID(), topology.Inside() },
+	})
 }
