@@ -17,6 +17,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
+	_ "github.com/quotaqual/quotaqual/topology/engines" // the scenarios run on the netns and process engines
 )
 
 var e2eScenarios = flag.String("scenarios", "", "comma-separated scenarios for the end-to-end test (default: all)")

@@ -14,48 +14,53 @@ import (
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 )
 
-// base holds what both engines share: the component processes, the Valkey server, the
-// endpoints, and the levers that only need processes.
-type base struct {
-	spec   Spec
+// Base holds what the process-based engines (netns, process) share: the component processes,
+// the Valkey server, the endpoints, and the levers that only need processes. An engine embeds
+// it, fills the endpoints and ports under Mu as its components come up, and sets IsUp.
+type Base struct {
+	Spec   Spec
 	engine string
 
-	mu        sync.Mutex
-	comps     map[string]*component // gateways and providers by host
-	valkey    *valkeyproc.Server
-	gateways  map[string]GatewayEndpoint
-	providers map[string]ProviderEndpoint
-	valkeyAt  string // host:port as the gateways reach it
-	ports     Ports
-	observer  *http.Client
-	up        bool
-	down      DownGuard // Down's teardown runs once
+	Mu                sync.Mutex            // guards the fields below
+	comps             map[string]*Component // gateways and providers by host
+	ValkeyServer      *valkeyproc.Server    // the run's single Valkey (LaunchValkey)
+	GatewayEndpoints  map[string]GatewayEndpoint
+	ProviderEndpoints map[string]ProviderEndpoint
+	ValkeyAt          string // host:port as the gateways reach it
+	PortNumbers       Ports  // what Ports reports
+	ObserverClient    *http.Client
+	IsUp              bool
+	DownOnce          DownGuard // Down's teardown runs once
 
-	// inValkeyNet runs f where valkeyproc's readiness PING can reach the server (netns: on a
+	// InValkeyNet runs f where valkeyproc's readiness PING can reach the server (netns: on a
 	// thread inside the valkey namespace); nil runs f directly.
-	inValkeyNet func(f func() error) error
+	InValkeyNet func(f func() error) error
 
 	gwRecipes map[string]*gatewayRecipe // how each gateway was launched (gateway_launch.go)
 }
 
-func newBase(spec Spec, engine string) base {
-	return base{
-		spec:      spec,
-		engine:    engine,
-		comps:     map[string]*component{},
-		gateways:  map[string]GatewayEndpoint{},
-		providers: map[string]ProviderEndpoint{},
+// NewBase is the Base of an engine named engine, with no component yet.
+func NewBase(spec Spec, engine string) Base {
+	return Base{
+		Spec:              spec,
+		engine:            engine,
+		comps:             map[string]*Component{},
+		GatewayEndpoints:  map[string]GatewayEndpoint{},
+		ProviderEndpoints: map[string]ProviderEndpoint{},
 	}
 }
 
-func (b *base) logDir() string    { return filepath.Join(b.spec.WorkDir, "logs") }
-func (b *base) configDir() string { return filepath.Join(b.spec.WorkDir, "config") }
-func (b *base) logPath(host string) string {
+func (b *Base) logDir() string    { return filepath.Join(b.Spec.WorkDir, "logs") }
+func (b *Base) configDir() string { return filepath.Join(b.Spec.WorkDir, "config") }
+
+// LogPath is where host's output goes (WorkDir/logs/<host>.log).
+func (b *Base) LogPath(host string) string {
 	return filepath.Join(b.logDir(), host+".log")
 }
 
-func (b *base) mkdirs() error {
-	for _, d := range []string{b.logDir(), b.configDir(), filepath.Join(b.spec.WorkDir, "valkey")} {
+// MakeWorkDirs creates the run's log, config and valkey directories under WorkDir.
+func (b *Base) MakeWorkDirs() error {
+	for _, d := range []string{b.logDir(), b.configDir(), filepath.Join(b.Spec.WorkDir, "valkey")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("topology: work directory: %w", err)
 		}
@@ -63,96 +68,96 @@ func (b *base) mkdirs() error {
 	return nil
 }
 
-func (b *base) Observer() *http.Client { return b.observer }
+func (b *Base) Observer() *http.Client { return b.ObserverClient }
 
-func (b *base) Gateway(name string) GatewayEndpoint {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.gateways[name]
+func (b *Base) Gateway(name string) GatewayEndpoint {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.GatewayEndpoints[name]
 }
 
-func (b *base) Provider(name string) ProviderEndpoint {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.providers[name]
+func (b *Base) Provider(name string) ProviderEndpoint {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.ProviderEndpoints[name]
 }
 
-func (b *base) ValkeyAddr() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.valkeyAt
+func (b *Base) ValkeyAddr() string {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.ValkeyAt
 }
 
-func (b *base) Ports() Ports {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ports
+func (b *Base) Ports() Ports {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.PortNumbers
 }
 
-func (b *base) CollectLogs(dir string) error { return copyLogs(b.logDir(), dir) }
+func (b *Base) CollectLogs(dir string) error { return copyLogs(b.logDir(), dir) }
 
-// startValkey starts the run's Valkey (AOF on, data in WorkDir/valkey, log in logs/valkey.log).
-func (b *base) startValkey(ctx context.Context, opts valkeyproc.Options) error {
-	opts.Dir = filepath.Join(b.spec.WorkDir, "valkey")
-	opts.LogFile = b.logPath(HostValkey)
-	opts.Password = b.spec.Deployment.ValkeyPassword
+// LaunchValkey starts the run's Valkey (AOF on, data in WorkDir/valkey, log in logs/valkey.log).
+func (b *Base) LaunchValkey(ctx context.Context, opts valkeyproc.Options) error {
+	opts.Dir = filepath.Join(b.Spec.WorkDir, "valkey")
+	opts.LogFile = b.LogPath(HostValkey)
+	opts.Password = b.Spec.Deployment.ValkeyPassword
 	// valkeyproc has no environment option: `env` puts the run id into the server's
 	// environment (and execs, so no extra process) for `quotaqual down` to find it.
-	opts.Wrap = append([]string{"env", EnvRunID + "=" + b.spec.RunID}, opts.Wrap...)
-	opts.SysProcAttr = componentAttr()
+	opts.Wrap = append([]string{"env", EnvRunID + "=" + b.Spec.RunID}, opts.Wrap...)
+	opts.SysProcAttr = ComponentAttr()
 	run := func() error {
 		s, err := valkeyproc.Start(ctx, opts)
 		if err != nil {
 			return err
 		}
-		b.mu.Lock()
-		b.valkey = s
-		b.mu.Unlock()
+		b.Mu.Lock()
+		b.ValkeyServer = s
+		b.Mu.Unlock()
 		return nil
 	}
-	if b.inValkeyNet != nil {
-		return b.inValkeyNet(run)
+	if b.InValkeyNet != nil {
+		return b.InValkeyNet(run)
 	}
 	return run()
 }
 
-func (b *base) StopValkey(ctx context.Context) error {
-	b.mu.Lock()
-	s := b.valkey
-	b.mu.Unlock()
+func (b *Base) StopValkey(ctx context.Context) error {
+	b.Mu.Lock()
+	s := b.ValkeyServer
+	b.Mu.Unlock()
 	if s == nil {
 		return errors.New("valkey is not running: bring the topology up first")
 	}
 	return s.Stop()
 }
 
-func (b *base) StartValkey(ctx context.Context) error {
-	b.mu.Lock()
-	s := b.valkey
-	b.mu.Unlock()
+func (b *Base) StartValkey(ctx context.Context) error {
+	b.Mu.Lock()
+	s := b.ValkeyServer
+	b.Mu.Unlock()
 	if s == nil {
 		return errors.New("valkey was never started: bring the topology up first")
 	}
-	if b.inValkeyNet != nil {
-		return b.inValkeyNet(func() error { return s.Restart(ctx) })
+	if b.InValkeyNet != nil {
+		return b.InValkeyNet(func() error { return s.Restart(ctx) })
 	}
 	return s.Restart(ctx)
 }
 
-func (b *base) RestartGateway(ctx context.Context, name string) error {
-	return b.replaceGateway(ctx, name, (*component).stop)
+func (b *Base) RestartGateway(ctx context.Context, name string) error {
+	return b.replaceGateway(ctx, name, (*Component).Stop)
 }
 
 // CrashGateway implements Topology: SIGKILL, then a new process.
-func (b *base) CrashGateway(ctx context.Context, name string) error {
-	return b.replaceGateway(ctx, name, (*component).kill)
+func (b *Base) CrashGateway(ctx context.Context, name string) error {
+	return b.replaceGateway(ctx, name, (*Component).kill)
 }
 
 // replaceGateway ends a gateway process with halt and starts a new one, ready.
-func (b *base) replaceGateway(ctx context.Context, name string, halt func(*component, context.Context) (int, error)) error {
-	b.mu.Lock()
+func (b *Base) replaceGateway(ctx context.Context, name string, halt func(*Component, context.Context) (int, error)) error {
+	b.Mu.Lock()
 	c := b.comps[name]
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if c == nil || !IsGateway(name) {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
@@ -162,20 +167,20 @@ func (b *base) replaceGateway(ctx context.Context, name string, halt func(*compo
 	if err := c.start(); err != nil {
 		return fmt.Errorf("restarting %s: %w", name, err)
 	}
-	if err := c.waitReady(ctx, b.observer); err != nil {
+	if err := c.waitReady(ctx, b.ObserverClient); err != nil {
 		return fmt.Errorf("restarting %s: %w", name, err)
 	}
 	return nil
 }
 
-// startAndWait starts the components in parallel and waits until each is ready.
-func (b *base) startAndWait(ctx context.Context, comps []*component) error {
+// StartAndWait starts the components in parallel and waits until each is ready.
+func (b *Base) StartAndWait(ctx context.Context, comps []*Component) error {
 	errs := make([]error, len(comps))
 	var wg sync.WaitGroup
 	for i, c := range comps {
-		b.mu.Lock()
+		b.Mu.Lock()
 		b.comps[c.host] = c
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -183,17 +188,17 @@ func (b *base) startAndWait(ctx context.Context, comps []*component) error {
 				errs[i] = err
 				return
 			}
-			errs[i] = c.waitReady(ctx, b.observer)
+			errs[i] = c.waitReady(ctx, b.ObserverClient)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// stopAll stops gateways, then providers and Valkey, recording each in the teardown.
-func (b *base) stopAll(ctx context.Context, td *Teardown) {
-	b.mu.Lock()
-	var gws, others []*component
+// StopAll stops gateways, then providers and Valkey, recording each in the teardown.
+func (b *Base) StopAll(ctx context.Context, td *Teardown) {
+	b.Mu.Lock()
+	var gws, others []*Component
 	for _, c := range b.comps {
 		if IsGateway(c.host) {
 			gws = append(gws, c)
@@ -201,16 +206,16 @@ func (b *base) stopAll(ctx context.Context, td *Teardown) {
 			others = append(others, c)
 		}
 	}
-	s := b.valkey
-	b.mu.Unlock()
+	s := b.ValkeyServer
+	b.Mu.Unlock()
 	var mu sync.Mutex
-	stopGroup := func(cs []*component) {
+	stopGroup := func(cs []*Component) {
 		var wg sync.WaitGroup
 		for _, c := range cs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				pid, err := c.stop(ctx)
+				pid, err := c.Stop(ctx)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -257,28 +262,29 @@ func SiteOf(host string) string {
 	return ""
 }
 
-func (b *base) baseFacts() map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// BaseFacts are the facts every process-based engine reports; the engine adds its own.
+func (b *Base) BaseFacts() map[string]any {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	gws := map[string]any{}
-	for k, v := range b.gateways {
+	for k, v := range b.GatewayEndpoints {
 		gws[k] = map[string]string{"data_url": v.DataURL, "admin_url": v.AdminURL}
 	}
 	prs := map[string]any{}
-	for k, v := range b.providers {
+	for k, v := range b.ProviderEndpoints {
 		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
 	}
 	return map[string]any{
 		"engine":         b.engine,
-		"run_id":         b.spec.RunID,
-		"valkey_addr":    b.valkeyAt,
+		"run_id":         b.Spec.RunID,
+		"valkey_addr":    b.ValkeyAt,
 		"valkey_version": valkeyproc.Version(""),
 		"gateways":       gws,
 		"providers":      prs,
 		"ports": map[string]int{
-			"gateway_data": b.ports.GatewayData, "gateway_admin": b.ports.GatewayAdmin,
-			"provider_data": b.ports.ProviderData, "provider_admin": b.ports.ProviderAdmin,
-			"valkey": b.ports.Valkey,
+			"gateway_data": b.PortNumbers.GatewayData, "gateway_admin": b.PortNumbers.GatewayAdmin,
+			"provider_data": b.PortNumbers.ProviderData, "provider_admin": b.PortNumbers.ProviderAdmin,
+			"valkey": b.PortNumbers.Valkey,
 		},
 	}
 }

@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
-// Engines besides netns and process, which live in packages of their own (topology/dockerengine,
-// topology/kindengine) and register themselves under these names. The names are here because
-// the flags, auto detection and the evidence speak them without importing an engine.
+// Engines besides netns and process (spec.go names those), which like them live in packages of
+// their own (topology/dockerengine, topology/kindengine) and register themselves under these
+// names. The names are here because the flags, auto detection and the evidence speak them
+// without importing an engine.
 const (
 	EngineDocker = "docker"
 	EngineKind   = "kind"
@@ -28,16 +30,23 @@ type Engine struct {
 	Answers func(ctx context.Context) (string, error)
 	// Cleanup, when set, removes every leftover of run runID (a crashed run, or --keep).
 	Cleanup func(ctx context.Context, runID string) (Teardown, error)
+	// Enter, when set, is what a command does before New: the place it runs in is not where
+	// the engine builds its topology (netns re-executes the command inside the run's own
+	// namespaces). In the outer process it returns entered=false and the exit code of the
+	// command's run in there, for the caller to exit with; in the process it started (see
+	// Entered) it finishes the set-up and returns entered=true. files reach that process as
+	// fds 3, 4, ... (see InheritedListeners).
+	Enter func(runID string, files []*os.File) (entered bool, code int, err error)
+	// Entered, set with Enter, reports whether this process is one Enter started, with the
+	// run id the outer process chose.
+	Entered func() (runID string, ok bool)
 }
 
 var (
 	enginesMu sync.RWMutex
-	// engines holds every engine by name: netns and process are registered here, the others
-	// by their packages' init (see package topology/engines, which imports them all).
-	engines = map[string]Engine{
-		EngineNetns:   {New: newNetns},
-		EngineProcess: {New: func(s Spec) (Topology, error) { return newProcess(s), nil }},
-	}
+	// engines holds every engine by name, each registered by its package's init (see package
+	// topology/engines, which imports them all).
+	engines = map[string]Engine{}
 )
 
 // Register adds an engine under name: the one registration a new engine package makes, from
@@ -69,8 +78,8 @@ func IsEngine(name string) bool {
 
 // New returns a topology of the named engine: "auto" or "" (DetectAuto's choice: netns when
 // this host can build namespaces, else docker when a Docker engine answers, else process), or
-// a registered engine's name. The netns engine must run inside the run's own namespaces: call
-// ReexecIntoNamespace at the start of the command first (see reexec_linux.go).
+// a registered engine's name. An engine that NeedsEntering (netns: the run's own namespaces)
+// must be entered at the start of the command first: see Enter.
 func New(engine string, spec Spec) (Topology, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
@@ -87,6 +96,39 @@ func New(engine string, spec Spec) (Topology, error) {
 		return nil, fmt.Errorf("gateway profile %s: the %s engine launches only quotaqual's own gateway so far: use --topology netns or process", g.Name, engine)
 	}
 	return e.New(spec)
+}
+
+// NeedsEntering reports whether a command must Enter engine before New builds its topology.
+func NeedsEntering(engine string) bool {
+	e, ok := engineNamed(engine)
+	return ok && e.Enter != nil
+}
+
+// Enter runs engine's Enter (see Engine): entered=true when this process is now where the
+// engine builds its topology, false with the exit code of the command's run in the outer
+// process. An engine without Enter is where it builds already: entered at once.
+func Enter(engine, runID string, files []*os.File) (entered bool, code int, err error) {
+	e, ok := engineNamed(engine)
+	if !ok || e.Enter == nil {
+		return true, 0, nil
+	}
+	return e.Enter(runID, files)
+}
+
+// EnteredEngine reports the engine whose Enter started this process, and the run id the
+// outer process chose; ok is false in a process no Enter started.
+func EnteredEngine() (engine, runID string, ok bool) {
+	enginesMu.RLock()
+	defer enginesMu.RUnlock()
+	for name, e := range engines {
+		if e.Entered == nil {
+			continue
+		}
+		if id, in := e.Entered(); in {
+			return name, id, true
+		}
+	}
+	return "", "", false
 }
 
 // DetectAuto is Detect with the docker engine in between: netns when this host can build

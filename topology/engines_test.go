@@ -7,12 +7,19 @@ import (
 )
 
 func TestRegisterRefusesATakenName(t *testing.T) {
+	newNothing := func(Spec) (Topology, error) { return nil, ErrUnsupported }
+	Register("test-taken", Engine{New: newNothing})
+	t.Cleanup(func() {
+		enginesMu.Lock()
+		delete(engines, "test-taken")
+		enginesMu.Unlock()
+	})
 	defer func() {
 		if r := recover(); r == nil || !strings.Contains(r.(string), "registered twice") {
-			t.Errorf("registering netns again: recovered %v, want a panic naming the duplicate", r)
+			t.Errorf("registering test-taken again: recovered %v, want a panic naming the duplicate", r)
 		}
 	}()
-	Register(EngineNetns, Engine{New: newNetns})
+	Register("test-taken", Engine{New: newNothing})
 }
 
 // TestCleanupEnginesJoinsEveryEngine registers two throwaway engines and checks that their

@@ -13,20 +13,20 @@ import (
 // The gateway under test is launched only through its profile (package undertest): the
 // profile renders the config from the run's facts, and gives the argv, the environment and
 // the readiness path. The engines of processes (netns, process) start every gateway through
-// launchGateway and never render a gateway config themselves.
+// LaunchGateway and never render a gateway config themselves.
 
-// gatewayUnderTest is the profile of the gateway the run qualifies.
-func (b *base) gatewayUnderTest() *undertest.Profile {
-	if b.spec.Gateway != nil {
-		return b.spec.Gateway
+// GatewayUnderTest is the profile of the gateway the run qualifies.
+func (b *Base) GatewayUnderTest() *undertest.Profile {
+	if b.Spec.Gateway != nil {
+		return b.Spec.Gateway
 	}
 	return undertest.Default()
 }
 
-// gatewayLaunch is one way to start a gateway: its full argv (the engine's wrapper first)
+// GatewayLaunch is one way to start a gateway: its full argv (the engine's wrapper first)
 // and environment, its config already written.
-type gatewayLaunch struct {
-	argv, env []string
+type GatewayLaunch struct {
+	Argv, Env []string
 }
 
 // gatewayRecipe is what a gateway was first launched with, to launch it again on another
@@ -34,62 +34,62 @@ type gatewayLaunch struct {
 type gatewayRecipe struct {
 	addrs    deployment.Addresses
 	wrap     []string
-	launches map[string]gatewayLaunch // by config file stem: gateway-a, gateway-a-store, …
+	launches map[string]GatewayLaunch // by config file stem: gateway-a, gateway-a-store, …
 }
 
 // launchGateway renders gateway name's config for addresses a under qualification profile p
 // into config/<stem><ext> and returns how to start it; wrap is the engine's command prefix
 // (a namespace entry), nil for none. The launch is remembered under stem.
-func (b *base) launchGateway(name, stem string, a deployment.Addresses, p deployment.Profile, wrap []string) (gatewayLaunch, error) {
-	gw := b.gatewayUnderTest()
-	f, err := undertest.FactsFor(b.spec.Deployment, name, a, p)
+func (b *Base) LaunchGateway(name, stem string, a deployment.Addresses, p deployment.Profile, wrap []string) (GatewayLaunch, error) {
+	gw := b.GatewayUnderTest()
+	f, err := undertest.FactsFor(b.Spec.Deployment, name, a, p)
 	if err != nil {
-		return gatewayLaunch{}, err
+		return GatewayLaunch{}, err
 	}
-	f.Binary = b.spec.Binary
+	f.Binary = b.Spec.Binary
 	f.ConfigPath = filepath.Join(b.configDir(), stem+filepath.Ext(gw.Config.File))
 	y, err := gw.Render(f)
 	if err != nil {
-		return gatewayLaunch{}, err
+		return GatewayLaunch{}, err
 	}
 	if err := os.WriteFile(f.ConfigPath, y, 0o600); err != nil {
-		return gatewayLaunch{}, fmt.Errorf("writing the config of %s: %w", name, err)
+		return GatewayLaunch{}, fmt.Errorf("writing the config of %s: %w", name, err)
 	}
 	argv, err := gw.Argv(f)
 	if err != nil {
-		return gatewayLaunch{}, err
+		return GatewayLaunch{}, err
 	}
-	secrets := append(b.spec.Deployment.GatewayEnv(a.ValkeyAddr), b.spec.Deployment.StoreEnv()...)
+	secrets := append(b.Spec.Deployment.GatewayEnv(a.ValkeyAddr), b.Spec.Deployment.StoreEnv()...)
 	env, err := gw.Env(f, secrets)
 	if err != nil {
-		return gatewayLaunch{}, err
+		return GatewayLaunch{}, err
 	}
-	l := gatewayLaunch{argv: append(append([]string(nil), wrap...), argv...), env: componentEnv(b.spec.RunID, env...)}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	l := GatewayLaunch{Argv: append(append([]string(nil), wrap...), argv...), Env: ComponentEnv(b.Spec.RunID, env...)}
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	if b.gwRecipes == nil {
 		b.gwRecipes = map[string]*gatewayRecipe{}
 	}
 	r := b.gwRecipes[name]
 	if r == nil {
-		r = &gatewayRecipe{addrs: a, wrap: wrap, launches: map[string]gatewayLaunch{}}
+		r = &gatewayRecipe{addrs: a, wrap: wrap, launches: map[string]GatewayLaunch{}}
 		b.gwRecipes[name] = r
 	}
 	r.launches[stem] = l
 	return l, nil
 }
 
-// gatewayReadyURL is the gateway's readiness URL given its data and admin base URLs.
-func (b *base) gatewayReadyURL(dataURL, adminURL string) string {
-	return b.gatewayUnderTest().ReadyURL(dataURL, adminURL)
+// GatewayReadyURL is the gateway's readiness URL given its data and admin base URLs.
+func (b *Base) GatewayReadyURL(dataURL, adminURL string) string {
+	return b.GatewayUnderTest().ReadyURL(dataURL, adminURL)
 }
 
-// relaunchAs makes gateway name's next start use the launch remembered under stem.
-func (b *base) relaunchAs(name, stem string) error {
-	b.mu.Lock()
+// RelaunchAs makes gateway name's next start use the launch remembered under stem.
+func (b *Base) RelaunchAs(name, stem string) error {
+	b.Mu.Lock()
 	r := b.gwRecipes[name]
 	c := b.comps[name]
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if r == nil || c == nil {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
@@ -98,7 +98,7 @@ func (b *base) relaunchAs(name, stem string) error {
 		return fmt.Errorf("gateway %s has no config %s", name, stem)
 	}
 	c.mu.Lock()
-	c.argv, c.env = l.argv, l.env
+	c.argv, c.env = l.Argv, l.Env
 	c.mu.Unlock()
 	return nil
 }
@@ -106,21 +106,21 @@ func (b *base) relaunchAs(name, stem string) error {
 // RestartGatewayWithPolicy restarts a gateway on the rule's policy of p (window, capacity,
 // estimate, lease), as one step of a rolling change; nil p restarts it on the run's own
 // profile again. The gateway's config file is <name>-policy.<ext> while it runs p.
-func (b *base) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
-	b.mu.Lock()
+func (b *Base) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
+	b.Mu.Lock()
 	r := b.gwRecipes[name]
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if r == nil {
 		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
 	}
 	stem := name
 	if p != nil {
 		stem = name + "-policy"
-		if _, err := b.launchGateway(name, stem, r.addrs, *p, r.wrap); err != nil {
+		if _, err := b.LaunchGateway(name, stem, r.addrs, *p, r.wrap); err != nil {
 			return err
 		}
 	}
-	if err := b.relaunchAs(name, stem); err != nil {
+	if err := b.RelaunchAs(name, stem); err != nil {
 		return err
 	}
 	return b.RestartGateway(ctx, name)

@@ -71,7 +71,7 @@ func KillRunProcesses(ctx context.Context, runID string, grace time.Duration) Te
 	alive := func() []int {
 		var a []int
 		for _, p := range pids {
-			if !zombieOrGone(p) {
+			if !ZombieOrGone(p) {
 				a = append(a, p)
 			}
 		}
@@ -112,7 +112,7 @@ func KillRunProcesses(ctx context.Context, runID string, grace time.Duration) Te
 func FindRuns() map[string][]int {
 	out := map[string][]int{}
 	for pid, id := range runIDsOfProcesses() {
-		if ValidateRunID(id) == nil && !zombieOrGone(pid) {
+		if ValidateRunID(id) == nil && !ZombieOrGone(pid) {
 			out[id] = append(out[id], pid)
 		}
 	}

@@ -2,7 +2,10 @@ package topology
 
 import (
 	"encoding/json"
+	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -39,4 +42,18 @@ func LastLines(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// ConnectError reduces a dial error to its cause: "connection refused", "i/o timeout", ...
+func ConnectError(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "i/o timeout"
+	}
+	return err.Error()
 }

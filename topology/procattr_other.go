@@ -4,8 +4,8 @@ package topology
 
 import "syscall"
 
-// componentAttr: a process group of its own so a Ctrl-C on the terminal reaches only the
+// ComponentAttr: a process group of its own so a Ctrl-C on the terminal reaches only the
 // harness. There is no Pdeathsig outside Linux; the harness stops components itself.
-func componentAttr() *syscall.SysProcAttr {
+func ComponentAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -24,9 +24,9 @@ const (
 	httpPollWait = 500 * time.Millisecond // one readiness request
 )
 
-// component is one gateway or provider process. Its argv and environment are fixed when it is
+// Component is one gateway or provider process. Its argv and environment are fixed when it is
 // created, so a restart runs exactly the same thing again.
-type component struct {
+type Component struct {
 	host     string
 	argv     []string // full argv including any namespace wrapper
 	env      []string // full environment (secrets only here, never in argv)
@@ -39,10 +39,16 @@ type component struct {
 	started time.Time
 }
 
+// NewComponent is the process of host: argv (any namespace wrapper first) and env run as
+// they are on every start, its output goes to logPath, and it is ready when readyURL answers 200.
+func NewComponent(host string, argv, env []string, logPath, readyURL string) *Component {
+	return &Component{host: host, argv: argv, env: env, logPath: logPath, readyURL: readyURL}
+}
+
 // start launches the process with its output appended to its log. The child gets SIGKILL if
 // the thread that started it dies (Pdeathsig); on the netns engine the pid namespace also
 // takes it down with the harness.
-func (c *component) start() error {
+func (c *Component) start() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done != nil {
@@ -62,7 +68,7 @@ func (c *component) start() error {
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
 	cmd.Env = c.env
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = componentAttr()
+	cmd.SysProcAttr = ComponentAttr()
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("starting %s: %w", c.host, err)
@@ -78,7 +84,7 @@ func (c *component) start() error {
 }
 
 // pid of the running process, 0 when none.
-func (c *component) pid() int {
+func (c *Component) pid() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cmd == nil || c.cmd.Process == nil {
@@ -87,7 +93,7 @@ func (c *component) pid() int {
 	return c.cmd.Process.Pid
 }
 
-func (c *component) exited() <-chan struct{} {
+func (c *Component) exited() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
@@ -100,7 +106,7 @@ func (c *component) exited() <-chan struct{} {
 
 // waitReady polls readyURL with client until it answers 200, the process exits, or the
 // deadline passes.
-func (c *component) waitReady(ctx context.Context, client *http.Client) error {
+func (c *Component) waitReady(ctx context.Context, client *http.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	done := c.exited()
@@ -122,7 +128,7 @@ func (c *component) waitReady(ctx context.Context, client *http.Client) error {
 		last = status
 		select {
 		case <-done:
-			return &exitedEarlyError{host: c.host, log: c.logPath, tail: logTail(c.logPath)}
+			return &ExitedEarlyError{host: c.host, log: c.logPath, tail: logTail(c.logPath)}
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s within %s (last answer: %s); see %s", c.host, c.readyURL, readyTimeout, last, c.logPath)
 		case <-tick.C:
@@ -134,28 +140,28 @@ func (c *component) waitReady(ctx context.Context, client *http.Client) error {
 // believed: longer than a quotaqual or valkey process takes to start and bind.
 const minUpBeforeReady = 150 * time.Millisecond
 
-func (c *component) startedAt() time.Time {
+func (c *Component) startedAt() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.started
 }
 
-// exitedEarlyError says the process ended before it was ready (for instance a port taken
+// ExitedEarlyError says the process ended before it was ready (for instance a port taken
 // between picking and binding it).
-type exitedEarlyError struct{ host, log, tail string }
+type ExitedEarlyError struct{ host, log, tail string }
 
-func (e *exitedEarlyError) Error() string {
+func (e *ExitedEarlyError) Error() string {
 	return fmt.Sprintf("%s exited during start-up; see %s: %s", e.host, e.log, e.tail)
 }
 
-// stop sends SIGTERM, waits up to stopGrace (or ctx), then SIGKILL and waits up to killWait. It
+// Stop sends SIGTERM, waits up to stopGrace (or ctx), then SIGKILL and waits up to killWait. It
 // returns the pid it stopped (0 when nothing was running).
-func (c *component) stop(ctx context.Context) (int, error) { return c.halt(ctx, true) }
+func (c *Component) Stop(ctx context.Context) (int, error) { return c.halt(ctx, true) }
 
 // kill sends SIGKILL at once (a crash: no drain) and waits up to killWait.
-func (c *component) kill(ctx context.Context) (int, error) { return c.halt(ctx, false) }
+func (c *Component) kill(ctx context.Context) (int, error) { return c.halt(ctx, false) }
 
-func (c *component) halt(ctx context.Context, graceful bool) (int, error) {
+func (c *Component) halt(ctx context.Context, graceful bool) (int, error) {
 	c.mu.Lock()
 	cmd, done := c.cmd, c.done
 	c.mu.Unlock()
@@ -188,15 +194,15 @@ func (c *component) halt(ctx context.Context, graceful bool) (int, error) {
 	case <-kill.C:
 		// Reaped late or a zombie whose parent reaps slowly: SIGKILL cannot be ignored, so
 		// it is dead for our purposes.
-		if zombieOrGone(pid) {
+		if ZombieOrGone(pid) {
 			return pid, nil
 		}
 		return pid, fmt.Errorf("%s (pid %d) did not exit after SIGKILL", c.host, pid)
 	}
 }
 
-// zombieOrGone reports whether pid no longer exists or is a zombie.
-func zombieOrGone(pid int) bool {
+// ZombieOrGone reports whether pid no longer exists or is a zombie.
+func ZombieOrGone(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return true
@@ -245,9 +251,9 @@ func copyLogs(src, dst string) error {
 	return errors.Join(errs...)
 }
 
-// componentEnv is the environment of every component: the harness's own minus the namespace
+// ComponentEnv is the environment of every component: the harness's own minus the namespace
 // marker, plus the run id (so `down` can find leftovers) and any extra variables.
-func componentEnv(runID string, extra ...string) []string {
+func ComponentEnv(runID string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, envInside+"=") || strings.HasPrefix(kv, envFDs+"=") || strings.HasPrefix(kv, EnvRunID+"=") {

@@ -42,7 +42,7 @@ func InsideRunID() string {
 // InheritedListeners.
 func ReexecIntoNamespace(runID string, files []*os.File) (inside bool, code int, err error) {
 	if Inside() {
-		return true, 0, prepareInside()
+		return true, 0, PrepareInside()
 	}
 	if err := ValidateRunID(runID); err != nil {
 		return false, 0, err
@@ -123,11 +123,11 @@ var (
 	prepareErr  error
 )
 
-// prepareInside makes the mount namespace private, mounts a /proc of our pid namespace (so
+// PrepareInside makes the mount namespace private, mounts a /proc of our pid namespace (so
 // /proc/<pid> paths name our processes), a tmpfs on /run/netns for `ip netns` (on /run when
 // /run/netns does not exist: creating it would write to the host's /run, since uid 0 inside
 // is the caller outside) and brings loopback up. Idempotent.
-func prepareInside() error {
+func PrepareInside() error {
 	prepareOnce.Do(func() {
 		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 			prepareErr = fmt.Errorf("making the mount namespace private: %w", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -199,4 +200,13 @@ func StoreGroupFacts(addrs map[string]string, replication string) map[string]any
 		"addresses": maps.Clone(addrs), "quorum": 2, "down_after_ms": 1000, "failover_timeout_ms": 3000,
 		"replication": replication,
 	}
+}
+
+// StoreSentinelAddrs are the Sentinels as the gateways reach them.
+func StoreSentinelAddrs(addr func(string) string) []string {
+	out := make([]string, len(StoreSentinels))
+	for i, s := range StoreSentinels {
+		out[i] = net.JoinHostPort(addr(s), strconv.Itoa(SentinelPort))
+	}
+	return out
 }

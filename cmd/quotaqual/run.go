@@ -44,7 +44,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 			if err := o.Validate(); err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			if parentDone, code, err := enterTopologyNamespace(&o); err != nil {
+			if parentDone, code, err := enterTopology(&o); err != nil {
 				return withCode(wire.ExitTopology, err)
 			} else if parentDone {
 				// The run happened in the child; it already printed everything.
@@ -140,32 +140,33 @@ func printJSON(cmd *cobra.Command, out qualify.Outcome) {
 // envEngineWhy carries auto's reason into the re-executed child.
 const envEngineWhy = "QUOTAQUAL_ENGINE_WHY"
 
-// enterTopologyNamespace resolves "auto" and, for netns, re-executes this command inside its
-// own user, network, mount and pid namespaces (topology.ReexecIntoNamespace), so the run can
-// build its private network without privileges and everything it creates dies with it. In the
-// outer process it returns parentDone with the child's exit code; in the child it returns
-// with o set to the netns engine and the run id the parent chose.
-func enterTopologyNamespace(o *qualify.Options) (parentDone bool, code int, err error) {
-	if topology.Inside() {
-		o.Topology, o.RunID = topology.EngineNetns, topology.InsideRunID()
+// enterTopology resolves "auto" and enters the chosen engine when it must be (topology.Enter:
+// netns re-executes this command inside the run's own user, network, mount and pid
+// namespaces, so the run can build its private network without privileges and everything it
+// creates dies with it). In the outer process it returns parentDone with the child's exit
+// code; in the child it returns with o set to the entered engine and the run id the parent
+// chose.
+func enterTopology(o *qualify.Options) (parentDone bool, code int, err error) {
+	if engine, runID, ok := topology.EnteredEngine(); ok {
+		o.Topology, o.RunID = engine, runID
 		o.EngineWhy = os.Getenv(envEngineWhy)
-		_, _, err := topology.ReexecIntoNamespace(o.RunID, nil)
+		_, _, err := topology.Enter(engine, runID, nil)
 		return false, 0, err
 	}
 	if o.Topology == "" || o.Topology == topology.EngineAuto {
 		o.Topology, o.EngineWhy = topology.DetectAuto()
 	}
-	if o.Topology != topology.EngineNetns {
+	if !topology.NeedsEntering(o.Topology) {
 		return false, 0, nil
 	}
 	if o.RunID == "" {
 		o.RunID = topology.NewRunID()
 	}
 	if o.EngineWhy != "" {
-		os.Setenv(envEngineWhy, o.EngineWhy) // the child reports why auto chose netns
+		os.Setenv(envEngineWhy, o.EngineWhy) // the child reports why auto chose its engine
 	}
-	inside, code, err := topology.ReexecIntoNamespace(o.RunID, nil)
-	if err != nil || inside {
+	entered, code, err := topology.Enter(o.Topology, o.RunID, nil)
+	if err != nil || entered {
 		return false, 0, err
 	}
 	return true, code, nil

@@ -74,8 +74,9 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
+			enteredEngine, enteredRunID, entered := topology.EnteredEngine()
 			if runID == "" {
-				runID = topology.InsideRunID()
+				runID = enteredRunID
 			}
 			if runID == "" {
 				runID = topology.NewRunID()
@@ -88,8 +89,8 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			}
 			errw := cmd.ErrOrStderr()
 			switch {
-			case topology.Inside():
-				engine = topology.EngineNetns
+			case entered:
+				engine = enteredEngine
 			case engine == topology.EngineAuto:
 				var reason string
 				engine, reason = topology.DetectAuto()
@@ -97,8 +98,8 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			case !topology.IsEngine(engine) || engine == topology.EngineKind: // up serves no kind topology
 				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
-			if engine == topology.EngineNetns && !topology.Inside() {
-				return upReexec(runID)
+			if topology.NeedsEntering(engine) && !entered {
+				return upReexec(engine, runID)
 			}
 			return upServe(cmd, engine, prof, runID, denyMode, demo)
 		},
@@ -116,8 +117,9 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 }
 
 // upReexec opens the loopback listeners of the port forwards here, outside, where the user's
-// shell can reach them, and runs `up` again inside the run's namespaces with them.
-func upReexec(runID string) error {
+// shell can reach them, and runs `up` again where engine builds its topology (netns: inside
+// the run's namespaces) with them.
+func upReexec(engine, runID string) error {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -136,7 +138,7 @@ func upReexec(runID string) error {
 		}
 		files = append(files, f)
 	}
-	_, code, err := topology.ReexecIntoNamespace(runID, files)
+	_, code, err := topology.Enter(engine, runID, files)
 	if err != nil {
 		return withCode(wire.ExitTopology, err)
 	}

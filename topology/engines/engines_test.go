@@ -7,8 +7,8 @@ import (
 	_ "github.com/quotaqual/quotaqual/topology/engines"
 )
 
-// TestEveryEngineIsBuiltIn: importing package engines registers the engines of their own
-// packages beside netns and process, which is what the commands and qualify rely on.
+// TestEveryEngineIsBuiltIn: importing package engines registers every engine, which is what
+// the commands and qualify rely on.
 func TestEveryEngineIsBuiltIn(t *testing.T) {
 	for _, name := range []string{topology.EngineNetns, topology.EngineProcess, topology.EngineDocker, topology.EngineKind} {
 		if !topology.IsEngine(name) {

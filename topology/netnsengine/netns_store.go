@@ -1,19 +1,18 @@
 //go:build linux
 
-package topology
+package netnsengine
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 // storeGroup is the netns engine's replicated store group (see store.go): each node a real
@@ -27,12 +26,12 @@ type storeGroup struct {
 func (t *netnsTopo) storeNodeOptions(host string, port int) valkeyproc.Options {
 	return valkeyproc.Options{
 		Host: t.hostAddr(host), Port: port,
-		Dir:      filepath.Join(t.spec.WorkDir, "store", host),
-		LogFile:  t.logPath(host),
-		Password: t.spec.Deployment.ValkeyPassword,
+		Dir:      filepath.Join(t.Spec.WorkDir, "store", host),
+		LogFile:  t.LogPath(host),
+		Password: t.Spec.Deployment.ValkeyPassword,
 		// As for the single Valkey: `env` marks the process with the run id for `quotaqual down`.
-		Wrap:        append([]string{"env", EnvRunID + "=" + t.spec.RunID}, t.wrap(host)...),
-		SysProcAttr: componentAttr(),
+		Wrap:        append([]string{"env", topology.EnvRunID + "=" + t.Spec.RunID}, t.wrap(host)...),
+		SysProcAttr: topology.ComponentAttr(),
 	}
 }
 
@@ -40,16 +39,16 @@ func (t *netnsTopo) storeNodeOptions(host string, port int) valkeyproc.Options {
 // Sentinels with quorum 2 that deem a node down after 1 s. It does not wait for the Sentinels
 // to find each other (WaitStoreReady does, where a scenario needs it).
 func (t *netnsTopo) startStore(ctx context.Context) error {
-	sentinels := make([]valkeyproc.Options, len(StoreSentinels))
-	for i, h := range StoreSentinels {
-		sentinels[i] = t.storeNodeOptions(h, SentinelPort)
+	sentinels := make([]valkeyproc.Options, len(topology.StoreSentinels))
+	for i, h := range topology.StoreSentinels {
+		sentinels[i] = t.storeNodeOptions(h, topology.SentinelPort)
 		sentinels[i].Password = "" // the policy guards the Sentinels; they hold auth-pass for the nodes
 	}
 	r, err := valkeyproc.StartReplicated(ctx, valkeyproc.ReplicatedOptions{
-		MasterName:   StoreMasterName,
-		Primary:      t.storeNodeOptions(HostStore1, netnsPorts.Valkey),
-		Replica:      t.storeNodeOptions(HostStore2, netnsPorts.Valkey),
-		MoreReplicas: []valkeyproc.Options{t.storeNodeOptions(HostStore3, netnsPorts.Valkey)},
+		MasterName:   topology.StoreMasterName,
+		Primary:      t.storeNodeOptions(topology.HostStore1, netnsPorts.Valkey),
+		Replica:      t.storeNodeOptions(topology.HostStore2, netnsPorts.Valkey),
+		MoreReplicas: []valkeyproc.Options{t.storeNodeOptions(topology.HostStore3, netnsPorts.Valkey)},
 		Sentinels:    sentinels,
 		DownAfter:    time.Second,
 		// failover-timeout also spaces a second failover attempt; 3 s keeps a stuck one short.
@@ -65,7 +64,7 @@ func (t *netnsTopo) startStore(ctx context.Context) error {
 }
 
 // stopStore kills the group's processes and records them.
-func (t *netnsTopo) stopStore(td *Teardown) {
+func (t *netnsTopo) stopStore(td *topology.Teardown) {
 	t.store.mu.Lock()
 	r := t.store.r
 	t.store.mu.Unlock()
@@ -76,34 +75,25 @@ func (t *netnsTopo) stopStore(td *Teardown) {
 		if pid := s.PID(); pid != 0 && s.Running() {
 			_ = s.Resume()
 			_ = s.Kill()
-			td.Removed = append(td.Removed, fmt.Sprintf("process %s pid %d", StoreHosts[i], pid))
+			td.Removed = append(td.Removed, fmt.Sprintf("process %s pid %d", topology.StoreHosts[i], pid))
 		}
 	}
-}
-
-// storeSentinelAddrs are the Sentinels as the gateways reach them.
-func StoreSentinelAddrs(addr func(string) string) []string {
-	out := make([]string, len(StoreSentinels))
-	for i, s := range StoreSentinels {
-		out[i] = net.JoinHostPort(addr(s), strconv.Itoa(SentinelPort))
-	}
-	return out
 }
 
 // storeGatewayConfig renders the gateway's launch on the group (<gateway>-store) beside its
 // usual one, when the gateway under test can be put on the group.
 func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses) error {
-	if t.StoreGroupReason() != "" || !t.gatewayUnderTest().Caps.StoreGroup {
+	if t.StoreGroupReason() != "" || !t.GatewayUnderTest().Caps.StoreGroup {
 		return nil
 	}
-	a.Store = &deployment.StoreAddrs{MasterName: StoreMasterName, Sentinels: StoreSentinelAddrs(t.hostAddr),
-		Replication: t.spec.StoreReplication}
-	_, err := t.launchGateway(gateway, gateway+"-store", a, t.spec.Deployment.Profile, t.wrap(gateway))
+	a.Store = &deployment.StoreAddrs{MasterName: topology.StoreMasterName, Sentinels: topology.StoreSentinelAddrs(t.hostAddr),
+		Replication: t.Spec.StoreReplication}
+	_, err := t.LaunchGateway(gateway, gateway+"-store", a, t.Spec.Deployment.Profile, t.wrap(gateway))
 	return err
 }
 
 func (t *netnsTopo) StoreGroupReason() string {
-	if t.spec.Deployment.Backend == deployment.BackendMemory {
+	if t.Spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
 	}
 	return ""
@@ -131,25 +121,27 @@ func (t *netnsTopo) StorePrimary(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return StorePrimary(ctx, r)
+	return topology.StorePrimary(ctx, r)
 }
 
-func (t *netnsTopo) StoreNode(ctx context.Context, host string) (StoreNodeState, error) {
+func (t *netnsTopo) StoreNode(ctx context.Context, host string) (topology.StoreNodeState, error) {
 	r, err := t.replicated()
 	if err != nil {
-		return StoreNodeState{Host: host}, err
+		return topology.StoreNodeState{Host: host}, err
 	}
-	return ReadStoreNodeState(ctx, r, host)
+	return topology.ReadStoreNodeState(ctx, r, host)
 }
 
-func (t *netnsTopo) StoreEvents() ([]StoreEvent, error) { return ReadStoreEvents(t.logPath) }
+func (t *netnsTopo) StoreEvents() ([]topology.StoreEvent, error) {
+	return topology.ReadStoreEvents(t.LogPath)
+}
 
 func (t *netnsTopo) UseReplicatedStore(ctx context.Context, gateway string, on bool) error {
 	stem := gateway
 	if on {
 		stem = gateway + "-store"
 	}
-	if err := t.relaunchAs(gateway, stem); err != nil {
+	if err := t.RelaunchAs(gateway, stem); err != nil {
 		return err
 	}
 	return t.RestartGateway(ctx, gateway)
@@ -157,10 +149,10 @@ func (t *netnsTopo) UseReplicatedStore(ctx context.Context, gateway string, on b
 
 func (t *netnsTopo) storeFacts() map[string]any {
 	addrs := map[string]string{}
-	for _, h := range StoreHosts {
+	for _, h := range topology.StoreHosts {
 		addrs[h] = t.hostAddr(h)
 	}
-	return StoreGroupFacts(addrs, t.spec.StoreReplication)
+	return topology.StoreGroupFacts(addrs, t.Spec.StoreReplication)
 }
 
-var _ StoreGroup = (*netnsTopo)(nil)
+var _ topology.StoreGroup = (*netnsTopo)(nil)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package topology
+package netnsengine
 
 import (
 	"context"
@@ -10,26 +10,34 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/internal/enginetest"
+	_ "github.com/quotaqual/quotaqual/topology/processengine" // what auto picks without namespaces
 )
+
+// TestMain runs the tests inside the run's own namespaces (enginetest.Main), where the netns
+// engine can build its hosts.
+func TestMain(m *testing.M) { os.Exit(enginetest.Main(m)) }
 
 func requireNetns(t *testing.T) {
 	t.Helper()
 	if reason := os.Getenv("QQ_TEST_NO_NETNS"); reason != "" {
 		t.Skip("netns unavailable here: " + reason)
 	}
-	if !Inside() {
+	if !topology.Inside() {
 		t.Fatal("test binary is not inside its namespace")
 	}
 }
 
 // listening lists the ports each host serves on the netns engine.
-func listening(host string, p Ports) []int {
+func listening(host string, p topology.Ports) []int {
 	switch {
-	case IsGateway(host):
+	case topology.IsGateway(host):
 		return []int{p.GatewayData, p.GatewayAdmin}
-	case SiteOf(host) != "":
+	case topology.SiteOf(host) != "":
 		return []int{p.ProviderData, p.ProviderAdmin}
-	case host == HostValkey:
+	case host == topology.HostValkey:
 		return []int{p.Valkey}
 	}
 	return nil
@@ -37,17 +45,17 @@ func listening(host string, p Ports) []int {
 
 func TestNetnsEngine(t *testing.T) {
 	requireNetns(t)
-	spec := newSpec(t, DenyReject)
+	spec := enginetest.NewSpec(t, topology.DenyReject)
 	ctx := context.Background()
-	topo, upTime := upTopology(t, EngineNetns, spec)
+	topo, upTime := enginetest.UpTopology(t, topology.EngineNetns, spec)
 	P := topo.Ports()
 
 	t.Run("ready", func(t *testing.T) {
-		for _, g := range Gateways {
-			if code, err := getStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
+		for _, g := range topology.Gateways {
+			if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
 				t.Errorf("%s readyz from the observer: %d %v", g, code, err)
 			}
-			if code, _ := chat(t, topo, g, spec.Deployment); code != http.StatusOK {
+			if code, _ := enginetest.Chat(t, topo, g, spec.Deployment); code != http.StatusOK {
 				t.Errorf("chat via %s from the client: %d", g, code)
 			}
 		}
@@ -56,12 +64,12 @@ func TestNetnsEngine(t *testing.T) {
 	// Every (from, to, port) among the hosts and the observer: reached exactly when the policy
 	// allows it and something listens there.
 	t.Run("probes match the policy", func(t *testing.T) {
-		pol := DefaultPolicy(P)
+		pol := topology.DefaultPolicy(P)
 		ports := []int{P.GatewayData, P.GatewayAdmin, P.ProviderData, P.ProviderAdmin, P.Valkey}
-		froms := append([]string{HostObserver}, Hosts...)
+		froms := append([]string{topology.HostObserver}, topology.Hosts...)
 		var n, reached int
 		for _, from := range froms {
-			for _, to := range Hosts {
+			for _, to := range topology.Hosts {
 				for _, port := range ports {
 					want := pol.Allows(from, to, port) && contains(listening(to, P), port)
 					r := topo.Probe(ctx, from, to, port)
@@ -82,48 +90,48 @@ func TestNetnsEngine(t *testing.T) {
 	})
 
 	t.Run("partition and heal", func(t *testing.T) {
-		if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); !r.Reached {
+		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, P.Valkey); !r.Reached {
 			t.Fatalf("positive control failed: %+v", r)
 		}
-		if err := topo.Partition(ctx, HostGatewayA, HostValkey); err != nil {
+		if err := topo.Partition(ctx, topology.HostGatewayA, topology.HostValkey); err != nil {
 			t.Fatal(err)
 		}
-		if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); r.Reached {
+		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, P.Valkey); r.Reached {
 			t.Errorf("gateway-a reaches valkey through a partition: %+v", r)
 		}
-		if r := topo.Probe(ctx, HostGatewayB, HostValkey, P.Valkey); !r.Reached {
+		if r := topo.Probe(ctx, topology.HostGatewayB, topology.HostValkey, P.Valkey); !r.Reached {
 			t.Errorf("partition of gateway-a cut gateway-b off too: %+v", r)
 		}
 		// The gateway's live Valkey connections die with the partition: it fails closed.
-		if code, _ := chat(t, topo, HostGatewayA, spec.Deployment); code != http.StatusServiceUnavailable {
+		if code, _ := enginetest.Chat(t, topo, topology.HostGatewayA, spec.Deployment); code != http.StatusServiceUnavailable {
 			t.Errorf("chat via partitioned gateway-a: %d, want 503", code)
 		}
-		if err := topo.Heal(ctx, HostGatewayA, HostValkey); err != nil {
+		if err := topo.Heal(ctx, topology.HostGatewayA, topology.HostValkey); err != nil {
 			t.Fatal(err)
 		}
-		if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); !r.Reached {
+		if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, P.Valkey); !r.Reached {
 			t.Errorf("heal did not restore gateway-a -> valkey: %+v", r)
 		}
-		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 10*time.Second)
+		enginetest.WaitStoreBack(t, topo, topology.HostGatewayA, spec.Deployment, 10*time.Second)
 	})
 
 	t.Run("restart gateway", func(t *testing.T) {
-		if err := topo.RestartGateway(ctx, HostGatewayA); err != nil {
+		if err := topo.RestartGateway(ctx, topology.HostGatewayA); err != nil {
 			t.Fatal(err)
 		}
-		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 5*time.Second)
+		enginetest.WaitStoreBack(t, topo, topology.HostGatewayA, spec.Deployment, 5*time.Second)
 	})
 
 	t.Run("crash gateway: killed without a drain, ready again", func(t *testing.T) {
-		if err := topo.CrashGateway(ctx, HostGatewayA); err != nil {
+		if err := topo.CrashGateway(ctx, topology.HostGatewayA); err != nil {
 			t.Fatal(err)
 		}
-		waitStoreBack(t, topo, HostGatewayA, spec.Deployment, 5*time.Second)
+		enginetest.WaitStoreBack(t, topo, topology.HostGatewayA, spec.Deployment, 5*time.Second)
 		dir := t.TempDir()
 		if err := topo.CollectLogs(dir); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, HostGatewayA+".log"))
+		b, err := os.ReadFile(filepath.Join(dir, topology.HostGatewayA+".log"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,25 +146,25 @@ func TestNetnsEngine(t *testing.T) {
 		if err := topo.StopValkey(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if code, _ := chat(t, topo, HostGatewayB, spec.Deployment); code != http.StatusServiceUnavailable {
+		if code, _ := enginetest.Chat(t, topo, topology.HostGatewayB, spec.Deployment); code != http.StatusServiceUnavailable {
 			t.Errorf("chat with valkey stopped: %d, want 503", code)
 		}
 		if err := topo.StartValkey(ctx); err != nil {
 			t.Fatal(err)
 		}
-		waitStoreBack(t, topo, HostGatewayB, spec.Deployment, 10*time.Second)
+		enginetest.WaitStoreBack(t, topo, topology.HostGatewayB, spec.Deployment, 10*time.Second)
 	})
 
 	t.Run("facts and logs", func(t *testing.T) {
 		f := topo.Facts()
-		if f["engine"] != EngineNetns || f["run_id"] != spec.RunID || f["deny_mode"] != DenyReject || f["bridge_subnet"] != bridgeSubnet {
-			t.Errorf("facts: %s", mustJSON(f))
+		if f["engine"] != topology.EngineNetns || f["run_id"] != spec.RunID || f["deny_mode"] != topology.DenyReject || f["bridge_subnet"] != bridgeSubnet {
+			t.Errorf("facts: %s", enginetest.MustJSON(f))
 		}
 		dir := t.TempDir()
 		if err := topo.CollectLogs(dir); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range append(append([]string{HostValkey}, Gateways...), Providers...) {
+		for _, h := range append(append([]string{topology.HostValkey}, topology.Gateways...), topology.Providers...) {
 			if _, err := os.Stat(filepath.Join(dir, h+".log")); err != nil {
 				t.Errorf("log of %s not collected: %v", h, err)
 			}
@@ -171,7 +179,7 @@ func TestNetnsEngine(t *testing.T) {
 	}
 	t.Logf("netns engine: up %s, down %s; removed %v", upTime.Round(time.Millisecond), downTime.Round(time.Millisecond), td.Removed)
 	// Six components plus the replicated store group (three data nodes, three Sentinels).
-	if n, want := len(pidsFromTeardown(td)), 6+len(StoreHosts); n != want {
+	if n, want := len(enginetest.PIDsFromTeardown(td)), 6+len(topology.StoreHosts); n != want {
 		t.Errorf("teardown stopped %d processes, want %d: %v", n, want, td.Removed)
 	}
 	var nsRemoved int
@@ -183,7 +191,7 @@ func TestNetnsEngine(t *testing.T) {
 	if nsRemoved != len(netnsHosts) {
 		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(netnsHosts), td.Removed)
 	}
-	if live := livePIDs(spec.RunID); len(live) > 0 {
+	if live := enginetest.LivePIDs(spec.RunID); len(live) > 0 {
 		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)
 	}
 	if entries, _ := os.ReadDir("/run/netns"); len(entries) > 0 {
@@ -193,9 +201,9 @@ func TestNetnsEngine(t *testing.T) {
 
 func TestNetnsDropMode(t *testing.T) {
 	requireNetns(t)
-	spec := newSpec(t, DenyDrop)
+	spec := enginetest.NewSpec(t, topology.DenyDrop)
 	ctx := context.Background()
-	topo, err := New(EngineNetns, spec)
+	topo, err := topology.New(topology.EngineNetns, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,39 +213,32 @@ func TestNetnsDropMode(t *testing.T) {
 	}
 	defer topo.Down(ctx)
 	P := topo.Ports()
-	if r := topo.Probe(ctx, HostGatewayA, HostValkey, P.Valkey); !r.Reached {
+	if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, P.Valkey); !r.Reached {
 		t.Errorf("positive control: %+v", r)
 	}
-	r := topo.Probe(ctx, HostClient, HostValkey, P.Valkey)
+	r := topo.Probe(ctx, topology.HostClient, topology.HostValkey, P.Valkey)
 	if r.Reached || r.Error != "i/o timeout" || r.Elapsed < 900*time.Millisecond {
 		t.Errorf("drop mode: client -> valkey %+v, want an i/o timeout after ~1s", r)
 	}
 }
 
 func TestDetect(t *testing.T) {
-	engine, reason := Detect()
+	engine, reason := topology.Detect()
 	if reason == "" {
 		t.Error("Detect gave no reason")
 	}
-	if os.Getenv("QQ_TEST_NO_NETNS") == "" && engine != EngineNetns {
+	if os.Getenv("QQ_TEST_NO_NETNS") == "" && engine != topology.EngineNetns {
 		t.Errorf("Detect inside the namespace = %s (%s), want netns", engine, reason)
 	}
-	// The probe Detect runs outside works here too (a nested user namespace), so it is
-	// exercised even though Detect answers from the marker inside.
-	if os.Getenv("QQ_TEST_NO_NETNS") == "" {
-		if err := probeNamespaces(); err != nil {
-			t.Errorf("namespace probe: %v", err)
-		}
-	}
 	// auto resolves to what Detect says.
-	topo, err := New(EngineAuto, newSpec(t, ""))
+	topo, err := topology.New(topology.EngineAuto, enginetest.NewSpec(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if topo.Engine() != engine {
 		t.Errorf("auto picked %s, Detect says %s", topo.Engine(), engine)
 	}
-	if _, err := New("docker-compose", newSpec(t, "")); err == nil {
+	if _, err := topology.New("docker-compose", enginetest.NewSpec(t, "")); err == nil {
 		t.Error("unknown engine accepted")
 	}
 }

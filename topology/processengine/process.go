@@ -1,4 +1,8 @@
-package topology
+// Package processengine is the process topology engine: every component a plain process on
+// 127.0.0.1 with free ports, for hosts without user namespaces (no network levers). It
+// registers itself as topology.EngineProcess; import topology/engines rather than this
+// package to build every engine in.
+package processengine
 
 import (
 	"context"
@@ -12,7 +16,14 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology"
 )
+
+func init() {
+	topology.Register(topology.EngineProcess, topology.Engine{
+		New: func(s topology.Spec) (topology.Topology, error) { return newProcess(s), nil },
+	})
+}
 
 // processReason is why the process engine has no network levers.
 const processReason = "process topology runs every component on loopback: no network isolation"
@@ -23,23 +34,23 @@ const startAttempts = 4
 // processTopo runs every component as a plain process on 127.0.0.1 with free ports: for hosts
 // without user namespaces. Partition and Probe are unsupported.
 type processTopo struct {
-	base
+	topology.Base
 }
 
-func newProcess(spec Spec) *processTopo {
-	t := &processTopo{base: newBase(spec, EngineProcess)}
-	t.observer = &http.Client{Transport: NewTransport(nil)}
+func newProcess(spec topology.Spec) *processTopo {
+	t := &processTopo{Base: topology.NewBase(spec, topology.EngineProcess)}
+	t.ObserverClient = &http.Client{Transport: topology.NewTransport(nil)}
 	return t
 }
 
-func (t *processTopo) Engine() string { return EngineProcess }
+func (t *processTopo) Engine() string { return topology.EngineProcess }
 
 // Client is a plain loopback client: on this engine the client host is the harness's host.
-func (t *processTopo) Client() *http.Client { return t.observer }
+func (t *processTopo) Client() *http.Client { return t.ObserverClient }
 
 func (t *processTopo) Up(ctx context.Context) (err error) {
 	start := time.Now()
-	if err := t.mkdirs(); err != nil {
+	if err := t.MakeWorkDirs(); err != nil {
 		return err
 	}
 	defer func() {
@@ -47,95 +58,93 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 			_, _ = t.Down(context.Background())
 		}
 	}()
-	if err := t.startValkey(ctx, valkeyproc.Options{Host: "127.0.0.1"}); err != nil {
+	if err := t.LaunchValkey(ctx, valkeyproc.Options{Host: "127.0.0.1"}); err != nil {
 		return fmt.Errorf("starting valkey: %w", err)
 	}
-	t.mu.Lock()
-	t.valkeyAt = t.valkey.Addr()
-	t.ports.Valkey = t.valkey.Port()
-	t.mu.Unlock()
-	t.spec.Progress("valkey ready on %s", t.valkeyAt)
+	t.Mu.Lock()
+	t.ValkeyAt = t.ValkeyServer.Addr()
+	t.PortNumbers.Valkey = t.ValkeyServer.Port()
+	t.Mu.Unlock()
+	t.Spec.Progress("valkey ready on %s", t.ValkeyAt)
 
 	// Providers, then gateways: each group in parallel, each member retried with fresh ports
 	// if another process took a picked port before it could bind it.
 	var provAddrs []deployment.ProviderAddr
-	errs := make([]error, len(Providers))
-	done := make(chan int, len(Providers))
-	for i, host := range Providers {
+	errs := make([]error, len(topology.Providers))
+	done := make(chan int, len(topology.Providers))
+	for i, host := range topology.Providers {
 		go func() {
-			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*component, error) {
-				site := SiteOf(host)
-				argv := append([]string{t.spec.Binary}, t.spec.Deployment.ProviderArgs(site, loop(data), loop(admin))...)
-				return &component{
-					host: host, argv: argv, env: componentEnv(t.spec.RunID),
-					logPath: t.logPath(host), readyURL: "http://" + loop(admin) + "/healthz",
-				}, nil
+			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
+				site := topology.SiteOf(host)
+				argv := append([]string{t.Spec.Binary}, t.Spec.Deployment.ProviderArgs(site, loop(data), loop(admin))...)
+				return topology.NewComponent(host, argv, topology.ComponentEnv(t.Spec.RunID),
+					t.LogPath(host), "http://"+loop(admin)+"/healthz"), nil
 			}, func(data, admin int) {
-				t.mu.Lock()
-				t.providers[host] = ProviderEndpoint{Name: host, Site: SiteOf(host),
+				t.Mu.Lock()
+				t.ProviderEndpoints[host] = topology.ProviderEndpoint{Name: host, Site: topology.SiteOf(host),
 					DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
-				if host == Providers[0] {
-					t.ports.ProviderData, t.ports.ProviderAdmin = data, admin
+				if host == topology.Providers[0] {
+					t.PortNumbers.ProviderData, t.PortNumbers.ProviderAdmin = data, admin
 				}
-				t.mu.Unlock()
+				t.Mu.Unlock()
 			})
 			done <- i
 		}()
 	}
-	for range Providers {
+	for range topology.Providers {
 		<-done
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	for _, host := range Providers {
+	for _, host := range topology.Providers {
 		p := t.Provider(host)
 		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: p.Site, URL: p.DataURL})
 	}
-	t.spec.Progress("providers ready")
+	t.Spec.Progress("providers ready")
 
-	errs = make([]error, len(Gateways))
-	done = make(chan int, len(Gateways))
-	for i, host := range Gateways {
+	errs = make([]error, len(topology.Gateways))
+	done = make(chan int, len(topology.Gateways))
+	for i, host := range topology.Gateways {
 		go func() {
-			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*component, error) {
-				l, err := t.launchGateway(host, host, deployment.Addresses{
+			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
+				l, err := t.LaunchGateway(host, host, deployment.Addresses{
 					DataListen: loop(data), AdminListen: loop(admin),
-					ValkeyAddr: t.valkeyAt, Providers: provAddrs,
-				}, t.spec.Deployment.Profile, nil)
+					ValkeyAddr: t.ValkeyAt, Providers: provAddrs,
+				}, t.Spec.Deployment.Profile, nil)
 				if err != nil {
 					return nil, err
 				}
-				return &component{host: host, argv: l.argv, env: l.env, logPath: t.logPath(host),
-					readyURL: t.gatewayReadyURL("http://"+loop(data), "http://"+loop(admin))}, nil
+				return topology.NewComponent(host, l.Argv, l.Env, t.LogPath(host),
+					t.GatewayReadyURL("http://"+loop(data), "http://"+loop(admin))), nil
 			}, func(data, admin int) {
-				t.mu.Lock()
-				t.gateways[host] = GatewayEndpoint{Name: host,
+				t.Mu.Lock()
+				t.GatewayEndpoints[host] = topology.GatewayEndpoint{Name: host,
 					DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
-				if host == Gateways[0] {
-					t.ports.GatewayData, t.ports.GatewayAdmin = data, admin
+				if host == topology.Gateways[0] {
+					t.PortNumbers.GatewayData, t.PortNumbers.GatewayAdmin = data, admin
 				}
-				t.mu.Unlock()
+				t.Mu.Unlock()
 			})
 			done <- i
 		}()
 	}
-	for range Gateways {
+	for range topology.Gateways {
 		<-done
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.up = true
-	t.mu.Unlock()
-	t.spec.Progress("gateways ready (process topology up in %s)", ElapsedSince(start))
+	t.Mu.Lock()
+	t.IsUp = true
+	t.Mu.Unlock()
+	t.Spec.Progress("gateways ready (process topology up in %s)", topology.ElapsedSince(start))
 	return nil
 }
 
 // startWithFreePorts picks two free loopback ports, builds the component with mk, starts it and
 // waits until it is ready; if it exits during start-up (a port race) it retries with new ports.
-func (t *processTopo) startWithFreePorts(ctx context.Context, host string, mk func(data, admin int) (*component, error), ok func(data, admin int)) error {
+func (t *processTopo) startWithFreePorts(ctx context.Context, host string, mk func(data, admin int) (*topology.Component, error), ok func(data, admin int)) error {
 	var last error
 	for range startAttempts {
 		ports, err := freePorts(2)
@@ -146,13 +155,13 @@ func (t *processTopo) startWithFreePorts(ctx context.Context, host string, mk fu
 		if err != nil {
 			return err
 		}
-		last = t.startAndWait(ctx, []*component{c})
+		last = t.StartAndWait(ctx, []*topology.Component{c})
 		if last == nil {
 			ok(ports[0], ports[1])
 			return nil
 		}
-		_, _ = c.stop(ctx) // not ready: make sure it is gone before trying again
-		var early *exitedEarlyError
+		_, _ = c.Stop(ctx) // not ready: make sure it is gone before trying again
+		var early *topology.ExitedEarlyError
 		if !errors.As(last, &early) || ctx.Err() != nil {
 			return last
 		}
@@ -160,36 +169,36 @@ func (t *processTopo) startWithFreePorts(ctx context.Context, host string, mk fu
 	return last
 }
 
-func (t *processTopo) Down(ctx context.Context) (Teardown, error) {
-	return t.down.Do(func(td *Teardown) {
-		t.stopAll(ctx, td)
-		t.mu.Lock()
-		t.up = false
-		t.mu.Unlock()
+func (t *processTopo) Down(ctx context.Context) (topology.Teardown, error) {
+	return t.DownOnce.Do(func(td *topology.Teardown) {
+		t.StopAll(ctx, td)
+		t.Mu.Lock()
+		t.IsUp = false
+		t.Mu.Unlock()
 	})
 }
 
 func (t *processTopo) Partition(ctx context.Context, host, peer string) error {
-	return fmt.Errorf("partition %s from %s: %w: %s", host, peer, ErrUnsupported, processReason)
+	return fmt.Errorf("partition %s from %s: %w: %s", host, peer, topology.ErrUnsupported, processReason)
 }
 
 func (t *processTopo) Heal(ctx context.Context, host, peer string) error {
-	return fmt.Errorf("heal %s from %s: %w: %s", host, peer, ErrUnsupported, processReason)
+	return fmt.Errorf("heal %s from %s: %w: %s", host, peer, topology.ErrUnsupported, processReason)
 }
 
-func (t *processTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
-	return ProbeResult{From: from, To: to, Port: port, Supported: false, Error: processReason}
+func (t *processTopo) Probe(ctx context.Context, from, to string, port int) topology.ProbeResult {
+	return topology.ProbeResult{From: from, To: to, Port: port, Supported: false, Error: processReason}
 }
 
-func (t *processTopo) Capabilities() Capabilities {
-	return Capabilities{
+func (t *processTopo) Capabilities() topology.Capabilities {
+	return topology.Capabilities{
 		NetworkPolicy: false, NetworkPolicyReason: processReason,
 		Partition: false, PartitionReason: processReason,
 	}
 }
 
 func (t *processTopo) Facts() map[string]any {
-	f := t.baseFacts()
+	f := t.BaseFacts()
 	f["network_isolation"] = false
 	f["network_isolation_reason"] = processReason
 	f["ports_note"] = "each process listens on its own free loopback port; ports lists gateway-a's and provider-west's"
@@ -247,21 +256,3 @@ var handedOut = struct {
 // handedOutFor is how long a returned port is not returned again: far longer than a component
 // takes to bind it.
 const handedOutFor = time.Minute
-
-// newTransport is an HTTP transport with explicit timeouts; dial, when set, creates the
-// connections (the netns engine dials from inside a namespace).
-func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
-	if dial == nil {
-		d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 15 * time.Second}
-		dial = d.DialContext
-	}
-	return &http.Transport{
-		Proxy:                 nil, // never route the qualification through a proxy from the environment
-		DialContext:           dial,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       30 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		ForceAttemptHTTP2:     false,
-	}
-}

@@ -1,4 +1,7 @@
-package topology
+// Package enginetest holds what the tests of the process-based engines (netns, process)
+// share: a TestMain that builds the quotaqual binary and re-executes the test binary inside
+// its own namespaces, a Spec for a test, and the walkthrough checks they make on a topology.
+package enginetest
 
 import (
 	"context"
@@ -16,20 +19,20 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
 // testBinary is the quotaqual binary built once for all tests.
 var testBinary string
 
-// TestMain builds the quotaqual binary (outside the namespace, where the module cache and the
-// network are), then re-executes the test binary inside its own user+net+mount+pid namespaces
-// exactly like `quotaqual run` does, so the netns tests use real namespaces, also without
-// root. Everything the tests start dies with that namespace at the latest.
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
-
-func testMain(m *testing.M) int {
-	if !Inside() {
+// Main is an engine test package's TestMain: it builds the quotaqual binary (outside the
+// namespace, where the module cache and the network are), then re-executes the test binary
+// inside its own user+net+mount+pid namespaces exactly like `quotaqual run` does, so the netns
+// tests use real namespaces, also without root. Everything the tests start dies with that
+// namespace at the latest. It returns the exit code.
+func Main(m *testing.M) int {
+	if !topology.Inside() {
 		dir, err := os.MkdirTemp("", "quotaqual-topology-test-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -42,9 +45,9 @@ func testMain(m *testing.M) int {
 			return 1
 		}
 		os.Setenv("QQ_TEST_BINARY", bin)
-		engine, reason := Detect()
-		if engine == EngineNetns {
-			_, code, err := ReexecIntoNamespace(NewRunID(), nil)
+		engine, reason := topology.Detect()
+		if engine == topology.EngineNetns {
+			_, code, err := topology.ReexecIntoNamespace(topology.NewRunID(), nil)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
@@ -52,7 +55,7 @@ func testMain(m *testing.M) int {
 			return code
 		}
 		os.Setenv("QQ_TEST_NO_NETNS", reason)
-	} else if _, _, err := ReexecIntoNamespace(InsideRunID(), nil); err != nil {
+	} else if _, _, err := topology.ReexecIntoNamespace(topology.InsideRunID(), nil); err != nil {
 		fmt.Fprintln(os.Stderr, "preparing the namespace:", err)
 		return 1
 	}
@@ -60,9 +63,10 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-func newSpec(t *testing.T, mode string) Spec {
+// NewSpec is the Spec of a fresh run for a test, on the quick profile with deny mode mode.
+func NewSpec(t *testing.T, mode string) topology.Spec {
 	t.Helper()
-	id := NewRunID()
+	id := topology.NewRunID()
 	p, err := deployment.ProfileByName("quick")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +75,7 @@ func newSpec(t *testing.T, mode string) Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Spec{RunID: id, WorkDir: t.TempDir(), Binary: testBinary, Deployment: d, DenyMode: mode, Stdout: testWriter{t}}
+	return topology.Spec{RunID: id, WorkDir: t.TempDir(), Binary: testBinary, Deployment: d, DenyMode: mode, Stdout: testWriter{t}}
 }
 
 type testWriter struct{ t *testing.T }
@@ -81,9 +85,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// chat sends one walkthrough request to a gateway from the client host and returns the status
+// Chat sends one walkthrough request to a gateway from the client host and returns the status
 // and the provider site that served it.
-func chat(t *testing.T, topo Topology, gateway string, d *deployment.Deployment) (int, string) {
+func Chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment) (int, string) {
 	t.Helper()
 	cred, ok := d.Credential("", deployment.Subjects[0])
 	if !ok {
@@ -104,8 +108,8 @@ func chat(t *testing.T, topo Topology, gateway string, d *deployment.Deployment)
 	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
 }
 
-// getStatus fetches url with the observer client.
-func getStatus(topo Topology, url string) (int, error) {
+// GetStatus fetches url with the observer client.
+func GetStatus(topo topology.Topology, url string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -118,8 +122,8 @@ func getStatus(topo Topology, url string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// pidsFromTeardown extracts the pids Down reported.
-func pidsFromTeardown(td Teardown) []int {
+// PIDsFromTeardown extracts the pids Down reported.
+func PIDsFromTeardown(td topology.Teardown) []int {
 	var out []int
 	for _, r := range td.Removed {
 		f := strings.Fields(r)
@@ -132,30 +136,31 @@ func pidsFromTeardown(td Teardown) []int {
 	return out
 }
 
-// livePIDs lists the processes of this run (carrying its run id) that are neither gone nor
+// LivePIDs lists the processes of this run (carrying its run id) that are neither gone nor
 // zombies.
-func livePIDs(runID string) []int {
+func LivePIDs(runID string) []int {
 	var out []int
-	for _, p := range FindRunProcesses(runID) {
-		if !zombieOrGone(p) {
+	for _, p := range topology.FindRunProcesses(runID) {
+		if !topology.ZombieOrGone(p) {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-func mustJSON(v any) string {
+// MustJSON is v as JSON, for test messages.
+func MustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
 
-// waitStoreBack polls chat until the gateway decides with the store again (200, or 429 once
+// WaitStoreBack polls Chat until the gateway decides with the store again (200, or 429 once
 // the polling has used the budget up) or the deadline passes.
-func waitStoreBack(t *testing.T, topo Topology, gateway string, d *deployment.Deployment, within time.Duration) {
+func WaitStoreBack(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		code, _ := chat(t, topo, gateway, d)
+		code, _ := Chat(t, topo, gateway, d)
 		if code == http.StatusOK || code == http.StatusTooManyRequests {
 			return
 		}
@@ -167,11 +172,11 @@ func waitStoreBack(t *testing.T, topo Topology, gateway string, d *deployment.De
 	}
 }
 
-// upTopology brings an engine's topology up for a test, tears it down when the test ends, and
+// UpTopology brings an engine's topology up for a test, tears it down when the test ends, and
 // returns how long Up took.
-func upTopology(t *testing.T, engine string, spec Spec) (Topology, time.Duration) {
+func UpTopology(t *testing.T, engine string, spec topology.Spec) (topology.Topology, time.Duration) {
 	t.Helper()
-	topo, err := New(engine, spec)
+	topo, err := topology.New(engine, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

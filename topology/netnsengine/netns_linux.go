@@ -1,6 +1,6 @@
 //go:build linux
 
-package topology
+package netnsengine
 
 import (
 	"bytes"
@@ -17,13 +17,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 // The private network of a netns run. Every run lives in its own user and network namespace
@@ -37,40 +37,41 @@ const (
 
 // netnsAddrs are the fixed addresses of each host (the observer is the bridge itself).
 var netnsAddrs = map[string]string{
-	HostObserver:        "198.18.0.1",
-	HostClient:          "198.18.0.10",
-	HostGatewayA:        "198.18.0.11",
-	HostGatewayB:        "198.18.0.12",
-	HostProviderWest:    "198.18.0.21",
-	HostProviderCentral: "198.18.0.22",
-	HostProviderEast:    "198.18.0.23",
-	HostValkey:          "198.18.0.31",
-	HostStore1:          "198.18.0.41",
-	HostStore2:          "198.18.0.42",
-	HostStore3:          "198.18.0.43",
-	HostSentinel1:       "198.18.0.51",
-	HostSentinel2:       "198.18.0.52",
-	HostSentinel3:       "198.18.0.53",
+	topology.HostObserver:        "198.18.0.1",
+	topology.HostClient:          "198.18.0.10",
+	topology.HostGatewayA:        "198.18.0.11",
+	topology.HostGatewayB:        "198.18.0.12",
+	topology.HostProviderWest:    "198.18.0.21",
+	topology.HostProviderCentral: "198.18.0.22",
+	topology.HostProviderEast:    "198.18.0.23",
+	topology.HostValkey:          "198.18.0.31",
+	topology.HostStore1:          "198.18.0.41",
+	topology.HostStore2:          "198.18.0.42",
+	topology.HostStore3:          "198.18.0.43",
+	topology.HostSentinel1:       "198.18.0.51",
+	topology.HostSentinel2:       "198.18.0.52",
+	topology.HostSentinel3:       "198.18.0.53",
 }
 
 // vethCodes name each host's bridge-side veth (interface names have at most 15 bytes).
 var vethCodes = map[string]string{
-	HostClient: "cl", HostGatewayA: "ga", HostGatewayB: "gb",
-	HostProviderWest: "pw", HostProviderCentral: "pc", HostProviderEast: "pe", HostValkey: "vk",
-	HostStore1: "v1", HostStore2: "v2", HostStore3: "v3",
-	HostSentinel1: "s1", HostSentinel2: "s2", HostSentinel3: "s3",
+	topology.HostClient: "cl", topology.HostGatewayA: "ga", topology.HostGatewayB: "gb",
+	topology.HostProviderWest: "pw", topology.HostProviderCentral: "pc", topology.HostProviderEast: "pe",
+	topology.HostValkey: "vk",
+	topology.HostStore1: "v1", topology.HostStore2: "v2", topology.HostStore3: "v3",
+	topology.HostSentinel1: "s1", topology.HostSentinel2: "s2", topology.HostSentinel3: "s3",
 }
 
 // netnsHosts are the hosts a netns run builds: the components and the replicated store group.
-var netnsHosts = append(append([]string(nil), Hosts...), StoreHosts...)
+var netnsHosts = append(append([]string(nil), topology.Hosts...), topology.StoreHosts...)
 
 // netnsPorts are the same on every host: each host has its own address.
-var netnsPorts = Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+var netnsPorts = topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
 
 type netnsTopo struct {
-	base
+	topology.Base
 	prefix string // "qq-<runid-short>-"
-	policy Policy
+	policy topology.Policy
 	home   netns.NsHandle // the harness's own ("fabric"/observer) namespace
 	client *http.Client
 
@@ -83,11 +84,11 @@ type netnsTopo struct {
 	store storeGroup // the replicated store group (netns_store.go)
 }
 
-func newNetns(spec Spec) (Topology, error) {
-	if !Inside() {
+func newNetns(spec topology.Spec) (topology.Topology, error) {
+	if !topology.Inside() {
 		return nil, errors.New("the netns topology must run inside its own namespaces: call topology.ReexecIntoNamespace at the start of the command (or use --topology process)")
 	}
-	if err := prepareInside(); err != nil {
+	if err := topology.PrepareInside(); err != nil {
 		return nil, err
 	}
 	for _, bin := range []string{"ip", "nft", "nsenter"} {
@@ -100,9 +101,9 @@ func newNetns(spec Spec) (Topology, error) {
 		return nil, fmt.Errorf("opening the harness's own network namespace: %w", err)
 	}
 	t := &netnsTopo{
-		base:       newBase(spec, EngineNetns),
+		Base:       topology.NewBase(spec, topology.EngineNetns),
 		prefix:     "qq-" + shortRunID(spec.RunID) + "-",
-		policy:     WithStorePolicy(DefaultPolicy(netnsPorts), netnsPorts.Valkey),
+		policy:     topology.WithStorePolicy(topology.DefaultPolicy(netnsPorts), netnsPorts.Valkey),
 		home:       home,
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},
@@ -110,12 +111,12 @@ func newNetns(spec Spec) (Topology, error) {
 	if spec.AdjustPolicy != nil {
 		t.policy = spec.AdjustPolicy(t.policy)
 	}
-	t.ports = netnsPorts
-	t.observer = &http.Client{Transport: NewTransport(nil)}
-	t.client = &http.Client{Transport: NewTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return t.dialFrom(ctx, HostClient, network, addr, 2*time.Second)
+	t.PortNumbers = netnsPorts
+	t.ObserverClient = &http.Client{Transport: topology.NewTransport(nil)}
+	t.client = &http.Client{Transport: topology.NewTransport(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return t.dialFrom(ctx, topology.HostClient, network, addr, 2*time.Second)
 	})}
-	t.inValkeyNet = func(f func() error) error { return t.onThreadIn(HostValkey, f) }
+	t.InValkeyNet = func(f func() error) error { return t.onThreadIn(topology.HostValkey, f) }
 	return t, nil
 }
 
@@ -127,7 +128,7 @@ func shortRunID(id string) string {
 	return id
 }
 
-func (t *netnsTopo) Engine() string            { return EngineNetns }
+func (t *netnsTopo) Engine() string            { return topology.EngineNetns }
 func (t *netnsTopo) Client() *http.Client      { return t.client }
 func (t *netnsTopo) nsName(host string) string { return t.prefix + host }
 func (t *netnsTopo) nsPath(host string) string { return "/run/netns/" + t.nsName(host) }
@@ -152,10 +153,10 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	if !activeNetns.TryLock() {
 		return errors.New("another netns topology is up in this process: take it down first (one per process)")
 	}
-	t.mu.Lock()
+	t.Mu.Lock()
 	t.claimed = true
-	t.mu.Unlock()
-	if err := t.mkdirs(); err != nil {
+	t.Mu.Unlock()
+	if err := t.MakeWorkDirs(); err != nil {
 		t.release()
 		return err
 	}
@@ -167,70 +168,68 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	if err := t.buildNetwork(ctx); err != nil {
 		return err
 	}
-	t.spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(netnsHosts), bridgeName, bridgeSubnet, t.spec.DenyMode, ElapsedSince(start))
+	t.Spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(netnsHosts), bridgeName, bridgeSubnet, t.Spec.DenyMode, topology.ElapsedSince(start))
 
-	if err := t.startValkey(ctx, valkeyproc.Options{
-		Host: t.hostAddr(HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(HostValkey),
+	if err := t.LaunchValkey(ctx, valkeyproc.Options{
+		Host: t.hostAddr(topology.HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(topology.HostValkey),
 	}); err != nil {
 		return fmt.Errorf("starting valkey: %w", err)
 	}
-	t.mu.Lock()
-	t.valkeyAt = net.JoinHostPort(t.hostAddr(HostValkey), strconv.Itoa(netnsPorts.Valkey))
-	t.mu.Unlock()
+	t.Mu.Lock()
+	t.ValkeyAt = net.JoinHostPort(t.hostAddr(topology.HostValkey), strconv.Itoa(netnsPorts.Valkey))
+	t.Mu.Unlock()
 
 	if err := t.startStore(ctx); err != nil {
 		return fmt.Errorf("starting the replicated store group: %w", err)
 	}
 
-	var provs []*component
+	var provs []*topology.Component
 	var provAddrs []deployment.ProviderAddr
-	for _, host := range Providers {
-		site := SiteOf(host)
-		argv := append(t.wrap(host), t.spec.Binary)
-		argv = append(argv, t.spec.Deployment.ProviderArgs(site,
+	for _, host := range topology.Providers {
+		site := topology.SiteOf(host)
+		argv := append(t.wrap(host), t.Spec.Binary)
+		argv = append(argv, t.Spec.Deployment.ProviderArgs(site,
 			":"+strconv.Itoa(netnsPorts.ProviderData), ":"+strconv.Itoa(netnsPorts.ProviderAdmin))...)
-		provs = append(provs, &component{
-			host: host, argv: argv, env: componentEnv(t.spec.RunID), logPath: t.logPath(host),
-			readyURL: t.url(host, netnsPorts.ProviderAdmin) + "/healthz",
-		})
-		ep := ProviderEndpoint{Name: host, Site: site,
+		provs = append(provs, topology.NewComponent(host, argv, topology.ComponentEnv(t.Spec.RunID),
+			t.LogPath(host), t.url(host, netnsPorts.ProviderAdmin)+"/healthz"))
+		ep := topology.ProviderEndpoint{Name: host, Site: site,
 			DataURL: t.url(host, netnsPorts.ProviderData), AdminURL: t.url(host, netnsPorts.ProviderAdmin)}
-		t.mu.Lock()
-		t.providers[host] = ep
-		t.mu.Unlock()
+		t.Mu.Lock()
+		t.ProviderEndpoints[host] = ep
+		t.Mu.Unlock()
 		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: site, URL: ep.DataURL})
 	}
-	var gws []*component
-	for _, host := range Gateways {
+	var gws []*topology.Component
+	for _, host := range topology.Gateways {
 		addrs := deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
-			ValkeyAddr:  t.valkeyAt,
+			ValkeyAddr:  t.ValkeyAt,
 			Providers:   provAddrs,
 		}
-		l, err := t.launchGateway(host, host, addrs, t.spec.Deployment.Profile, t.wrap(host))
+		l, err := t.LaunchGateway(host, host, addrs, t.Spec.Deployment.Profile, t.wrap(host))
 		if err != nil {
 			return err
 		}
 		if err := t.storeGatewayConfig(host, addrs); err != nil {
 			return err
 		}
-		gws = append(gws, &component{host: host, argv: l.argv, env: l.env, logPath: t.logPath(host),
-			readyURL: t.gatewayReadyURL(t.url(host, netnsPorts.GatewayData), t.url(host, netnsPorts.GatewayAdmin))})
-		t.mu.Lock()
-		t.gateways[host] = GatewayEndpoint{Name: host,
+		gws = append(gws, topology.NewComponent(host, l.Argv, l.Env, t.LogPath(host),
+			t.GatewayReadyURL(t.url(host, netnsPorts.GatewayData), t.url(host, netnsPorts.GatewayAdmin))))
+		t.Mu.Lock()
+		t.GatewayEndpoints[host] = topology.GatewayEndpoint{Name: host,
 			DataURL: t.url(host, netnsPorts.GatewayData), AdminURL: t.url(host, netnsPorts.GatewayAdmin)}
-		t.mu.Unlock()
+		t.Mu.Unlock()
 	}
 	// Providers and gateways start together: a gateway needs Valkey to be ready, not the
 	// providers (it reaches them per request).
-	if err := t.startAndWait(ctx, append(provs, gws...)); err != nil {
+	if err := t.StartAndWait(ctx, append(provs, gws...)); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	t.up = true
-	t.mu.Unlock()
-	t.spec.Progress("netns topology up in %s", ElapsedSince(start))
+	t.Mu.Lock()
+	t.IsUp = true
+	t.Mu.Unlock()
+	t.Spec.Progress("netns topology up in %s", topology.ElapsedSince(start))
 	return nil
 }
 
@@ -239,7 +238,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "link set lo up\nlink add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
-		bridgeName, t.hostAddr(HostObserver), prefixLen, bridgeName, bridgeName)
+		bridgeName, t.hostAddr(topology.HostObserver), prefixLen, bridgeName, bridgeName)
 	for _, h := range netnsHosts {
 		fmt.Fprintf(&b, "netns add %s\n", t.nsName(h))
 		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", vethCodes[h], t.nsName(h))
@@ -259,7 +258,7 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 				errs[i] = fmt.Errorf("addressing %s: %w", h, err)
 				return
 			}
-			rules, err := CompileNFT(t.policy, h, netnsAddrs, t.spec.DenyMode)
+			rules, err := topology.CompileNFT(t.policy, h, netnsAddrs, t.Spec.DenyMode)
 			if err != nil {
 				errs[i] = err
 				return
@@ -336,7 +335,7 @@ func (t *netnsTopo) onThreadIn(host string, f func() error) error {
 // harness's own namespace).
 func (t *netnsTopo) dialFrom(ctx context.Context, host, network, addr string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
-	if host == HostObserver {
+	if host == topology.HostObserver {
 		return d.DialContext(ctx, network, addr)
 	}
 	var conn net.Conn
@@ -348,18 +347,18 @@ func (t *netnsTopo) dialFrom(ctx context.Context, host, network, addr string, ti
 	return conn, err
 }
 
-func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) ProbeResult {
-	res := ProbeResult{From: from, To: to, Port: port, Supported: true}
+func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) topology.ProbeResult {
+	res := topology.ProbeResult{From: from, To: to, Port: port, Supported: true}
 	ip, ok := netnsAddrs[to]
-	if _, fok := netnsAddrs[from]; !ok || !fok || to == HostObserver {
+	if _, fok := netnsAddrs[from]; !ok || !fok || to == topology.HostObserver {
 		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
 		return res
 	}
 	start := time.Now()
-	conn, err := t.dialFrom(ctx, from, "tcp", net.JoinHostPort(ip, strconv.Itoa(port)), ProbeTimeout)
+	conn, err := t.dialFrom(ctx, from, "tcp", net.JoinHostPort(ip, strconv.Itoa(port)), topology.ProbeTimeout)
 	res.Elapsed = time.Since(start)
 	if err != nil {
-		res.Error = ConnectError(err)
+		res.Error = topology.ConnectError(err)
 		return res
 	}
 	conn.Close()
@@ -367,25 +366,11 @@ func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) ProbeR
 	return res
 }
 
-// connectError reduces a dial error to its cause: "connection refused", "i/o timeout", ...
-func ConnectError(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
-	case errors.As(err, &ne) && ne.Timeout():
-		return "i/o timeout"
-	}
-	return err.Error()
-}
-
 func (t *netnsTopo) checkPair(host, peer string) error {
-	if _, ok := netnsAddrs[host]; !ok || host == HostObserver {
+	if _, ok := netnsAddrs[host]; !ok || host == topology.HostObserver {
 		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(netnsHosts, ", "))
 	}
-	if _, ok := netnsAddrs[peer]; !ok || peer == HostObserver {
+	if _, ok := netnsAddrs[peer]; !ok || peer == topology.HostObserver {
 		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(netnsHosts, ", "))
 	}
 	if host == peer {
@@ -417,12 +402,12 @@ func (t *netnsTopo) setPartition(ctx context.Context, host, peer string, on bool
 	if t.partitions[key] == on {
 		return nil
 	}
-	if err := run(ctx, NFTPartitionCommand(on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...); err != nil {
+	if err := run(ctx, topology.NFTPartitionCommand(on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...); err != nil {
 		return fmt.Errorf("partition %s from %s: %w", host, peer, err)
 	}
-	if err := run(ctx, NFTPartitionCommand(on, t.hostAddr(host)), append(t.wrap(peer), "nft", "-f", "-")...); err != nil {
+	if err := run(ctx, topology.NFTPartitionCommand(on, t.hostAddr(host)), append(t.wrap(peer), "nft", "-f", "-")...); err != nil {
 		// Undo the first half so the two sides agree.
-		_ = run(ctx, NFTPartitionCommand(!on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...)
+		_ = run(ctx, topology.NFTPartitionCommand(!on, t.hostAddr(peer)), append(t.wrap(host), "nft", "-f", "-")...)
 		return fmt.Errorf("partition %s from %s: %w", peer, host, err)
 	}
 	if on {
@@ -433,18 +418,18 @@ func (t *netnsTopo) setPartition(ctx context.Context, host, peer string, on bool
 	return nil
 }
 
-func (t *netnsTopo) Down(ctx context.Context) (Teardown, error) {
-	return t.down.Do(func(td *Teardown) { t.teardown(ctx, td) })
+func (t *netnsTopo) Down(ctx context.Context) (topology.Teardown, error) {
+	return t.DownOnce.Do(func(td *topology.Teardown) { t.teardown(ctx, td) })
 }
 
 // teardown stops every process, then deletes the run's namespaces, veths and bridge.
-func (t *netnsTopo) teardown(ctx context.Context, td *Teardown) {
-	t.stopAll(ctx, td)
+func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
+	t.StopAll(ctx, td)
 	t.stopStore(td)
 
 	// Sockets and handles keep a namespace alive: let go of them first.
 	t.client.CloseIdleConnections()
-	t.observer.CloseIdleConnections()
+	t.ObserverClient.CloseIdleConnections()
 	t.nmu.Lock()
 	for h, hd := range t.handles {
 		hd.Close()
@@ -491,31 +476,31 @@ func (t *netnsTopo) teardown(ctx context.Context, td *Teardown) {
 			td.Removed = append(td.Removed, "bridge "+bridgeName)
 		}
 	}
-	t.mu.Lock()
-	t.up = false
-	t.mu.Unlock()
+	t.Mu.Lock()
+	t.IsUp = false
+	t.Mu.Unlock()
 	t.release()
 }
 
 // release gives up activeNetns if this topology holds it.
 func (t *netnsTopo) release() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.Mu.Lock()
+	defer t.Mu.Unlock()
 	if t.claimed {
 		t.claimed = false
 		activeNetns.Unlock()
 	}
 }
 
-func (t *netnsTopo) Capabilities() Capabilities {
-	return Capabilities{NetworkPolicy: true, Partition: true}
+func (t *netnsTopo) Capabilities() topology.Capabilities {
+	return topology.Capabilities{NetworkPolicy: true, Partition: true}
 }
 
 // Policy returns the network policy this topology enforces.
-func (t *netnsTopo) Policy() Policy { return t.policy }
+func (t *netnsTopo) Policy() topology.Policy { return t.policy }
 
 func (t *netnsTopo) Facts() map[string]any {
-	f := t.baseFacts()
+	f := t.BaseFacts()
 	nsn := map[string]string{}
 	for _, h := range netnsHosts {
 		nsn[h] = t.nsName(h)
@@ -528,7 +513,7 @@ func (t *netnsTopo) Facts() map[string]any {
 	for _, r := range t.policy.Rules {
 		rules = append(rules, fmt.Sprintf("%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
 	}
-	f["deny_mode"] = t.spec.DenyMode
+	f["deny_mode"] = t.Spec.DenyMode
 	f["addresses"] = addrs
 	f["bridge"] = bridgeName
 	f["bridge_subnet"] = bridgeSubnet

@@ -1,0 +1,81 @@
+package processengine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/internal/enginetest"
+)
+
+// TestMain runs the tests inside the namespaces the netns engine would use (enginetest.Main).
+func TestMain(m *testing.M) { os.Exit(enginetest.Main(m)) }
+
+func TestProcessEngine(t *testing.T) {
+	spec := enginetest.NewSpec(t, "")
+	ctx := context.Background()
+	topo, upTime := enginetest.UpTopology(t, topology.EngineProcess, spec)
+
+	for _, g := range topology.Gateways {
+		if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
+			t.Errorf("%s readyz: %d %v", g, code, err)
+		}
+		if code, _ := enginetest.Chat(t, topo, g, spec.Deployment); code != http.StatusOK {
+			t.Errorf("chat via %s: %d", g, code)
+		}
+	}
+	for _, p := range topology.Providers {
+		if code, err := enginetest.GetStatus(topo, topo.Provider(p).AdminURL+"/healthz"); err != nil || code != http.StatusOK {
+			t.Errorf("%s healthz: %d %v", p, code, err)
+		}
+	}
+	if err := topo.Partition(ctx, topology.HostGatewayA, topology.HostValkey); !errors.Is(err, topology.ErrUnsupported) {
+		t.Errorf("Partition on process: %v, want ErrUnsupported", err)
+	}
+	if r := topo.Probe(ctx, topology.HostClient, topology.HostValkey, topo.Ports().Valkey); r.Supported || r.Error == "" {
+		t.Errorf("Probe on process: %+v, want unsupported with a reason", r)
+	}
+	if c := topo.Capabilities(); c.NetworkPolicy || c.Partition || c.NetworkPolicyReason == "" {
+		t.Errorf("capabilities %+v", c)
+	}
+
+	if err := topo.RestartGateway(ctx, topology.HostGatewayA); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := enginetest.Chat(t, topo, topology.HostGatewayA, spec.Deployment); code != http.StatusOK {
+		t.Errorf("chat after restart: %d", code)
+	}
+	if err := topo.StopValkey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := enginetest.Chat(t, topo, topology.HostGatewayB, spec.Deployment); code != http.StatusServiceUnavailable {
+		t.Errorf("chat with valkey stopped: %d, want 503", code)
+	}
+	if err := topo.StartValkey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway's store client reconnects on its own schedule: admission must recover
+	// within a deadline.
+	enginetest.WaitStoreBack(t, topo, topology.HostGatewayB, spec.Deployment, 10*time.Second)
+
+	start := time.Now()
+	td, err := topo.Down(ctx)
+	downTime := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("process engine: up %s, down %s; removed %v", upTime.Round(time.Millisecond), downTime.Round(time.Millisecond), td.Removed)
+	if n := len(enginetest.PIDsFromTeardown(td)); n != 6 {
+		t.Errorf("teardown removed %d processes, want 6: %v", n, td.Removed)
+	}
+	if live := enginetest.LivePIDs(spec.RunID); len(live) > 0 {
+		t.Errorf("processes of run %s still alive after Down: %v", spec.RunID, live)
+	}
+	if td2, err := topo.Down(ctx); err != nil || len(td2.Errors) > 0 {
+		t.Errorf("second Down: %v %v", td2, err)
+	}
+}
