@@ -20,6 +20,10 @@ func probeNoQuota() Scenario {
 		Summary:   "health and readiness probes and metric scrapes consume no quota and reach no provider",
 		Invariant: "meter: /healthz, /readyz and /metrics leave settled and reserved tokens and provider call counts unchanged",
 		Prefers:   []Need{NeedQuotaInspection},
+		// "The probes changed nothing" holds only if nothing else ran meanwhile: a probe that
+		// charges the subject a gateway admitted last charges another scenario's subject when
+		// scenarios run beside it (the probes-consume-quota mutant went uncaught that way).
+		Exclusive: "its probes must be the only traffic, so that any change they cause is seen on its own subject",
 		Run:       runProbeNoQuota,
 	}
 }
