@@ -70,31 +70,22 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	// Providers, then gateways: each group in parallel, each member retried with fresh ports
 	// if another process took a picked port before it could bind it.
 	var provAddrs []deployment.ProviderAddr
-	errs := make([]error, len(topology.Providers))
-	done := make(chan int, len(topology.Providers))
-	for i, host := range topology.Providers {
-		go func() {
-			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
-				site := topology.SiteOf(host)
-				argv := append([]string{t.Spec.Binary}, t.Spec.Deployment.ProviderArgs(site, loop(data), loop(admin))...)
-				return topology.NewComponent(host, argv, topology.ComponentEnv(t.Spec.RunID),
-					t.LogPath(host), "http://"+loop(admin)+"/healthz"), nil
-			}, func(data, admin int) {
-				t.Mu.Lock()
-				t.ProviderEndpoints[host] = topology.ProviderEndpoint{Name: host, Site: topology.SiteOf(host),
-					DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
-				if host == topology.Providers[0] {
-					t.PortNumbers.ProviderData, t.PortNumbers.ProviderAdmin = data, admin
-				}
-				t.Mu.Unlock()
-			})
-			done <- i
-		}()
-	}
-	for range topology.Providers {
-		<-done
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := eachAtOnce(topology.Providers, func(host string) error {
+		return t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
+			site := topology.SiteOf(host)
+			argv := append([]string{t.Spec.Binary}, t.Spec.Deployment.ProviderArgs(site, loop(data), loop(admin))...)
+			return topology.NewComponent(host, argv, topology.ComponentEnv(t.Spec.RunID),
+				t.LogPath(host), "http://"+loop(admin)+"/healthz"), nil
+		}, func(data, admin int) {
+			t.Mu.Lock()
+			t.ProviderEndpoints[host] = topology.ProviderEndpoint{Name: host, Site: topology.SiteOf(host),
+				DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
+			if host == topology.Providers[0] {
+				t.PortNumbers.ProviderData, t.PortNumbers.ProviderAdmin = data, admin
+			}
+			t.Mu.Unlock()
+		})
+	}); err != nil {
 		return err
 	}
 	for _, host := range topology.Providers {
@@ -103,36 +94,27 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	}
 	t.Spec.Progress("providers ready")
 
-	errs = make([]error, len(topology.Gateways))
-	done = make(chan int, len(topology.Gateways))
-	for i, host := range topology.Gateways {
-		go func() {
-			errs[i] = t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
-				l, err := t.LaunchGateway(host, host, deployment.Addresses{
-					DataListen: loop(data), AdminListen: loop(admin),
-					ValkeyAddr: t.ValkeyAt, Providers: provAddrs,
-				}, t.Spec.Deployment.Profile, nil)
-				if err != nil {
-					return nil, err
-				}
-				return topology.NewComponent(host, l.Argv, l.Env, t.LogPath(host),
-					t.GatewayReadyURL("http://"+loop(data), "http://"+loop(admin))), nil
-			}, func(data, admin int) {
-				t.Mu.Lock()
-				t.GatewayEndpoints[host] = topology.GatewayEndpoint{Name: host,
-					DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
-				if host == topology.Gateways[0] {
-					t.PortNumbers.GatewayData, t.PortNumbers.GatewayAdmin = data, admin
-				}
-				t.Mu.Unlock()
-			})
-			done <- i
-		}()
-	}
-	for range topology.Gateways {
-		<-done
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := eachAtOnce(topology.Gateways, func(host string) error {
+		return t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
+			l, err := t.LaunchGateway(host, host, deployment.Addresses{
+				DataListen: loop(data), AdminListen: loop(admin),
+				ValkeyAddr: t.ValkeyAt, Providers: provAddrs,
+			}, t.Spec.Deployment.Profile, nil)
+			if err != nil {
+				return nil, err
+			}
+			return topology.NewComponent(host, l.Argv, l.Env, t.LogPath(host),
+				t.GatewayReadyURL("http://"+loop(data), "http://"+loop(admin))), nil
+		}, func(data, admin int) {
+			t.Mu.Lock()
+			t.GatewayEndpoints[host] = topology.GatewayEndpoint{Name: host,
+				DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
+			if host == topology.Gateways[0] {
+				t.PortNumbers.GatewayData, t.PortNumbers.GatewayAdmin = data, admin
+			}
+			t.Mu.Unlock()
+		})
+	}); err != nil {
 		return err
 	}
 	t.Mu.Lock()
@@ -256,3 +238,19 @@ var handedOut = struct {
 // handedOutFor is how long a returned port is not returned again: far longer than a component
 // takes to bind it.
 const handedOutFor = time.Minute
+
+// eachAtOnce runs start for every host at the same time and joins their errors once all have
+// returned.
+func eachAtOnce(hosts []string, start func(host string) error) error {
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, host := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = start(host)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
