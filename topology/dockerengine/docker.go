@@ -1151,30 +1151,17 @@ func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID 
 	var td topology.Teardown
 	var mu sync.Mutex
 	f := make(client.Filters).Add("label", images.LabelRunID+"="+runID).Add("label", images.LabelManaged+"=true")
-	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-	if err != nil {
-		td.Errors = append(td.Errors, "listing containers: "+err.Error())
+	// A container create whose request was cancelled (a store group still starting when Down
+	// came) may still complete on the daemon after the listing: remove until a listing finds
+	// none (a CI run saw a netfilter sidecar appear after the first pass), a few rounds at most.
+	for round := 0; round < 5; round++ {
+		if round > 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		if removeContainers(ctx, cli, f, &td, &mu) == 0 {
+			break
+		}
 	}
-	var wg sync.WaitGroup
-	for _, c := range cs.Items {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := c.ID[:12]
-			if len(c.Names) > 0 {
-				name = strings.TrimPrefix(c.Names[0], "/")
-			}
-			_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				td.Errors = append(td.Errors, "removing container "+name+": "+err.Error())
-			} else {
-				td.Removed = append(td.Removed, "container "+name)
-			}
-		}()
-	}
-	wg.Wait()
 	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err != nil {
 		td.Errors = append(td.Errors, "listing networks: "+err.Error())
@@ -1276,4 +1263,37 @@ func (t *dockerTopo) valkeyVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// removeContainers force-removes every container matching f, recording each in td, and
+// returns how many it found.
+func removeContainers(ctx context.Context, cli *testcontainers.DockerClient, f client.Filters, td *topology.Teardown, mu *sync.Mutex) int {
+	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		mu.Lock()
+		td.Errors = append(td.Errors, "listing containers: "+err.Error())
+		mu.Unlock()
+		return 0
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs.Items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := c.ID[:12]
+			if len(c.Names) > 0 {
+				name = strings.TrimPrefix(c.Names[0], "/")
+			}
+			_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				td.Errors = append(td.Errors, "removing container "+name+": "+err.Error())
+			} else {
+				td.Removed = append(td.Removed, "container "+name)
+			}
+		}()
+	}
+	wg.Wait()
+	return len(cs.Items)
 }
