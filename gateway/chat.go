@@ -110,7 +110,15 @@ func (s *Server) logRequest(rec *requestRecord, extra ...slog.Attr) {
 			attrs = append(attrs, slog.Bool("usage_floor", true))
 		}
 	}
-	s.log.LogAttrs(context.Background(), slog.LevelInfo, "request", append(attrs, extra...)...)
+	// Straight to the handler: Logger.LogAttrs would also record the caller's program counter
+	// (runtime.Callers, a stack walk per request) for a source the handler never writes.
+	h, ctx := s.log.Handler(), context.Background()
+	if !h.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+	r.AddAttrs(append(attrs, extra...)...)
+	_ = h.Handle(ctx, r)
 }
 
 // deny finishes a request the gateway refused: metric, log line, response.

@@ -25,14 +25,14 @@ type rewrite struct{ old, new string }
 var rewrites = map[mutant.Name]rewrite{
 	// The store's TIME replaced by the clock the gateway passes as the last argument.
 	mutant.GatewayClock: {
-		old: "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+		old: "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n",
 		new: "local now = tonumber(ARGV[#ARGV])\n",
 	},
 	// The expiry sweep charges into a key next to the bucket hash, which admission never reads
 	// (the upstream D1 bug: a sweep writing another scope than admission reads).
 	mutant.SweepUnreadKey: {
-		old: "          charge(wd, floor(dl / wd.w), est)\n",
-		new: "          redis.call('HINCRBY', wd.key .. ':swept', idx(floor(dl / wd.w)), est)\n",
+		old: "        charge(wd, floor(dl / wd.w), est)\n",
+		new: "        redis.call('HINCRBY', wd.key .. ':swept', idx(floor(dl / wd.w)), est)\n",
 	},
 }
 

@@ -44,23 +44,27 @@ func TestConformanceValkeyReplicatedAcknowledged(t *testing.T) {
 	})
 }
 
-// heldIDs lists the reservation ids the node at addr holds in namespace ns (the deadline sets).
+// heldIDs lists the reservation ids the node at addr holds in namespace ns (the fields of the
+// reservation hashes whose value is "<estimate> <deadline>").
 func heldIDs(t *testing.T, addr, ns string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rep, err := valkeyproc.Do(ctx, addr, "", "KEYS", ns+":*:d")
+	rep, err := valkeyproc.Do(ctx, addr, "", "KEYS", ns+":*:r")
 	if err != nil {
 		t.Fatalf("KEYS on %s: %v", addr, err)
 	}
 	var ids []string
 	for _, k := range rep.([]any) {
-		members, err := valkeyproc.Do(ctx, addr, "", "ZRANGE", k.(string), "0", "-1")
+		fields, err := valkeyproc.Do(ctx, addr, "", "HGETALL", k.(string))
 		if err != nil {
-			t.Fatalf("ZRANGE on %s: %v", addr, err)
+			t.Fatalf("HGETALL on %s: %v", addr, err)
 		}
-		for _, m := range members.([]any) {
-			ids = append(ids, m.(string))
+		fv := fields.([]any)
+		for i := 0; i+1 < len(fv); i += 2 {
+			if strings.Contains(fv[i+1].(string), " ") {
+				ids = append(ids, fv[i].(string))
+			}
 		}
 	}
 	return ids

@@ -26,16 +26,18 @@ func TestASweepThatMeetsAnOverflowNeitherFailsNorChargesTwice(t *testing.T) {
 		t.Fatalf("reserve: %+v %v", d, err)
 	}
 	c := rawClient(t, srv)
-	keys, err := c.Do(ctx, c.B().Keys().Pattern(ns+":*:d").Build()).AsStrSlice()
+	keys, err := c.Do(ctx, c.B().Keys().Pattern(ns+":*:r").Build()).AsStrSlice()
 	if err != nil || len(keys) != 1 {
-		t.Fatalf("deadline key: %v %v", keys, err)
+		t.Fatalf("reservation key: %v %v", keys, err)
 	}
-	zs, err := c.Do(ctx, c.B().Zrange().Key(keys[0]).Min("0").Max("-1").Withscores().Build()).AsZScores()
-	if err != nil || len(zs) != 1 {
-		t.Fatalf("deadlines: %v %v", zs, err)
+	// the reservation's field: "<estimate> <deadline>"
+	val, err := c.Do(ctx, c.B().Hget().Key(keys[0]).Field(d.Reservation.ID).Build()).ToString()
+	est, dl, ok := strings.Cut(val, " ")
+	deadline, perr := strconv.ParseInt(dl, 10, 64)
+	if err != nil || !ok || est != "10" || perr != nil {
+		t.Fatalf("reservation field %q (%v); want \"10 <deadline>\"", val, err)
 	}
-	deadline := int64(zs[0].Score)
-	bucket := strings.TrimSuffix(keys[0], ":d") + ":s1"
+	bucket := strings.TrimSuffix(keys[0], ":r") + ":s1"
 	// The bucket the expired estimate will be charged into is one increment from overflow.
 	if err := c.Do(ctx, c.B().Hset().Key(bucket).FieldValue().FieldValue(strconv.FormatInt(deadline/1000, 10), "9223372036854775800").Build()).Error(); err != nil {
 		t.Fatal(err)

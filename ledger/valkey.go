@@ -423,7 +423,7 @@ func newQuotaLayout(q *Quota) *quotaLayout {
 	// the running totals in the store are this quota's only when it matches.
 	nwinAt := len(args)
 	args = append(args, "")
-	sig := []byte("v2")
+	sig := []byte("v3")
 	var wins []int64
 	for bi, b := range bs {
 		slot := 0
@@ -463,12 +463,12 @@ func newQuotaLayout(q *Quota) *quotaLayout {
 func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 	ql := v.quotaLayout(q)
 	p := v.prefix(q.Rule, key)
-	sk := scriptKeys{quotaLayout: ql, keys: make([]string, 3+len(ql.suffixes)), args: make([]string, len(ql.argv), len(ql.argv)+extra)}
-	sk.keys[0], sk.keys[1] = p+":a", p+":d"
+	sk := scriptKeys{quotaLayout: ql, keys: make([]string, 2+len(ql.suffixes)), args: make([]string, len(ql.argv), len(ql.argv)+extra)}
+	sk.keys[0] = p + ":r" // reservations with their deadlines, and the bookkeeping fields
 	for i, suf := range ql.suffixes {
-		sk.keys[2+i] = p + suf
+		sk.keys[1+i] = p + suf
 	}
-	sk.keys[2+len(ql.suffixes)] = p + ":x" // the tombstones' expiries (see common.lua)
+	sk.keys[1+len(ql.suffixes)] = p + ":x" // the tombstones' expiries (see common.lua)
 	copy(sk.args, ql.argv)
 	return sk
 }

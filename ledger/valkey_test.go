@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -73,11 +74,10 @@ func until(t *testing.T, within time.Duration, what string, f func() (bool, erro
 	t.Fatalf("%s: not within %v (last error: %v)", what, within, last)
 }
 
-// TestValkeyFastPathsKeepTTLs: the fast paths renew a TTL only when it could run out within
-// ttl (the marks 'xa' and 'xd', see ledger/scripts/head.lua). Through reserves and settles that
-// empty the deadline key (Valkey deletes it) and re-create it, on the fast and the general
-// path (a second boundary moves the watermarks), the reservation and deadline keys must still
-// outlive every reserve by ttl.
+// TestValkeyFastPathsKeepTTLs: reserve's fast path renews the reservation key's TTL only when
+// it could run out within ttl (the mark 'xa', see ledger/scripts/reserve.lua). Through reserves
+// and settles on the fast and the general path (a second boundary moves the watermarks), the
+// reservation key must still outlive every reserve by ttl.
 func TestValkeyFastPathsKeepTTLs(t *testing.T) {
 	t.Parallel()
 	srv := valkeytest.Start(t)
@@ -93,7 +93,7 @@ func TestValkeyFastPathsKeepTTLs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			if !strings.HasSuffix(k, ":a") && !strings.HasSuffix(k, ":d") {
+			if !strings.HasSuffix(k, ":r") {
 				continue
 			}
 			pttl, err := raw.Do(ctx, raw.B().Pttl().Key(k).Build()).AsInt64()
@@ -106,8 +106,8 @@ func TestValkeyFastPathsKeepTTLs(t *testing.T) {
 			}
 		}
 	}
-	// Rounds until three second boundaries have passed: each reserves two, settles both (the
-	// deadline key empties), and checks the TTLs after each reserve.
+	// Rounds until three second boundaries have passed: each reserves two, settles both, and
+	// checks the TTL after each reserve.
 	start := time.Now()
 	for round := 0; time.Since(start) < 3*time.Second || round < 20; round++ {
 		var rs []ledger.Reservation
@@ -136,24 +136,31 @@ func TestValkeyKeysShareOneHashTagAndCarryTTLs(t *testing.T) {
 	q := &ledger.Quota{Rule: "ttl", Lease: 2 * time.Second, Budgets: []ledger.Budget{
 		{Window: 5 * time.Second, Capacity: 100}, {Window: 2 * time.Minute, Capacity: 1000},
 	}}
-	d, err := v.Reserve(ctx, q, "tenant", 10)
-	if err != nil || !d.Admitted {
-		t.Fatalf("reserve: %v %+v", err, d)
+	pair := func(est, tokens int64) {
+		t.Helper()
+		d, err := v.Reserve(ctx, q, "tenant", est)
+		if err != nil || !d.Admitted {
+			t.Fatalf("reserve: %v %+v", err, d)
+		}
+		if s, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: tokens, Known: true}); err != nil || !s.Applied {
+			t.Fatalf("settle: %v %+v", err, s)
+		}
 	}
-	if _, err := v.Reserve(ctx, q, "tenant", 20); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 7, Known: true}); err != nil || !s.Applied {
-		t.Fatalf("settle: %v %+v", err, s)
-	}
+	pair(10, 7)
+	pair(20, 3)
+	// Settle's fast path charges now's bucket in the reservation hash (pending) and adds it to
+	// the bucket hashes when a later settle's bucket is newer: a settle after the next boundary
+	// of the 2 s buckets (and so of the 1 s ones) writes both bucket hashes.
+	time.Sleep(time.Until(time.Now().Truncate(2 * time.Second).Add(2*time.Second + 100*time.Millisecond)))
+	pair(5, 1)
 	raw := rawClient(t, srv)
 	keys, err := raw.Do(ctx, raw.B().Keys().Pattern(ns+":*").Build()).AsStrSlice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// :a (reservations), :d (deadlines), :s1 (1s buckets), :s2 (2s buckets of the 2m window)
-	if len(keys) != 4 {
-		t.Fatalf("keys %v; want 4 (:a, :d, :s1, :s2)", keys)
+	// :r (reservations and bookkeeping), :s1 (1s buckets), :s2 (2s buckets of the 2m window)
+	if len(keys) != 3 {
+		t.Fatalf("keys %v; want 3 (:r, :s1, :s2)", keys)
 	}
 	tag := ""
 	ttl := q.Budgets[1].Window + q.Lease + ledger.BucketWidth(q.Budgets[1].Window)
@@ -219,7 +226,7 @@ func TestValkeyExpirySweepWritesTheKeysAdmissionReads(t *testing.T) {
 	buckets := map[string]map[string]string{}
 	for _, k := range keys {
 		switch {
-		case strings.HasSuffix(k, ":a"):
+		case strings.HasSuffix(k, ":r"):
 			held, _ = raw.Do(ctx, raw.B().Hget().Key(k).Field("#").Build()).ToString()
 		case strings.Contains(k, "}:s"):
 			buckets[k], _ = raw.Do(ctx, raw.B().Hgetall().Key(k).Build()).AsStrMap()
@@ -587,5 +594,106 @@ rules:
 	}
 	if _, err := ledger.Open(nil); err == nil {
 		t.Fatal("Open(nil) succeeded")
+	}
+}
+
+// Settle's fast path keeps now's bucket pending in the reservation hash (b<width_ms>, bucket
+// h<width_ms>) and adds it to the bucket hash when a later settle's bucket is newer. A 2.5 s
+// window on 1 s buckets lets a settle just after a second boundary stay on the fast path (the
+// window's low end moves at half seconds), so that settle adds the pending tokens itself. The
+// 7 tokens must then sit in their bucket, the 5 new ones be pending, Inspect count both, and
+// the 7 leave the window with their bucket, not before: a flush that lost, doubled or
+// misplaced pending tokens, or a window that kept them, fails here.
+func TestValkeyPendingBucketMovesToItsHash(t *testing.T) {
+	t.Parallel()
+	srv := valkeytest.Start(t)
+	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, 2*time.Second)
+	ctx := t.Context()
+	q := &ledger.Quota{Rule: "pending", Lease: 30 * time.Second, Budgets: []ledger.Budget{{Window: 2500 * time.Millisecond, Capacity: 1000}}}
+	key := ""
+	pair := func(tokens int64) {
+		t.Helper()
+		d, err := v.Reserve(ctx, q, key, 10)
+		if err != nil || !d.Admitted {
+			t.Fatalf("reserve: %v %+v", err, d)
+		}
+		if s, err := v.Settle(ctx, d.Reservation, ledger.Usage{Tokens: tokens, Known: true}); err != nil || !s.Applied {
+			t.Fatalf("settle: %v %+v", err, s)
+		}
+	}
+	settled := func() int64 {
+		t.Helper()
+		st, err := v.Inspect(ctx, q, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Windows[0].Settled
+	}
+	// 7 tokens at .6 of second s, 5 at .1 of second s+1 (Valkey runs on this machine's clock).
+	// A loaded machine may miss the seconds: then again with a fresh key, up to five times.
+	var s time.Time
+	for attempt := 1; ; attempt++ {
+		key = fmt.Sprintf("k%d", attempt)
+		s = time.Now().Truncate(time.Second).Add(time.Second)
+		time.Sleep(time.Until(s.Add(600 * time.Millisecond)))
+		pair(7)
+		inTime := time.Now().Before(s.Add(time.Second))
+		time.Sleep(time.Until(s.Add(1100 * time.Millisecond)))
+		pair(5)
+		if inTime && time.Now().Before(s.Add(2*time.Second)) {
+			break
+		}
+		if attempt == 5 {
+			t.Skip("five attempts missed their seconds: the machine is too loaded for this timing")
+		}
+	}
+	second := s.Unix()
+
+	raw := rawClient(t, srv)
+	loc, err := v.Locate(ctx, q, key)
+	if err != nil || len(loc.Keys) != 3 {
+		t.Fatalf("locate: %+v %v", loc, err)
+	}
+	r, s1 := loc.Keys[0], loc.Keys[1] // :r, :s1 (then the tombstones' :x)
+	buckets, _ := raw.Do(ctx, raw.B().Hgetall().Key(s1).Build()).AsStrMap()
+	if len(buckets) != 1 || buckets[strconv.FormatInt(second, 10)] != "7" {
+		t.Fatalf("bucket hash %q = %v; want bucket %d holding 7 tokens", s1, buckets, second)
+	}
+	fields, _ := raw.Do(ctx, raw.B().Hmget().Key(r).Field("h1000", "b1000").Build()).ToArray()
+	h, _ := fields[0].ToString()
+	b, _ := fields[1].ToString()
+	if h != strconv.FormatInt(second+1, 10) || b != "5" {
+		t.Fatalf("pending bucket %s holds %s; want bucket %d holding 5", h, b, second+1)
+	}
+	if n := settled(); n != 12 {
+		t.Fatalf("settled %d; want 12 (7 in the bucket hash, 5 pending)", n)
+	}
+	// Bucket s leaves the 2.5 s window at s+3.5: the 7 tokens count until then, never less.
+	leave := s.Add(3500 * time.Millisecond)
+	at := ledgerEventually(t, leave.Add(3*time.Second), func() bool {
+		n := settled()
+		if n != 12 && n != 5 {
+			t.Fatalf("settled %d; want 12, then 5 once bucket %d left", n, second)
+		}
+		return n == 5
+	})
+	if at.Before(leave.Add(-50 * time.Millisecond)) {
+		t.Fatalf("the 7 tokens left the window at %v, before their bucket did (%v)", at.Format("15:04:05.000"), leave.Format("15:04:05.000"))
+	}
+}
+
+// ledgerEventually polls f every 20 ms until it holds or the deadline passes, and returns when
+// it held.
+func ledgerEventually(t *testing.T, deadline time.Time, f func() bool) time.Time {
+	t.Helper()
+	for {
+		now := time.Now()
+		if f() {
+			return now
+		}
+		if now.After(deadline) {
+			t.Fatal("condition not met by the deadline")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

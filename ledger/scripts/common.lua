@@ -2,27 +2,40 @@
 -- script says "-- @common", after head.lua, which reads the clock and the state).
 --
 -- Keys of one quota key, all under one hash tag <ns>:{<hash>} so they live in one slot:
---   KEYS[1]   <p>:a          hash  reservation id -> estimate, and the bookkeeping fields:
+--   KEYS[1]   <p>:r          hash  reservation id -> "<estimate> <deadline>" (the lease deadline,
+--                                   ms, store clock), and the bookkeeping fields:
 --                                   '#'        tokens held by live reservations
---                                   'e'        a lower bound of the earliest deadline in KEYS[2]
---                                              (absent: unknown)
+--                                   'e'        a lower bound of the earliest deadline of a live
+--                                              reservation (absent: unknown)
 --                                   'v'        the signature (window list) of the quota whose
 --                                              running totals the fields below are
---                                   'h<w_ms>'  the highest bucket index written to the width's
---                                              hash
+--                                   'h<w_ms>'  the highest bucket index written for the width
+--                                   'b<w_ms>'  the tokens of bucket h<w_ms> not yet added to the
+--                                              width's hash (see "pending" below)
 --                                   't<W_ms>'  window W's running total: the sum of every
---                                              bucket of its width's hash with index >= l<W_ms>
+--                                              bucket of its width with index >= l<W_ms>
 --                                   'l<W_ms>'  window W's low watermark: the oldest bucket it
 --                                              counts, floor((then - W) / width) at the last call
 --                                   'M'        every bucket width any policy for the rule
 --                                              declared, with its longest window (see below)
---   KEYS[2]   <p>:d          zset  reservation id -> lease deadline (ms, store clock)
---   KEYS[3..] <p>:s<width_s> hash  bucket index (floor(ms / width)) -> settled tokens, one hash
+--   KEYS[2..] <p>:s<width_s> hash  bucket index (floor(ms / width)) -> settled tokens, one hash
 --                                   per distinct bucket width of the quota
+-- A reservation's deadline lives in its own field's value, so that a reserve and a settle each
+-- write KEYS[1] alone; the expiry sweep, which runs only once 'e' has passed, reads KEYS[1]
+-- whole to find the leases that ran out (a reservation value is the only one with a space).
+--
+-- Pending bucket: settle's fast path charges the bucket of now of each width into 'b<w_ms>'
+-- (with 'h<w_ms>' its index) in the one write it makes to KEYS[1], instead of into the width's
+-- hash; when a later settle's bucket is newer, it first adds the pending tokens to the hash.
+-- The totals count pending tokens like any other. Every general path adds them to the hash
+-- first (see flush), so that everything below reads the buckets whole from the hashes. KEYS[1]
+-- lives at least as long as a pending bucket counts: it held the settled reservation, so its
+-- TTL covers the lease plus the longest window plus a width from the reserve on.
 -- ARGV of every script starts with:
---   [1] ttl_ms  [2] signature  [3] nwidths  then per width, in KEYS[3..] order: width_ms,
+--   [1] ttl_ms  [2] signature  [3] nwidths  then per width, in KEYS[2..] order: width_ms,
 --   max_window_ms;  then nwindows, then per distinct window: window_ms, width slot (1-based)
--- and the script's own arguments follow at ARGV[base + 1].
+-- and the script's own arguments follow at ARGV[base + 1]. The last key, KEYS[2 + nwidths], is the
+-- tombstone list (see below).
 --
 -- Admission reads O(1) fields per window: the running totals, kept exact by every write (a
 -- charge into bucket b adds to every total whose watermark is <= b) and advanced lazily (when a
@@ -33,9 +46,9 @@
 -- back past a written bucket; otherwise the call reads the width hashes whole (bounded: pruned
 -- to the longest window) and, when 'v' differed, rebuilds the totals for this quota.
 --
--- The expiry sweep writes exactly what admission reads (KEYS[1], KEYS[2], KEYS[3..] and the
--- totals): an expired reservation's estimate is charged into the bucket of its deadline in every
--- width hash (and every total counting that bucket) and its hold is removed from '#'. A bucket
+-- The expiry sweep writes exactly what admission reads (KEYS[1], KEYS[2..] and the totals):
+-- an expired reservation's estimate is charged into the bucket of its deadline in every width
+-- hash (and every total counting that bucket) and its hold is removed from '#'. A bucket
 -- older than the longest window of its width is outside every window and not written. This
 -- mirrors ledger/accounting.go; the conformance suite holds the two to identical results.
 --
@@ -46,18 +59,18 @@
 -- held). A late settle of an expired id charges only its usage above that estimate (never a
 -- refund), once; a reserve of a tombstoned id is refused, so a timed-out reserve that reaches
 -- the store after its release cannot hold its estimate. A tombstone lives ttl (the longest
--- window plus the lease); KEYS[3 + nwidths] (zset id -> expiry) lists them so that each call
+-- window plus the lease); KEYS[2 + nwidths] (zset id -> expiry) lists them so that each call
 -- that writes tombstones first deletes the expired ones: their number is bounded by the ids
 -- ended within one ttl. The head's HMGET reads an id's tombstone with its other fields, so the
 -- fast paths cost no extra command.
 --
--- TTLs: a key that gains data gets the TTL again (extend: never shortened): KEYS[1] and KEYS[2] when a
--- reservation is added or renewed (and KEYS[1] when a call creates it); a bucket hash whenever
--- the general path writes it or makes the totals this quota's, and in settle's fast path only
--- when it creates a bucket (see there). KEYS[1] may outlive a bucket hash: one that expired
--- held only buckets older than every window, which the h < lo rule counts as empty. KEYS[1]
--- may also expire first (it lives as long as its reservations need): then 'v' is gone and the
--- next call rebuilds the totals from the buckets.
+-- TTLs: a key that gains data gets the TTL again (extend: never shortened): KEYS[1] when a
+-- reservation is added or renewed or a call creates it; a bucket hash whenever the general path
+-- writes it or makes the totals this quota's, and on settle's fast path only when it creates a
+-- bucket (see there). KEYS[1] may outlive a bucket hash: one that expired held only buckets
+-- older than every window, which the h < lo rule counts as empty. KEYS[1] may also expire first
+-- (it lives as long as its reservations need): then 'v' is gone and the next call rebuilds the
+-- totals from the buckets.
 
 local ttl = ARGV[1]
 local sig = ARGV[2]
@@ -70,7 +83,7 @@ local p = 4
 for i = 1, tonumber(ARGV[3]) do
   local w = tonumber(ARGV[p])
   local maxwin = tonumber(ARGV[p + 1])
-  widths[i] = { key = KEYS[2 + i], w = w, hf = 'h' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
+  widths[i] = { key = KEYS[1 + i], w = w, hf = 'h' .. ARGV[p], bf = 'b' .. ARGV[p], maxwin = maxwin, lo = floor((now - maxwin) / w), cur = floor(now / w) }
   p = p + 2
 end
 for j = 1, tonumber(ARGV[p]) do
@@ -191,9 +204,24 @@ local function load(r, extra)
   end
   local x = nil
   if extra and r[rm - 2] then
-    x = r[rm - 2]
+    x = estof(r[rm - 2])
   end
   return valid, x
+end
+
+-- flush adds each width's pending tokens ('b<w_ms>', read by state in the head) to bucket
+-- h<w_ms> of its hash, where the general path reads buckets. The totals already count them.
+local function flush(r)
+  for i, wd in ipairs(widths) do
+    local b, h = r[ob + i], r[3 + i]
+    if b and b ~= '0' and h then
+      local v = redis.pcall('HINCRBY', wd.key, h, b)
+      if type(v) ~= 'number' or v > MAXT then
+        redis.call('HSET', wd.key, h, idx(MAXT))
+      end
+      wd.written, wd.flushed, statechanged, aexists = true, true, true, true
+    end
+  end
 end
 
 -- readall reads a width's hash whole (once per call): its buckets as a list of {index, tokens}.
@@ -342,10 +370,6 @@ local function advance()
   end
 end
 
--- MAXT is 2^53, the largest capacity and the largest integer a Lua number holds exactly: one
--- charge and one bucket saturate there (beyond it every window is full anyway).
-local MAXT = 9007199254740992
-
 -- charge adds tokens to bucket b of width wd and to every total counting it. Returns whether
 -- it wrote (a bucket older than the width's longest window is outside every window). The
 -- increment saturates instead of failing on overflow: an error here would abort the script
@@ -374,56 +398,64 @@ local function charge(wd, b, tokens)
   return true
 end
 
+-- live reads KEYS[1] whole and returns its reservations as a list of { id, estimate (a
+-- string), deadline }.
+local function live()
+  local all = redis.call('HGETALL', A)
+  local out = {}
+  for k = 1, #all, 2 do
+    local est, dl = string.match(all[k + 1], '^(%d+) (%d+)$')
+    if est then
+      out[#out + 1] = { all[k], est, tonumber(dl) }
+    end
+  end
+  return out
+end
+
 -- sweep charges every reservation whose lease ran out (deadline <= now) at its estimate, in the
 -- bucket of its deadline, and frees its hold. It runs only when the earliest deadline may have
--- passed ('e'). Returns true when it charged or freed anything.
+-- passed ('e'), and sets 'e' to the earliest deadline left. Returns true when it charged or
+-- freed anything.
 local function sweep()
   if earliest ~= nil and earliest > now then
     return false
   end
-  local exp = redis.call('ZRANGEBYSCORE', D, '-inf', idx(now), 'WITHSCORES')
-  local changed = false
-  if #exp > 0 then
-    local ids = {}
-    for i = 1, #exp, 2 do
-      ids[#ids + 1] = exp[i]
+  local ids, exp, ne = {}, {}, nil
+  for _, x in ipairs(live()) do
+    if x[3] <= now then
+      ids[#ids + 1] = x[1]
+      exp[#exp + 1] = x
+    elseif ne == nil or x[3] < ne then
+      ne = x[3]
     end
-    local ests = batched('HMGET', A, ids)
+  end
+  local changed = false
+  if #ids > 0 then
     -- Removed before they are charged: should anything below fail, an id is never left live
     -- to be charged again by the next sweep.
     batched('HDEL', A, ids)
-    redis.call('ZREMRANGEBYSCORE', D, '-inf', idx(now))
     gone = {}
     local freed = 0
     local tombs = {}
-    for k, id in ipairs(ids) do
-      local est = ests[k]
-      if est then
-        gone[id] = est
-        tombs[#tombs + 1], tombs[#tombs + 2] = id, est
-        local dl = tonumber(exp[2 * k])
-        for _, wd in ipairs(widths) do
-          charge(wd, floor(dl / wd.w), est)
-        end
-        chargeforeign(dl, est)
-        freed = freed + tonumber(est)
+    for _, x in ipairs(exp) do
+      local id, est, dl = x[1], x[2], x[3]
+      gone[id] = est
+      tombs[#tombs + 1], tombs[#tombs + 2] = id, est
+      for _, wd in ipairs(widths) do
+        charge(wd, floor(dl / wd.w), est)
       end
+      chargeforeign(dl, est)
+      freed = freed + tonumber(est)
     end
-    if #tombs > 0 then
-      entomb(tombs)
-    end
+    entomb(tombs)
     reserved, rdirty = reserved - freed, true
     changed = true
   end
-  local e = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
-  local ne = NONE
-  if #e == 2 then
-    ne = e[2]
-  end
-  if earliest == nil or tonumber(ne) ~= earliest then
+  ne = ne or tonumber(NONE)
+  if earliest == nil or ne ~= earliest then
     statechanged, edirty = true, true
   end
-  earliest = tonumber(ne)
+  earliest = ne
   return changed
 end
 
@@ -432,6 +464,7 @@ end
 -- changed anything.
 local function prepare(r, extra)
   local valid, x = load(r, extra)
+  flush(r)
   if valid then
     advance()
   else
@@ -492,11 +525,11 @@ end
 -- commit persists the changed bookkeeping fields of KEYS[1] when the call wrote KEYS[1] (write)
 -- or changed the totals of an existing KEYS[1], deletes the buckets that left their width's
 -- longest window (only together with the totals that no longer count them), and renews TTLs:
--- of KEYS[1] when touch (a reservation was added or renewed) or when this call created it, of
--- KEYS[2] when touchd, and of every bucket hash written. extra: field/value pairs of KEYS[1] to
--- set as well. A KEYS[1] that outlives its buckets is harmless (h < lo counts them empty); one
--- that expires first loses 'v', and the next call rebuilds the totals from the buckets.
-local function commit(write, touch, touchd, extra)
+-- of KEYS[1] when touch (a reservation was added or renewed) or when this call created it, and
+-- of every bucket hash written. extra: field/value pairs of KEYS[1] to set as well. A KEYS[1]
+-- that outlives its buckets is harmless (h < lo counts them empty); one that expires first
+-- loses 'v', and the next call rebuilds the totals from the buckets.
+local function commit(write, touch, extra)
   if not (write or (statechanged and aexists)) then
     return
   end
@@ -504,10 +537,6 @@ local function commit(write, touch, touchd, extra)
   if rdirty then
     f[#f + 1] = '#'
     f[#f + 1] = idx(reserved)
-    if reserved <= 0 then
-      f[#f + 1] = 'xd' -- KEYS[2] is gone with its last reservation (see 'xd' in the head)
-      f[#f + 1] = '0'
-    end
   end
   if edirty then
     f[#f + 1] = 'e'
@@ -525,6 +554,10 @@ local function commit(write, touch, touchd, extra)
     if wd.dirty then
       f[#f + 1] = wd.hf
       f[#f + 1] = idx(wd.h)
+    end
+    if wd.flushed then
+      f[#f + 1] = wd.bf
+      f[#f + 1] = '0'
     end
   end
   for _, win in ipairs(windows) do
@@ -545,9 +578,6 @@ local function commit(write, touch, touchd, extra)
   end
   if touch or not aexists then
     extend(A, ttl)
-  end
-  if touchd then
-    extend(D, ttl)
   end
   for _, wd in ipairs(widths) do
     if wd.written then

@@ -7,32 +7,36 @@
 -- known to be a no-op left out: no lease ran out, no watermark moves, no bucket is newer than
 -- now.
 -- The globals the fast paths use, read once (each use of a global is a table lookup).
+-- The fast paths turn a number's text into a number with arithmetic ("x + 0"): one strtod,
+-- where tonumber(x) makes two (it checks, then converts). A conversion is some five hundred
+-- instructions, and with the commands and the string interning the bulk of a fast path's time.
 local tonumber, ARGV, KEYS, format = tonumber, ARGV, KEYS, string.format
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local floor = math.floor
-local A, D = KEYS[1], KEYS[2]
-local nwd = #KEYS - 3 -- width i: ARGV[2 + 2i] width_ms, ARGV[3 + 2i] max_window_ms
-local X = KEYS[3 + nwd] -- tombstone expiries (see common.lua)
+local A = KEYS[1]
+local nwd = #KEYS - 2 -- width i: KEYS[1 + i] its bucket hash, ARGV[2 + 2i] width_ms, ARGV[3 + 2i] max_window_ms
+local X = KEYS[2 + nwd] -- tombstone expiries (see common.lua)
 local wbase = 4 + 2 * nwd -- ARGV[wbase] nwindows; window j: ARGV[wbase - 1 + 2j] window_ms,
-local nwin = tonumber(ARGV[wbase]) -- ARGV[wbase + 2j] its width slot
+local nwin = ARGV[wbase] + 0 -- ARGV[wbase + 2j] its width slot
 local base = wbase + 2 * nwin
+-- MAXT is 2^53, the largest capacity and the largest integer a Lua number holds exactly: one
+-- charge and one bucket saturate there (beyond it every window is full anyway).
+local MAXT = 9007199254740992
 
--- Each number the fast paths use is converted from its ARGV text once, here: a conversion is
--- a strtod of some thousand instructions, and with the commands and the string interning the
--- bulk of a fast path's time. Width i: wcur[i] now's bucket. Window j: jlo[j] its low end at
+-- Each number the fast paths use is converted from its ARGV text once, here. Width i: wcur[i] now's bucket. Window j: jlo[j] its low end at
 -- now (the oldest bucket it counts), jreset[j] when all of it would have left the window if
 -- now's bucket were its newest (ms from now).
 local wcur, jlo, jreset = {}, {}, {}
 for i = 1, nwd do
-  wcur[i] = floor(now / tonumber(ARGV[2 + 2 * i]))
+  wcur[i] = floor(now / ARGV[2 + 2 * i])
 end
 for j = 1, nwin do
-  local win, s = tonumber(ARGV[wbase - 1 + 2 * j]), 1
+  local win, s = ARGV[wbase - 1 + 2 * j] + 0, 1
   if nwd > 1 then
-    s = tonumber(ARGV[wbase + 2 * j])
+    s = ARGV[wbase + 2 * j] + 0
   end
-  local w = tonumber(ARGV[2 + 2 * s])
+  local w = ARGV[2 + 2 * s] + 0
   jlo[j], jreset[j] = floor((now - win) / w), (wcur[s] + 1) * w + win - now
 end
 
@@ -51,16 +55,19 @@ local function extend(key, ttl)
   end
 end
 
--- state reads '#', 'e', 'v', then h<w> per width, then t<W>, l<W> per window, then extra (a
--- reservation id) and its tombstone '~'..extra when given, then the fields m1, m2 a script's
--- fast path also needs, at r[rm], r[rm + 1]. A missing field reads false. names[k] is the
--- field r[k] holds.
+-- state reads '#', 'e', 'v', then h<w> per width, then t<W>, l<W> per window, then b<w> per
+-- width (r[ob + i]: the tokens of bucket h<w> not yet in the width's hash, see common.lua), then
+-- extra (a reservation id) and its tombstone '~'..extra when given, then the fields m1, m2 a
+-- script's fast path also needs, at r[rm], r[rm + 1]. A missing field reads false. names[k] is
+-- the field r[k] holds.
 local rm, names
+local ob = 3 + nwd + 2 * nwin
 local function state(extra, m1, m2)
   local f = { '#', 'e', 'v' }
   names = f
   for i = 1, nwd do
     f[3 + i] = 'h' .. ARGV[2 + 2 * i]
+    f[ob + i] = 'b' .. ARGV[2 + 2 * i]
   end
   local o = 3 + nwd
   for j = 1, nwin do
@@ -68,7 +75,7 @@ local function state(extra, m1, m2)
     f[o + 2 * j - 1] = 't' .. ws
     f[o + 2 * j] = 'l' .. ws
   end
-  rm = o + 2 * nwin + 1
+  rm = ob + nwd + 1
   if extra then
     f[rm] = extra
     f[rm + 1] = '~' .. extra
@@ -78,25 +85,34 @@ local function state(extra, m1, m2)
   return redis.call('HMGET', A, unpack(f))
 end
 
+-- estof is the estimate (a string) of a reservation field's value "<estimate> <deadline_ms>"
+-- (see common.lua), or nil when the field is absent.
+local function estof(v)
+  if not v then
+    return nil
+  end
+  return string.sub(v, 1, string.find(v, ' ', 1, true) - 1)
+end
+
 -- current reports whether state r holds this quota's totals, exact at now: 'v' is this
 -- quota's signature, no lease can have run out ('e' > now), no bucket is newer than now, and
 -- every window's watermark is its low end at now. Then window j counts exactly t<W_j>. It
 -- returns 'e' (a number) when they are, nil otherwise.
 local function current(r)
-  local e = r[3] == ARGV[2] and r[2] and tonumber(r[2])
+  local e = r[3] == ARGV[2] and r[2] and r[2] + 0
   if not e or e <= now then
     return nil
   end
   for i = 1, nwd do
     local h = r[3 + i]
-    if not h or tonumber(h) > wcur[i] then
+    if not h or h + 0 > wcur[i] then
       return nil
     end
   end
   local o = 3 + nwd
   for j = 1, nwin do
     local l = r[o + 2 * j]
-    if not r[o + 2 * j - 1] or not l or tonumber(l) ~= jlo[j] then
+    if not r[o + 2 * j - 1] or not l or l + 0 ~= jlo[j] then
       return nil
     end
   end

@@ -6,8 +6,8 @@ local r = state(nil)
 -- @common
 
 local _, swept = prepare(r, nil)
-commit(swept, false, false)
-local out = { redis.call('ZCARD', D), reserved }
+commit(swept, false)
+local out = { #live(), reserved }
 for i = 1, nb do
   out[#out + 1] = settled(windows[tonumber(ARGV[base + 1 + i])])
 end

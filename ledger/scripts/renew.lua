@@ -1,5 +1,4 @@
 -- renew: ARGV[base+1] id, [base+2] lease_ms. Returns {1, deadline_ms} or {0}.
--- A later deadline leaves 'e' a lower bound, so only the deadline itself is written.
 local id = ARGV[base + 1]
 local lease = tonumber(ARGV[base + 2])
 local r = state(id)
@@ -8,9 +7,13 @@ local r = state(id)
 
 local est, swept = prepare(r, id)
 if not est then
-  commit(swept, false, false)
+  commit(swept, false)
   return { 0 }
 end
-redis.call('ZADD', D, 'XX', idx(now + lease), id)
-commit(true, true, true)
+-- Only the deadline changes; an earlier one than 'e' (a policy with a shorter lease) moves 'e'.
+local dl = now + lease
+if earliest == nil or dl < earliest then
+  earliest, edirty = dl, true
+end
+commit(true, true, { id, est .. ' ' .. idx(dl) })
 return { 1, now + lease }

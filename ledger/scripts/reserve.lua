@@ -7,33 +7,30 @@
 -- Returns {-1} for an id with a tombstone (common.lua): its reservation already ended, or it
 -- was released before this call ran (a timed-out reserve overtaken by its release). Nothing is
 -- held.
-local est = tonumber(ARGV[base + 1])
-local lease = tonumber(ARGV[base + 2])
+local est = ARGV[base + 1] + 0
+local lease = ARGV[base + 2] + 0
 local id = ARGV[base + 3]
-local nb = tonumber(ARGV[base + 4])
-local r = state(id, 'xa', 'xd')
+local nb = ARGV[base + 4] + 0
+local r = state(id, 'xa')
 
 -- Fast path: the totals are current and the id is new. Admit when the estimate fits every
 -- window; a denial (which needs the buckets for its retry-after) takes the general path.
--- The fast path renews a TTL only when it could run out within ttl: KEYS[1]'s 'xa' and 'xd'
--- are lower bounds of the expiry of KEYS[1] and KEYS[2] (store clock, ms). A renewal sets the
--- TTL to ttl plus a slack (an eighth of ttl, at most a minute) and records the new bound, so a
--- key in steady use gets one PEXPIRE per slack instead of one per call, and lives at least ttl
--- after every write (at most ttl plus the slack). 'xa' lives in the hash it describes: it goes
--- when the hash goes. KEYS[2] is deleted when its last reservation leaves ('#' drops to 0, and
--- every call that does so writes 'xd' 0), so 'xd' only counts while '#' > 0.
+-- The fast path renews KEYS[1]'s TTL only when it could run out within ttl: its field 'xa' is
+-- a lower bound of its expiry (store clock, ms). A renewal sets the TTL to ttl plus a slack (an
+-- eighth of ttl, at most a minute) and records the new bound, so a key in steady use gets one
+-- PEXPIRE per slack instead of one per call, and lives at least ttl after every reserve (at
+-- most ttl plus the slack). 'xa' lives in the hash it describes: it goes when the hash goes.
 local e = current(r)
 if e and not r[rm - 2] and not r[rm - 1] then
-  local before = tonumber(r[1] or '0')
-  local held = before + est
+  local held = (r[1] or 0) + est
   local o = 3 + nwd
   local out = { 1, 0, 0 }
   for i = 1, nb do
     local j = 1
     if nwin > 1 then
-      j = tonumber(ARGV[base + 3 + 2 * i])
+      j = ARGV[base + 3 + 2 * i] + 0
     end
-    local remaining = tonumber(ARGV[base + 4 + 2 * i]) - tonumber(r[o + 2 * j - 1]) - held
+    local remaining = ARGV[base + 4 + 2 * i] - r[o + 2 * j - 1] - held
     if remaining < 0 then
       out = nil -- does not fit
       break
@@ -44,29 +41,15 @@ if e and not r[rm - 2] and not r[rm - 1] then
   if out then
     local dl = now + lease
     local dls = idx(dl)
-    redis.call('ZADD', D, dls, id)
-    local f = { id, ARGV[base + 1], '#', idx(held) }
+    local f = { id, ARGV[base + 1] .. ' ' .. dls, '#', idx(held) }
     if dl < e then
       f[5], f[6] = 'e', dls
     end
-    -- TTLs (see the marks 'xa' and 'xd' above): renewed only when they could run out within
-    -- ttl, then to ttl plus a slack, and the new lower bound recorded.
-    local ttl = tonumber(ARGV[1])
-    local need = now + ttl
-    local ext, mark = ttl + math.min(floor(ttl / 8), 60000), nil
-    if tonumber(r[rm] or 0) < need then
+    local ttl = ARGV[1] + 0
+    if (r[rm] or 0) + 0 < now + ttl then
+      local ext = ttl + math.min(floor(ttl / 8), 60000)
       extend(A, ext)
-      mark = idx(now + ext - 10) -- 10 ms below: PEXPIRE counts from the call's start
-      f[#f + 1], f[#f + 2] = 'xa', mark
-    end
-    if before <= 0 then
-      -- No reservation was held: KEYS[2] was empty, so this call created it (or it holds only
-      -- ids without a hold, which nothing charges): its TTL is ours to set, in one command.
-      redis.call('PEXPIRE', D, ext)
-      f[#f + 1], f[#f + 2] = 'xd', mark or idx(now + ext - 10)
-    elseif tonumber(r[rm + 1] or 0) < need then
-      extend(D, ext)
-      f[#f + 1], f[#f + 2] = 'xd', mark or idx(now + ext - 10)
+      f[#f + 1], f[#f + 2] = 'xa', idx(now + ext - 10) -- 10 ms below: PEXPIRE counts from the call's start
     end
     redis.call('HSET', A, unpack(f))
     return out
@@ -77,7 +60,7 @@ end
 
 local held_before, swept = prepare(r, id)
 if not held_before and ((gone and gone[id]) or tombof(r[rm - 1])) then
-  commit(swept, false, false)
+  commit(swept, false)
   return { -1 }
 end
 local repeated = held_before and true or false
@@ -159,10 +142,11 @@ for i = 1, nb do
     end
     if wait == nil then
       if earliest_live == nil then
-        local e = redis.call('ZRANGE', D, 0, 0, 'WITHSCORES')
         earliest_live = -1
-        if #e == 2 then
-          earliest_live = tonumber(e[2])
+        for _, x in ipairs(live()) do
+          if earliest_live < 0 or x[3] < earliest_live then
+            earliest_live = x[3]
+          end
         end
       end
       wait = 1000
@@ -187,9 +171,8 @@ if admit and not repeated then
   if earliest == nil or dl < earliest then
     earliest, edirty = dl, true
   end
-  redis.call('ZADD', D, idx(dl), id)
-  commit(true, true, true, { id, ARGV[base + 1] })
+  commit(true, true, { id, ARGV[base + 1] .. ' ' .. idx(dl) })
 else
-  commit(swept, false, false)
+  commit(swept, false)
 end
 return out

@@ -6,10 +6,10 @@
 local id = ARGV[base + 1]
 local r = state(id, 'M')
 
--- Fast path: the totals are current and the reservation is live. Charge the bucket of now in
--- every width hash and every window's total (each window's watermark is its low end, at or
--- before now's bucket).
-local est = r[rm - 2]
+-- Fast path: the totals are current and the reservation is live. Charge the bucket of now of
+-- every width (pending in KEYS[1], see common.lua) and every window's total (each window's
+-- watermark is its low end, at or before now's bucket): one write to KEYS[1].
+local est = estof(r[rm - 2])
 
 -- otherwidths: another policy for this rule declared a bucket width this quota lacks ('M', see
 -- common.lua): then the charge must go there too, on the general path. With the totals this
@@ -27,38 +27,43 @@ end
 
 if est and not otherwidths and current(r) then
   redis.call('HDEL', A, id)
-  redis.call('ZREM', D, id)
   local charged = est
   if ARGV[base + 2] == '1' then
     charged = ARGV[base + 3]
   end
-  local c, e = tonumber(charged), tonumber(est)
-  local held = tonumber(r[1] or '0') - e
-  local f = { '#', idx(held) }
-  if held <= 0 then
-    f[3], f[4] = 'xd', '0' -- KEYS[2] held only this reservation: it is gone (see the head)
-  end
+  local c, e = charged + 0, est + 0
+  local f = { '#', idx((r[1] or 0) - e) }
   if c ~= 0 then
     for i = 1, nwd do
-      local cur = wcur[i]
-      local b = idx(cur)
-      if redis.call('HINCRBY', KEYS[2 + i], b, charged) == c then
-        -- A new bucket (counts are positive): renew the hash's TTL. An existing bucket b was
-        -- created at a time >= b * width under a TTL >= width + longest window, or existed
-        -- when the totals became this quota's (a rebuild renewed every hash's TTL) and no
-        -- other quota has written since ('v'), so its TTL already covers this charge.
-        extend(KEYS[2 + i], ARGV[1])
-      end
-      if cur > tonumber(r[3 + i]) then
-        f[#f + 1], f[#f + 2] = names[3 + i], b
+      local cur, h, b = wcur[i], r[3 + i] + 0, r[ob + i]
+      if cur > h then
+        -- Now's bucket is newer than the pending one: the pending tokens go to their bucket in
+        -- the width's hash (every window still counts it: no watermark moved since it was
+        -- charged, since only the general path moves them, and it flushes first).
+        if b and b ~= '0' then
+          local v = redis.pcall('HINCRBY', KEYS[1 + i], r[3 + i], b)
+          if type(v) ~= 'number' or v > MAXT then
+            redis.call('HSET', KEYS[1 + i], r[3 + i], idx(MAXT))
+          elseif v == b + 0 then
+            -- A new bucket (counts are positive): renew the hash's TTL. An existing bucket was
+            -- created under a TTL that covers it (a flush at a time >= its start, or a rebuild
+            -- that renewed every hash), and no other quota has written since ('v').
+            extend(KEYS[1 + i], ARGV[1])
+          end
+        end
+        f[#f + 1], f[#f + 2] = names[3 + i], idx(cur)
+        f[#f + 1], f[#f + 2] = names[ob + i], idx(math.min(c, MAXT))
+      else
+        f[#f + 1], f[#f + 2] = names[ob + i], idx(math.min((b or 0) + c, MAXT))
       end
     end
     local o = 3 + nwd
     for j = 1, nwin do
-      f[#f + 1], f[#f + 2] = names[o + 2 * j - 1], idx(tonumber(r[o + 2 * j - 1]) + c)
+      f[#f + 1], f[#f + 2] = names[o + 2 * j - 1], idx(r[o + 2 * j - 1] + c)
     end
   end
-  -- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease needs.
+  -- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease and the
+  -- pending bucket need.
   redis.call('HSET', A, unpack(f))
   return { 1, c, e }
 end
@@ -84,15 +89,14 @@ if not est then
         charge(wd, wd.cur, over)
       end
       chargeforeign(now, over)
-      commit(true, false, false)
+      commit(true, false)
       return { 1, over, tonumber(tomb), 1 }
     end
   end
-  commit(swept, false, false)
+  commit(swept, false)
   return { 0 }
 end
 redis.call('HDEL', A, id)
-redis.call('ZREM', D, id)
 reserved, rdirty = reserved - tonumber(est), true
 local charged = est
 if ARGV[base + 2] == '1' then
@@ -105,5 +109,5 @@ if tonumber(charged) ~= 0 then
   chargeforeign(now, charged)
 end
 -- KEYS[1] keeps its TTL: it held this reservation, so it lives as long as its lease needs.
-commit(true, false, false)
+commit(true, false)
 return { 1, tonumber(charged), tonumber(est) }
