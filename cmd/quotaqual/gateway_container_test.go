@@ -18,13 +18,13 @@ import (
 // altGatewayOnDocker are the scenarios TestAltGatewayVerdictsOnDocker runs: a few that pull
 // the levers docker has (store stop, gateway↔valkey partition), the black-box ones, and one the
 // profile's capabilities skip. Their verdicts are the ones pinned on netns (altGatewayVerdicts):
-// the gateway, not the engine, decides them. Left out: gateway-restart, which the altgateway
-// fails on docker although it passes on netns. Its fixed window (4 s in the quick profile)
-// resets at each boundary, and restarting its container takes longer than that (8 s, 15 s
-// measured on a loaded machine: `docker stop` waits its 5 s grace for the altgateway's
-// shutdown, which waits for connections another scenario left open), so the "still denied
-// after the restart" checks come after the boundary and the scenario's own guard ("post-
-// restart checks within one window of the first charge") fails. network-policy passes as on
+// the gateway, not the engine, decides them. Left out: gateway-restart, which passes on netns
+// but failed in three docker runs on this loaded host (load average ~25 on 2 cores): restarting
+// the container took 8, 17 and 18 s (measured once: the altgateway stopped gracefully, exit 0,
+// in 1.5 s; the container's start took 16 s), longer than the quick profile's 4 s window, so
+// the scenario's own guard ("post-restart checks within one window of the first charge") fails
+// and the fixed window has reset by then (200, not 429). Not determined: whether it passes on
+// an idle Docker host, as quotaqual's own gateway does there. network-policy passes as on
 // netns but takes half a minute; TestRunDockerTopologyPassesAllScenarios covers it.
 var altGatewayOnDocker = []string{"valid-auth", "auth-rejection", "shared-budget", "concurrency",
 	"valkey-outage", "valkey-partition", "gateway-crash"}
@@ -132,5 +132,62 @@ func TestMissingGatewayImageStopsTheRun(t *testing.T) {
 	}
 	if _, stderr, code := quotaqual(t, 30*time.Second, "run", "--topology", "netns", "--gateway-image", "x:1"); code != wire.ExitUsage || !strings.Contains(stderr, "--gateway-image") {
 		t.Errorf("--gateway-image on netns: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestRenderGatewayProfile: `quotaqual render --gateway` renders the kind manifests of another
+// gateway through its profile (its config under its own file name, its command and probes),
+// and a profile that cannot be read is a usage error naming --gateway.
+func TestRenderGatewayProfile(t *testing.T) {
+	stdout, stderr, code := quotaqual(t, 30*time.Second, "render", "--run-id", "r1", "--gateway", "altgateway")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"altgateway.json: |", "- altgateway\n", "- /etc/quotaqual/altgateway.json\n", "path: /ready\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the manifests lack %q", want)
+		}
+	}
+	if strings.Contains(stdout, "- gateway\n") {
+		t.Error("the manifests still run quotaqual's `gateway` command")
+	}
+	if _, stderr, code := quotaqual(t, 30*time.Second, "render", "--gateway", "no-such-profile.yaml"); code != wire.ExitUsage || !strings.Contains(stderr, "--gateway") {
+		t.Errorf("a missing profile: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestProfileEnvCopiesASecretIntoTheContainer: a profile variable copying the run's Valkey
+// password ($QUOTAQUAL_VALKEY_PASSWORD) reaches the gateway container's environment: the
+// altgateway, told to read its store password from that copy only, admits (it fails closed
+// without the store), and the canary scan finds the secret nowhere in the bundle.
+func TestProfileEnvCopiesASecretIntoTheContainer(t *testing.T) {
+	if !dockerengine.Available() {
+		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
+	}
+	removeOwnImageAfterwards(t)
+	y, err := os.ReadFile(shippedProfile("altgateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(y), `"password_variable": {{json .Store.PasswordEnv}}`, `"password_variable": "ALT_STORE_PASSWORD"`, 1)
+	text = strings.Replace(text, "launch:\n", "launch:\n  env:\n    ALT_STORE_PASSWORD: $QUOTAQUAL_VALKEY_PASSWORD\n", 1)
+	if text == string(y) || !strings.Contains(text, "ALT_STORE_PASSWORD: $") || !strings.Contains(text, `"password_variable": "ALT_STORE_PASSWORD"`) {
+		t.Fatal("the altgateway profile changed: update this test's edits")
+	}
+	path := filepath.Join(t.TempDir(), "alt-env.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--gateway", path, "--topology", "docker", "--json",
+		"--scenario", "valid-auth", "--evidence-dir", t.TempDir())
+	var out runJSON
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("run --json printed no JSON (%v)\nstderr:\n%s", err, stderr)
+	}
+	if code != 0 || len(out.Results) != 1 || out.Results[0].Status != evidence.Passed {
+		t.Fatalf("exit %d (%s), results %+v: the copied password did not reach the container", code, out.Error, out.Results)
+	}
+	if _, verr, vcode := quotaqual(t, time.Minute, "evidence", "verify", out.BundleDir); vcode != 0 {
+		t.Errorf("evidence verify: exit %d: %s", vcode, verr)
 	}
 }
