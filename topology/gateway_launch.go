@@ -19,12 +19,7 @@ import (
 // LaunchGateway and never render a gateway config themselves.
 
 // GatewayUnderTest is the profile of the gateway the run qualifies.
-func (b *Base) GatewayUnderTest() *undertest.Profile {
-	if b.Spec.Gateway != nil {
-		return b.Spec.Gateway
-	}
-	return undertest.Default()
-}
+func (b *Base) GatewayUnderTest() *undertest.Profile { return GatewayProfile(b.Spec) }
 
 // GatewayLaunch is one way to start a gateway: its full argv (the engine's wrapper first)
 // and environment, its config already written.
