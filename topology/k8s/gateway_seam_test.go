@@ -107,7 +107,7 @@ func TestGatewayPodsComeFromTheirProfiles(t *testing.T) {
 		{profile: "altgateway", image: "quotaqual:dev", args: []string{"altgateway", "--config", "/etc/quotaqual/altgateway.json"},
 			file: "altgateway.json", ready: "admin /ready", live: "admin /live", configHas: `"password_variable": "QUOTAQUAL_VALKEY_PASSWORD"`},
 		{profile: "litellm", image: "ghcr.io/berriai/litellm:main-stable", command: []string{"litellm"},
-			args: []string{"--config", "/etc/quotaqual/litellm.yaml", "--host", "", "--port", "8080"},
+			args: []string{"--config", "/etc/quotaqual/litellm.yaml", "--host", "0.0.0.0", "--port", "8080"},
 			file: "litellm.yaml", ready: "data /health/readiness", live: "data /health/liveliness",
 			env: map[string]string{"REDIS_PASSWORD": "secret:" + deployment.ValkeyPasswordEnv}, configHas: "redis_password: os.environ/REDIS_PASSWORD"},
 	}

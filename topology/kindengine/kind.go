@@ -42,6 +42,7 @@ package kindengine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -1406,6 +1407,7 @@ func (t *kindTopo) Facts() map[string]any {
 		"node_image":              map[bool]string{true: t.nodeImage, false: ""}[t.owns],
 		"kubernetes_version":      t.serverVer,
 		"quotaqual_image":         t.qqImg,
+		"gateway_image":           cmp.Or(topology.GatewayImage(t.spec), t.qqImg),
 		"valkey_image":            t.valkeyImg,
 		"valkey_addr":             net.JoinHostPort(t.svcHost(topology.HostValkey), strconv.Itoa(kindPorts.Valkey)),
 		"valkey_storage":          storage,
