@@ -46,6 +46,7 @@ type Options struct {
 	EngineWhy        string               // why auto chose the engine, for the manifest and progress
 	ValkeyImage      string               // docker: the Valkey image (default: built locally from the host's valkey-server)
 	Image            string               // docker, kind: the quotaqual image (default: built from the running binary)
+	GatewayImage     string               // docker, kind: the gateway under test's image (default: its profile's launch.image, else Image)
 	Kind             topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
 	Reporter         Reporter             // progress; nil: silent
 	// Gateway is the gateway profile to qualify (--gateway): a profile file, or the name of a
@@ -123,9 +124,9 @@ func (o *Options) Validate() error {
 			return &UsageError{fmt.Errorf("--gateway: %w", err)}
 		}
 		o.gateway = gw
-		if o.Topology == topology.EngineDocker || o.Topology == topology.EngineKind {
-			return &UsageError{fmt.Errorf("--gateway %s: the %s topology launches only quotaqual's own gateway so far: use --topology netns or process", gw.Name, o.Topology)}
-		}
+	}
+	if o.GatewayImage != "" && (o.Topology == topology.EngineNetns || o.Topology == topology.EngineProcess) {
+		return &UsageError{fmt.Errorf("--gateway-image %s: the %s topology runs the gateway's argv on this host, not an image: use --topology docker or kind", o.GatewayImage, o.Topology)}
 	}
 	return nil
 }
@@ -229,6 +230,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		StoreReplication: o.StoreReplication,
 		ValkeyImage:      o.ValkeyImage,
 		QuotaqualImage:   o.Image,
+		GatewayImage:     o.GatewayImage,
 		Kind:             o.Kind,
 	})
 	if err == nil {

@@ -7,8 +7,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-
-	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Engines besides netns and process (spec.go names those), which like them live in packages of
@@ -90,10 +88,6 @@ func New(engine string, spec Spec) (Topology, error) {
 	e, ok := engineNamed(engine)
 	if !ok {
 		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
-	}
-	if g := spec.Gateway; g != nil && g.Name != undertest.DefaultName && (engine == EngineDocker || engine == EngineKind) {
-		// These engines launch only quotaqual's own gateway so far (issue 12).
-		return nil, fmt.Errorf("gateway profile %s: the %s engine launches only quotaqual's own gateway so far: use --topology netns or process", g.Name, engine)
 	}
 	return e.New(spec)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
@@ -16,12 +19,7 @@ import (
 // LaunchGateway and never render a gateway config themselves.
 
 // GatewayUnderTest is the profile of the gateway the run qualifies.
-func (b *Base) GatewayUnderTest() *undertest.Profile {
-	if b.Spec.Gateway != nil {
-		return b.Spec.Gateway
-	}
-	return undertest.Default()
-}
+func (b *Base) GatewayUnderTest() *undertest.Profile { return GatewayProfile(b.Spec) }
 
 // GatewayLaunch is one way to start a gateway: its full argv (the engine's wrapper first)
 // and environment, its config already written.
@@ -127,34 +125,120 @@ func (b *Base) RestartGatewayWithPolicy(ctx context.Context, name string, p *dep
 }
 
 // The container engines (docker, kind) place the config themselves (a file copied into the
-// container, a ConfigMap); they render it, and the docker engine its command, through the
-// profile too. They launch only quotaqual's own gateway so far (New refuses another), whose
-// image entrypoint is the quotaqual binary.
+// container, a ConfigMap) and pass secrets their own way (container environment, Secret
+// references); they take everything else from ContainerGatewayFor, so a gateway's image, its
+// command, its environment and its readiness come from its profile on every engine.
 
-// gatewayProfile is spec's gateway under test.
-func gatewayProfile(spec Spec) *undertest.Profile {
+// ContainerConfigDir is where the container engines put the gateway's config file.
+const ContainerConfigDir = "/etc/quotaqual"
+
+// GatewayProfile is spec's gateway under test.
+func GatewayProfile(spec Spec) *undertest.Profile {
 	if spec.Gateway != nil {
 		return spec.Gateway
 	}
 	return undertest.Default()
 }
 
-// RenderGatewayConfig renders gateway name's config on addresses a under qualification
-// profile p through spec's gateway profile.
-func RenderGatewayConfig(spec Spec, name string, a deployment.Addresses, p deployment.Profile) ([]byte, error) {
-	return gatewayProfile(spec).RenderFor(spec.Deployment, name, a, p)
+// ContainerGateway is one gateway as a container engine launches it, rendered through the
+// gateway's profile.
+type ContainerGateway struct {
+	Profile *undertest.Profile
+	// Facts are what the config, argv and environment were rendered from.
+	Facts undertest.Facts
+	// Image is the gateway's own image (Spec.GatewayImage, else the profile's launch.image);
+	// empty means the run's quotaqual image.
+	Image string
+	// Entrypoint, when set, replaces the image's entrypoint (a gateway image of its own runs
+	// the profile's whole argv); Cmd is the container's command, after the entrypoint.
+	Entrypoint, Cmd []string
+	// ConfigPath is where the rendered Config goes inside the container.
+	ConfigPath string
+	Config     []byte
+	// Env are the profile's own variables, copies of the run's secret variables kept as
+	// references; the secret variables themselves (GatewaySecretEnv) are set beside them.
+	Env []undertest.EnvVar
 }
 
-// ContainerGatewayArgs is the gateway's command in a container whose entrypoint is the
-// quotaqual binary at bin, its config at configPath: the profile's argv after the binary.
-func ContainerGatewayArgs(spec Spec, name, bin, configPath string) ([]string, error) {
-	gw := gatewayProfile(spec)
-	argv, err := gw.Argv(undertest.Facts{Name: name, RunID: spec.RunID, Binary: bin, ConfigPath: configPath})
+// GatewayImage is the image of spec's gateway under test, "" for the run's quotaqual image.
+func GatewayImage(spec Spec) string {
+	if spec.GatewayImage != "" {
+		return spec.GatewayImage
+	}
+	return GatewayProfile(spec).Launch.Image
+}
+
+// GatewaySecretEnv are the run's secret variables (NAME=value) a container engine gives every
+// gateway: the Valkey URL on valkeyAddr, the Basic-auth passwords, and the store's password
+// alone (for a gateway put on the replicated store later, and for profiles copying it). A
+// gateway profile's own variables may copy these. Secret: never log them.
+func GatewaySecretEnv(spec Spec, valkeyAddr string) []string {
+	return append(spec.Deployment.GatewayEnv(valkeyAddr), spec.Deployment.StoreEnv()...)
+}
+
+// ContainerGatewayFor renders gateway name for a container engine: its config on addresses a
+// under qualification profile p, its image, command and environment.
+func ContainerGatewayFor(spec Spec, name string, a deployment.Addresses, p deployment.Profile) (ContainerGateway, error) {
+	gw := GatewayProfile(spec)
+	f, err := undertest.FactsFor(spec.Deployment, name, a, p)
+	if err != nil {
+		return ContainerGateway{}, err
+	}
+	f.Binary = images.QuotaqualInContainer
+	f.ConfigPath = path.Join(ContainerConfigDir, gw.Config.File)
+	cfg, err := gw.Render(f)
+	if err != nil {
+		return ContainerGateway{}, err
+	}
+	argv, err := gw.Argv(f)
+	if err != nil {
+		return ContainerGateway{}, err
+	}
+	var names []string
+	for _, kv := range GatewaySecretEnv(spec, a.ValkeyAddr) {
+		k, _, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+	}
+	env, err := gw.EnvVars(f, names)
+	if err != nil {
+		return ContainerGateway{}, err
+	}
+	cg := ContainerGateway{Profile: gw, Facts: f, Image: GatewayImage(spec), ConfigPath: f.ConfigPath, Config: cfg, Env: env}
+	switch {
+	case cg.Image != "":
+		// An image of its own: the profile's argv is the whole command.
+		cg.Entrypoint, cg.Cmd = argv[:1], argv[1:]
+	case argv[0] == f.Binary:
+		// The quotaqual image: its entrypoint is the quotaqual binary.
+		cg.Cmd = argv[1:]
+	default:
+		return ContainerGateway{}, fmt.Errorf("gateway profile %s: launch.argv starts with %q but gives no launch.image: the container engines would run it in the quotaqual image, which holds only the quotaqual binary; set launch.image (or --gateway-image) to an image that has %s, or start argv with {{.Binary}}", gw.Name, argv[0], argv[0])
+	}
+	return cg, nil
+}
+
+// RenderGatewayConfig renders gateway name's config on addresses a under qualification
+// profile p through spec's gateway profile, as ContainerGatewayFor does.
+func RenderGatewayConfig(spec Spec, name string, a deployment.Addresses, p deployment.Profile) ([]byte, error) {
+	cg, err := ContainerGatewayFor(spec, name, a, p)
 	if err != nil {
 		return nil, err
 	}
-	if len(argv) == 0 || argv[0] != bin {
-		return nil, fmt.Errorf("gateway profile %s: launch.argv must start with {{.Binary}} in a container whose entrypoint is %s", gw.Name, bin)
+	return cg.Config, nil
+}
+
+// CheckGatewayImage stops a container run before anything starts when the gateway's own image
+// (GatewayImage) is not in the local Docker engine: nothing pulls it (the project's machines
+// reach no registry, and a run must qualify exactly the image named).
+func CheckGatewayImage(ctx context.Context, spec Spec) error {
+	img := GatewayImage(spec)
+	if img == "" || images.Exists(ctx, img) {
+		return nil
 	}
-	return argv[1:], nil
+	gw := GatewayProfile(spec)
+	src := "launch.image of gateway profile " + gw.Name
+	if spec.GatewayImage != "" {
+		src = "--gateway-image"
+	}
+	return fmt.Errorf("gateway image %s (%s) is not in the local Docker engine, and quotaqual pulls no image: provide it first (docker pull %s where a registry is reachable, or docker load -i <archive>), or name one that is present with --gateway-image", img, src, img)
 }

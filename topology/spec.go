@@ -48,6 +48,9 @@ type Spec struct {
 	// package topology/images), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
 	ValkeyImage    string
 	QuotaqualImage string
+	// GatewayImage, docker and kind: the gateway under test's image, instead of its profile's
+	// launch.image. It must be present locally (docker load): nothing is pulled.
+	GatewayImage string
 
 	// Kind engine only: cluster, node image, existing kubeconfig/context, keep (kind_options.go).
 	Kind KindOptions

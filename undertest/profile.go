@@ -66,14 +66,17 @@ const (
 
 // Profile is one gateway under test, as a profile YAML file describes it.
 type Profile struct {
-	Name        string       `yaml:"name"`
-	Status      Status       `yaml:"status"`
-	Description string       `yaml:"description"`
-	Launch      Launch       `yaml:"launch"`
-	Config      Config       `yaml:"config"`
-	Readiness   Readiness    `yaml:"readiness"`
-	Expect      Expect       `yaml:"expect"`
-	Caps        Capabilities `yaml:"capabilities"`
+	Name        string    `yaml:"name"`
+	Status      Status    `yaml:"status"`
+	Description string    `yaml:"description"`
+	Launch      Launch    `yaml:"launch"`
+	Config      Config    `yaml:"config"`
+	Readiness   Readiness `yaml:"readiness"`
+	// Liveness, optional, is where an orchestrator checks the gateway is alive (a Kubernetes
+	// liveness probe); it must not depend on the store. Empty: no liveness check.
+	Liveness Readiness    `yaml:"liveness"`
+	Expect   Expect       `yaml:"expect"`
+	Caps     Capabilities `yaml:"capabilities"`
 
 	tmpl *template.Template // Config.Template, parsed by validate
 	argv []*template.Template
@@ -85,9 +88,12 @@ type Launch struct {
 	// Argv is the command line, each element a template over Facts (Binary is the harness's
 	// quotaqual binary, ConfigPath the rendered config as the gateway sees it).
 	Argv []string `yaml:"argv"`
-	// Image, for the container engines: the gateway's image; empty means the run's quotaqual
-	// image. Not read yet: docker and kind launch only quotaqual's own gateway so far, and
-	// the process engines never will.
+	// Image, for the container engines (docker, kind): the gateway's image, which must be
+	// present in the local Docker engine (nothing is pulled: a missing image stops the run
+	// before anything starts). In it, Argv is the whole command (its entrypoint is replaced).
+	// Empty means the run's quotaqual image, whose entrypoint is the quotaqual binary: Argv
+	// must then start with {{.Binary}}, and the rest is the container's command. The process
+	// engines (netns, process) run Argv on the host and ignore Image.
 	Image string `yaml:"image"`
 	// Env is added to the gateway's environment; each value is a template over Facts. The
 	// secrets (passwords, the store URL) are always in the environment under the names Facts
@@ -267,6 +273,19 @@ func (p *Profile) validate() strictyaml.Errors {
 	if !strings.HasPrefix(p.Readiness.Path, "/") {
 		bad("readiness.path", "%q is not an absolute path: give one like /readyz", p.Readiness.Path)
 	}
+	if p.Liveness != (Readiness{}) {
+		switch p.Liveness.Listener {
+		case ListenerData, ListenerAdmin:
+		default:
+			bad("liveness.listener", "%q is unknown: use %s or %s", p.Liveness.Listener, ListenerData, ListenerAdmin)
+		}
+		if !strings.HasPrefix(p.Liveness.Path, "/") {
+			bad("liveness.path", "%q is not an absolute path: give one like /healthz", p.Liveness.Path)
+		}
+	}
+	if img := p.Launch.Image; img != "" && !imageRef.MatchString(img) {
+		bad("launch.image", "%q is not an image reference: give one like registry.example/gateway:1.2", img)
+	}
 	checkAnswer := func(path string, a Answer) {
 		if a.Status < 400 || a.Status > 599 {
 			bad(path+".status", "%d is not an error status: give the 4xx or 5xx the gateway answers", a.Status)
@@ -348,6 +367,8 @@ var (
 	profileName = regexp.MustCompile(`^[a-z0-9-]{1,48}$`)
 	envName     = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 	headerName  = regexp.MustCompile(`^[A-Za-z0-9-]+$`)
+	// imageRef is a Docker image reference, loosely: [registry[:port]/]path[:tag][@digest].
+	imageRef = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*[a-z0-9](:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
 )
 
 func sortedKeys(m map[string]string) []string {

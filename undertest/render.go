@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -60,28 +61,89 @@ func (p *Profile) Argv(f Facts) ([]string, error) {
 // copy a secret with $NAME. Secret: never log it.
 func (p *Profile) Env(f Facts, secrets []string) ([]string, error) {
 	lookup := map[string]string{}
+	names := make([]string, 0, len(secrets))
 	for _, kv := range secrets {
 		k, v, _ := strings.Cut(kv, "=")
 		lookup[k] = v
+		names = append(names, k)
+	}
+	vars, err := p.EnvVars(f, names)
+	if err != nil {
+		return nil, err
 	}
 	out := append([]string(nil), secrets...)
+	for _, ev := range vars {
+		var b strings.Builder
+		for _, part := range ev.Parts {
+			if part.Copy != "" {
+				b.WriteString(lookup[part.Copy])
+			} else {
+				b.WriteString(part.Text)
+			}
+		}
+		out = append(out, ev.Name+"="+b.String())
+	}
+	return out, nil
+}
+
+// EnvVar is one of the profile's own variables with the run's variables it copies left as
+// references, for an engine that passes secrets by reference (a Kubernetes Secret): its value
+// is the concatenation of Parts.
+type EnvVar struct {
+	Name  string
+	Parts []EnvPart
+}
+
+// EnvPart is literal Text, or a Copy of the run's variable of that name.
+type EnvPart struct {
+	Text string
+	Copy string
+}
+
+// CopiesOnly reports the variable a value copies whole ($NAME and nothing else), if it does.
+func (v EnvVar) CopiesOnly() (string, bool) {
+	if len(v.Parts) == 1 && v.Parts[0].Copy != "" {
+		return v.Parts[0].Copy, true
+	}
+	return "", false
+}
+
+// EnvVars renders the profile's own variables for f, in name order, each $NAME a reference to
+// one of the run's variables named in known (an error names any other).
+func (p *Profile) EnvVars(f Facts, known []string) ([]EnvVar, error) {
+	var out []EnvVar
 	for _, k := range sortedKeys(p.Launch.Env) {
 		var b strings.Builder
 		if err := p.env[k].Execute(&b, f); err != nil {
 			return nil, fmt.Errorf("rendering launch.env.%s of gateway profile %s: %w", k, p.Name, err)
 		}
-		var missing []string
-		v := os.Expand(b.String(), func(name string) string {
-			v, ok := lookup[name]
-			if !ok {
-				missing = append(missing, name)
-			}
-			return v
-		})
-		if len(missing) > 0 {
-			return nil, fmt.Errorf("launch.env.%s of gateway profile %s copies $%s, which the run does not set: use one of the run's variables", k, p.Name, missing[0])
+		if strings.ContainsRune(b.String(), 0) {
+			return nil, fmt.Errorf("launch.env.%s of gateway profile %s renders a NUL character: remove it", k, p.Name)
 		}
-		out = append(out, k+"="+v)
+		// Each reference becomes NUL<name>NUL, so splitting at NUL alternates text and names.
+		var missing string
+		marked := os.Expand(b.String(), func(name string) string {
+			if !slices.Contains(known, name) && missing == "" {
+				missing = name
+			}
+			return "\x00" + name + "\x00"
+		})
+		if missing != "" {
+			return nil, fmt.Errorf("launch.env.%s of gateway profile %s copies $%s, which the run does not set: use one of the run's variables", k, p.Name, missing)
+		}
+		ev := EnvVar{Name: k}
+		for i, seg := range strings.Split(marked, "\x00") {
+			switch {
+			case i%2 == 1:
+				ev.Parts = append(ev.Parts, EnvPart{Copy: seg})
+			case seg != "":
+				ev.Parts = append(ev.Parts, EnvPart{Text: seg})
+			}
+		}
+		if len(ev.Parts) == 0 {
+			ev.Parts = []EnvPart{{Text: ""}}
+		}
+		out = append(out, ev)
 	}
 	return out, nil
 }

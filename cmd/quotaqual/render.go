@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/kindengine"
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -19,7 +22,7 @@ func init() { subcommands = append(subcommands, newRenderCmd) }
 // (REPLACE-generated-per-run): a run generates its own and puts them only into the cluster's
 // Secrets, so the output can be pasted into a review or a ticket as it is.
 func newRenderCmd() *cobra.Command {
-	var engine, runID, profile, qqImage, valkeyImage, storageClass string
+	var engine, runID, profile, qqImage, valkeyImage, storageClass, gatewayName, gatewayImage string
 	var emptyDir, storeGroup bool
 	cmd := &cobra.Command{
 		Use:   "render --topology kind [--run-id ID] [--profile P]",
@@ -52,9 +55,16 @@ placeholders; a run generates fresh ones and never prints them.`,
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
+			var gw *undertest.Profile
+			if gatewayName != "" {
+				if gw, err = loadGatewayProfile(gatewayName); err != nil {
+					return withCode(wire.ExitUsage, fmt.Errorf("--gateway: %w", err))
+				}
+			}
 			y, err := kindengine.RenderYAML(d, kindengine.ManifestOptions{
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
 				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
+				Gateway: gw, GatewayImage: gatewayImage,
 			})
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
@@ -71,6 +81,17 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f.StringVar(&valkeyImage, "valkey-image", images.DefaultValkeyImage, "Valkey image")
 	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")
 	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
+	f.StringVar(&gatewayName, "gateway", "", "the gateway under test: a gateway profile file or a shipped profile's name (default: quotaqual's own gateway)")
+	f.StringVar(&gatewayImage, "gateway-image", "", "the gateway's image instead of its profile's launch.image")
 	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")
 	return cmd
+}
+
+// loadGatewayProfile reads a gateway profile file or, when no such file exists and the name is
+// one, a shipped profile (as run --gateway does).
+func loadGatewayProfile(s string) (*undertest.Profile, error) {
+	if _, err := os.Stat(s); err != nil && slices.Contains(undertest.ShippedNames(), s) {
+		return undertest.Shipped(s)
+	}
+	return undertest.Load(s)
 }

@@ -86,6 +86,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "how the gateways write to the replicated store in valkey-failover: acknowledged (a replica confirms each write) or async (Valkey's default: a failover can spend a budget twice)")
 	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")
 	f.StringVar(&o.Image, "image", "", "docker: quotaqual image to run (default: built from this binary)")
+	f.StringVar(&o.GatewayImage, "gateway-image", "", "docker, kind: image of the gateway under test, present locally (docker load; nothing is pulled) (default: the profile's launch.image, else the quotaqual image)")
 	f.StringVar(&o.Kind.NodeImage, "kind-node-image", "", "kind: node image for the run's cluster (default: QUOTAQUAL_KIND_NODE_IMAGE, else kind's, else the local build of make kind-node-image)")
 	f.StringVar(&o.Kind.Kubeconfig, "kubeconfig", "", "kind: run in a namespace of an existing cluster instead of creating one")
 	f.StringVar(&o.Kind.Context, "context", "", "kind: kubeconfig context of the existing cluster")

@@ -51,6 +51,7 @@ package dockerengine
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -117,7 +119,6 @@ const (
 	dockerReadyTimeout  = 60 * time.Second // a container's component must be ready within this
 	dockerStopTimeout   = 5 * time.Second  // graceful stop before SIGKILL
 	dockerValkeyConf    = "/etc/valkey/valkey.conf"
-	dockerGatewayConf   = "/etc/quotaqual/gateway.yaml"
 	valkeyReadyLogLine  = "Ready to accept connections"
 	dockerRelayDeadline = 10 * time.Second // exec relay set-up
 )
@@ -315,7 +316,11 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	if err := t.images(ctx); err != nil {
 		return err
 	}
-	t.spec.Progress("images: %s, %s", t.qqImg, t.valkeyImg)
+	if img := topology.GatewayImage(t.spec); img != "" {
+		t.spec.Progress("images: %s, %s, gateway %s", t.qqImg, t.valkeyImg, img)
+	} else {
+		t.spec.Progress("images: %s, %s", t.qqImg, t.valkeyImg)
+	}
 	if err := t.createNetworks(ctx); err != nil {
 		return err
 	}
@@ -368,8 +373,12 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	return nil
 }
 
-// images resolves (and builds when missing) the two images.
+// images checks the gateway's own image is present (when its profile names one), then resolves
+// (and builds when missing) the two images. It runs before any network or container exists.
 func (t *dockerTopo) images(ctx context.Context) (err error) {
+	if err := topology.CheckGatewayImage(ctx, t.spec); err != nil {
+		return err
+	}
 	t.valkeyImg, t.qqImg, err = images.Resolve(ctx, t.spec.ValkeyImage, t.spec.QuotaqualImage, t.spec.Binary)
 	return err
 }
@@ -469,30 +478,47 @@ func (t *dockerTopo) gatewayAddrs(host string, provs []deployment.ProviderAddr) 
 	}
 }
 
+// startGateway starts gateway host's container as its profile says (topology.
+// ContainerGatewayFor): its image (the run's quotaqual image unless the profile names one),
+// its command, its rendered config at the profile's path, and its environment. Secrets reach
+// the container only as environment variables, never on its command line.
 func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []deployment.ProviderAddr) error {
 	t.mu.Lock()
 	t.provAddrs = provs
 	t.mu.Unlock()
-	cfg, err := topology.RenderGatewayConfig(t.spec, host, t.gatewayAddrs(host, provs), t.spec.Deployment.Profile)
-	if err != nil {
-		return err
-	}
-	args, err := topology.ContainerGatewayArgs(t.spec, host, images.QuotaqualInContainer, dockerGatewayConf)
+	cg, err := topology.ContainerGatewayFor(t.spec, host, t.gatewayAddrs(host, provs), t.spec.Deployment.Profile)
 	if err != nil {
 		return err
 	}
 	// The config holds no secret; keep a copy next to the logs as the other engines do.
-	_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", host+".yaml"), cfg, 0o600)
+	_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", host+path.Ext(cg.ConfigPath)), cg.Config, 0o600)
+	// The secrets (the store's password alone too, should UseReplicatedStore put the gateway
+	// on the group: a container's environment is fixed when it is created), then the
+	// profile's own variables, which may copy them.
+	kvs, err := cg.Profile.Env(cg.Facts, topology.GatewaySecretEnv(t.spec, t.ValkeyAddr()))
+	if err != nil {
+		return err
+	}
 	env := map[string]string{topology.EnvRunID: t.spec.RunID}
-	// The store's password alone too, should UseReplicatedStore put the gateway on the group
-	// (a container's environment is fixed when it is created).
-	for _, kv := range append(t.spec.Deployment.GatewayEnv(t.ValkeyAddr()), t.spec.Deployment.StoreEnv()...) {
+	for _, kv := range kvs {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	files := []testcontainers.ContainerFile{{Reader: bytes.NewReader(cfg), ContainerFilePath: dockerGatewayConf, FileMode: 0o444}}
-	return t.startQuotaqual(ctx, host, args, env, files,
-		[]int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin})
+	image := t.qqImg
+	if cg.Image != "" {
+		image = cg.Image
+	}
+	req := t.request(host, image, []int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin})
+	req.Entrypoint = cg.Entrypoint
+	req.Cmd = cg.Cmd
+	req.Env = env
+	req.Files = []testcontainers.ContainerFile{{Reader: bytes.NewReader(cg.Config), ContainerFilePath: cg.ConfigPath, FileMode: 0o444}}
+	return t.run(ctx, host, req)
+}
+
+// gatewayConfPath is where a gateway container's config is, as its profile names the file.
+func (t *dockerTopo) gatewayConfPath() string {
+	return path.Join(topology.ContainerConfigDir, topology.GatewayProfile(t.spec).Config.File)
 }
 
 func (t *dockerTopo) startValkeyContainer(ctx context.Context) error {
@@ -624,15 +650,16 @@ func (t *dockerTopo) refreshEndpoints(ctx context.Context, host string) error {
 	return nil
 }
 
-// waitReady reads the host's endpoints and polls its readiness (gateways /readyz, providers
-// /healthz on the admin port) through the observer until it answers 200.
+// waitReady reads the host's endpoints and polls its readiness (gateways where their profile
+// says, providers /healthz on the admin port) through the observer until it answers 200.
 func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 	if err := t.refreshEndpoints(ctx, host); err != nil {
 		return err
 	}
 	readyURL := t.Provider(host).AdminURL + "/healthz"
 	if topology.IsGateway(host) {
-		readyURL = t.Gateway(host).AdminURL + "/readyz"
+		gw := t.Gateway(host)
+		readyURL = topology.GatewayProfile(t.spec).ReadyURL(gw.DataURL, gw.AdminURL)
 	}
 	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
 	defer cancel()
@@ -681,7 +708,7 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 		return fmt.Errorf("restarting %s: stop: %w", name, err)
 	}
 	if cfg != nil {
-		if err := c.CopyToContainer(ctx, cfg, dockerGatewayConf, 0o444); err != nil {
+		if err := c.CopyToContainer(ctx, cfg, t.gatewayConfPath(), 0o444); err != nil {
 			return fmt.Errorf("restarting %s: copying its new config: %w", name, err)
 		}
 	}
@@ -711,7 +738,7 @@ func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, 
 		return err
 	}
 	if p != nil { // kept as evidence beside the original, as the other engines do
-		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", name+"-policy.yaml"), cfg, 0o600)
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", name+"-policy"+path.Ext(t.gatewayConfPath())), cfg, 0o600)
 	}
 	return t.replaceGateway(ctx, name, dockerStopTimeout, cfg)
 }
@@ -1224,6 +1251,7 @@ func (t *dockerTopo) Facts() map[string]any {
 		"valkey_image":    t.valkeyImg,
 		"valkey_version":  t.valkeyVer,
 		"quotaqual_image": t.qqImg,
+		"gateway_image":   cmp.Or(topology.GatewayImage(t.spec), t.qqImg),
 		"gateways":        gws,
 		"providers":       prs,
 		"containers":      containers,

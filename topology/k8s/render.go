@@ -7,10 +7,12 @@
 //	                 pod-security enforce=restricted (every pod below is restricted)
 //	Secret           valkey-auth: password, url (redis://:pw@valkey.<ns>.svc.<domain>:6379)
 //	                 and auth.conf ("requirepass <pw>", the only secret line of Valkey's config)
-//	Secret           gateway-credentials: exactly deployment.Deployment.GatewayEnv — the Valkey
-//	                 URL and every Basic-auth password under the variable names the gateway
-//	                 config references
-//	ConfigMap        <gateway>-config per gateway: the gateway profile's config (undertest; no secret)
+//	Secret           gateway-credentials: the run's secret variables (topology.GatewaySecretEnv:
+//	                 the Valkey URL, every Basic-auth password under the variable names the
+//	                 gateway config references, the Valkey password alone); a gateway profile's
+//	                 own variables copy them by Secret reference
+//	ConfigMap        <gateway>-config per gateway: the gateway profile's config (undertest; no
+//	                 secret) under its file name, mounted in /etc/quotaqual
 //	PVC              valkey-data (default storage class) so the append-only file survives the
 //	                 pod being deleted (scale to 0 and back); an emptyDir would not
 //	NetworkPolicy    default-deny-ingress, then one allow-<rule> per rule of the policy
@@ -83,7 +85,6 @@ const (
 	SecretGateway        = "gateway-credentials"
 	PVCValkey            = "valkey-data"
 	PolicyDefaultDeny    = "default-deny-ingress"
-	GatewayConfigKey     = "gateway.yaml"
 	GatewayConfigDir     = "/etc/quotaqual"
 	ValkeyAuthKey        = "auth.conf"
 	ValkeyAuthDir        = "/etc/valkey"
@@ -110,10 +111,38 @@ type Ports struct {
 	GatewayData, GatewayAdmin, ProviderData, ProviderAdmin, Valkey int
 }
 
-// Gateway is one gateway host and its rendered config (undertest.Profile.RenderFor).
+// Gateway is one gateway host as its profile launches it (package topology's
+// ContainerGatewayFor): its rendered config, image, command, environment and probes. The
+// renderer adds nothing of its own but the config's mount and the Secret of the run's
+// variables.
 type Gateway struct {
 	Host   string
 	Config []byte
+	// ConfigFile is the config's file name: its key in the <host>-config ConfigMap, mounted
+	// in GatewayConfigDir.
+	ConfigFile string
+	// Image is the gateway's own image; "" means QuotaqualImage.
+	Image string
+	// Command, when set, replaces the image's entrypoint; Args are the container's arguments.
+	Command, Args []string
+	// Env are the profile's own variables, beside the SecretGateway variables every gateway
+	// gets whole: each a plain Value, or a copy of one of those variables (SecretKey), which
+	// stays a reference to the Secret so no secret value is written outside it.
+	Env []EnvVar
+	// Ready is the readiness probe; Live, when set, the liveness probe.
+	Ready Probe
+	Live  *Probe
+}
+
+// EnvVar is one environment variable of a gateway: Value, or SecretKey of SecretGateway. A
+// Value may use Kubernetes' $(NAME) to embed one of the Secret's variables.
+type EnvVar struct {
+	Name, Value, SecretKey string
+}
+
+// Probe is an HTTP GET of Path on the container port named Port (data or admin).
+type Probe struct {
+	Port, Path string
 }
 
 // Provider is one provider host, its site and its `quotaqual provider` arguments.
@@ -305,6 +334,28 @@ func (in Input) validate() error {
 	if len(in.Gateways) == 0 || len(in.Providers) == 0 {
 		errs = append(errs, errors.New("at least one gateway and one provider are required"))
 	}
+	for _, g := range in.Gateways {
+		if g.ConfigFile == "" || strings.ContainsAny(g.ConfigFile, "/\\") || len(validation.IsConfigMapKey(g.ConfigFile)) > 0 {
+			errs = append(errs, fmt.Errorf("gateway %s: config file %q is not a plain file name usable as a ConfigMap key", g.Host, g.ConfigFile))
+		}
+		if len(g.Args) == 0 && len(g.Command) == 0 {
+			errs = append(errs, fmt.Errorf("gateway %s: no command: give its arguments (Args) and, in an image of its own, its Command", g.Host))
+		}
+		probes := []Probe{g.Ready}
+		if g.Live != nil {
+			probes = append(probes, *g.Live)
+		}
+		for _, p := range probes {
+			if (p.Port != "data" && p.Port != "admin") || !strings.HasPrefix(p.Path, "/") {
+				errs = append(errs, fmt.Errorf("gateway %s: probe %s %q: the port must be data or admin and the path absolute", g.Host, p.Port, p.Path))
+			}
+		}
+		for _, e := range g.Env {
+			if len(validation.IsEnvVarName(e.Name)) > 0 || (e.SecretKey != "" && e.Value != "") {
+				errs = append(errs, fmt.Errorf("gateway %s: environment variable %q: a valid name with a Value or a SecretKey, not both", g.Host, e.Name))
+			}
+		}
+	}
 	hosts := map[string]bool{}
 	for _, h := range in.hosts() {
 		if len(validation.IsDNS1123Label(h)) > 0 {
@@ -447,7 +498,7 @@ func Render(in Input) ([]runtime.Object, error) {
 		objs = append(objs, &corev1.ConfigMap{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 			ObjectMeta: in.meta(g.Host+"-config", in.PodLabels(g.Host)),
-			Data:       map[string]string{GatewayConfigKey: string(g.Config)},
+			Data:       map[string]string{g.ConfigFile: string(g.Config)},
 		})
 	}
 	if st := in.Store; st != nil {
@@ -706,16 +757,31 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 		strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
 		grace = 10
 	case RoleGateway:
-		c.Args = []string{"gateway", "--config", GatewayConfigDir + "/" + GatewayConfigKey}
+		// Everything but the config's mount and the Secret comes from the gateway's profile.
+		g := in.gateway(host)
+		if g.Image != "" {
+			c.Image = g.Image
+		}
+		c.Command, c.Args = g.Command, g.Args
 		c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: SecretGateway}}}}
-		c.ReadinessProbe = httpProbe("/readyz", "admin", 1)
-		c.LivenessProbe = httpProbe("/healthz", "admin", 5)
+		for _, e := range g.Env {
+			ev := corev1.EnvVar{Name: e.Name, Value: e.Value}
+			if e.SecretKey != "" {
+				ev.ValueFrom = &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: SecretGateway}, Key: e.SecretKey}}
+			}
+			c.Env = append(c.Env, ev)
+		}
+		c.ReadinessProbe = httpProbe(g.Ready.Path, g.Ready.Port, 1)
+		if g.Live != nil {
+			c.LivenessProbe = httpProbe(g.Live.Path, g.Live.Port, 5)
+		}
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "config", MountPath: GatewayConfigDir, ReadOnly: true})
 		vols = append(vols, corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: host + "-config"},
 		}}})
-		grace = 15 // the gateway drains for up to its shutdown_timeout (10s)
+		grace = 15 // quotaqual's gateway drains for up to its shutdown_timeout (10s)
 	case RoleProvider:
 		for _, p := range in.Providers {
 			if p.Host == host {
@@ -756,6 +822,16 @@ func (in Input) deployment(host string) *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// gateway is host's entry in Gateways.
+func (in Input) gateway(host string) Gateway {
+	for _, g := range in.Gateways {
+		if g.Host == host {
+			return g
+		}
+	}
+	return Gateway{}
 }
 
 // redactKV shows the name of a NAME=value entry only.

@@ -70,6 +70,8 @@ func TestManifestsMatchGoldenFiles(t *testing.T) {
 		{"manifests-emptydir-never.yaml", kindengine.ManifestOptions{Placeholders: true, EmptyDir: true,
 			PullPolicy: corev1.PullNever, QuotaqualImage: "quotaqual:bin-0123456789ab", ValkeyImage: "valkey/valkey:8"}},
 		{"manifests-store-group.yaml", kindengine.ManifestOptions{Placeholders: true, StoreGroup: true}},
+		// Another gateway through its profile alone (gateway_seam_test.go checks its parts).
+		{"manifests-altgateway.yaml", kindengine.ManifestOptions{Placeholders: true, Gateway: shipped(t, "altgateway")}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -230,9 +232,10 @@ func TestNamesAndLabelsAreValid(t *testing.T) {
 }
 
 // Every pod is "restricted": non-root, no privilege escalation, ALL capabilities dropped,
-// RuntimeDefault seccomp, read-only root filesystem, no service account token, local images.
+// RuntimeDefault seccomp, read-only root filesystem, no service account token, local images —
+// with every shipped gateway profile, foreign images included.
 func TestEveryPodIsRestricted(t *testing.T) {
-	for _, o := range renderBoth(t, testDeployment(t), kindengine.ManifestOptions{}) {
+	for _, o := range renderEveryGateway(t, testDeployment(t), kindengine.ManifestOptions{}) {
 		dep, ok := o.(*appsv1.Deployment)
 		if !ok {
 			continue
@@ -270,8 +273,9 @@ func TestEveryPodIsRestricted(t *testing.T) {
 	}
 }
 
-// The gateways get exactly the variables GatewayEnv produces, from a Secret, and every
-// password_env their config names is among them; Valkey gets its password from a Secret file.
+// The gateways get exactly the run's secret variables (GatewayEnv and the store's password
+// alone, as on every engine), from a Secret, and every password_env their config names is
+// among them; Valkey gets its password from a Secret file.
 func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 	d := testDeployment(t)
 	objs := render(t, d, kindengine.ManifestOptions{})
@@ -287,16 +291,16 @@ func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 				vkSecret = x
 			}
 		case *corev1.ConfigMap:
-			configs[x.Name] = x.Data[k8s.GatewayConfigKey]
+			configs[x.Name] = x.Data["gateway.yaml"] // quotaqual's profile names its file so
 		}
 	}
 	if gwSecret == nil || vkSecret == nil {
 		t.Fatal("missing secrets")
 	}
 	valkeyAddr := "valkey.quotaqual-" + goldenRunID + ".svc.cluster.local:6379"
-	env := d.GatewayEnv(valkeyAddr)
+	env := append(d.GatewayEnv(valkeyAddr), d.StoreEnv()...)
 	if len(gwSecret.StringData) != len(env) {
-		t.Errorf("gateway secret has %d keys, GatewayEnv %d", len(gwSecret.StringData), len(env))
+		t.Errorf("gateway secret has %d keys, GatewayEnv and StoreEnv %d", len(gwSecret.StringData), len(env))
 	}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -323,11 +327,11 @@ func TestSecretsCarryTheGatewayEnvironment(t *testing.T) {
 
 // With the real secrets rendered, no secret appears outside the two Secrets (not in a
 // ConfigMap, an argument, an environment value or an annotation); with placeholders, none
-// appears at all.
+// appears at all — with every shipped gateway profile (litellm copies one into a variable).
 func TestSecretsAppearOnlyInSecrets(t *testing.T) {
 	d := testDeployment(t)
 	for _, placeholders := range []bool{false, true} {
-		for _, o := range renderBoth(t, d, kindengine.ManifestOptions{Placeholders: placeholders}) {
+		for _, o := range renderEveryGateway(t, d, kindengine.ManifestOptions{Placeholders: placeholders}) {
 			b, _ := json.Marshal(o)
 			_, isSecret := o.(*corev1.Secret)
 			for _, s := range d.Secrets() {

@@ -42,6 +42,7 @@ package kindengine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -258,8 +259,11 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 	if !existing && !images.Exists(ctx, t.nodeImage) && t.defaulted && images.Exists(ctx, LocalNodeImage) {
 		t.nodeImage = LocalNodeImage
 	}
+	// Before building anything: no registry is reachable on the project's machines.
+	if err := topology.CheckGatewayImage(ctx, t.spec); err != nil {
+		return err
+	}
 	if !existing && !images.Exists(ctx, t.nodeImage) {
-		// Before building anything: no registry is reachable on the project's machines.
 		return fmt.Errorf("kind node image %s is not present locally and cannot be pulled here: build one with `make kind-node-image` (%s) or load one (docker load), and name it with %s (or KindOptions.NodeImage)", t.nodeImage, LocalNodeImage, EnvNodeImage)
 	}
 	if err := t.images(ctx); err != nil {
@@ -284,7 +288,7 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 		return err
 	}
 	for _, g := range topology.Gateways {
-		if err := t.waitHTTP(ctx, t.Gateway(g).AdminURL+"/readyz", kindLeverTimeout); err != nil {
+		if err := t.waitHTTP(ctx, t.gatewayReadyURL(g), kindLeverTimeout); err != nil {
 			return fmt.Errorf("%s through a port-forward: %w", g, err)
 		}
 	}
@@ -408,7 +412,7 @@ func (t *kindTopo) connect(ctx context.Context, rc *rest.Config) error {
 	return nil
 }
 
-// loadImages loads both images into every node of the kind cluster (docker save, then
+// loadImages loads the images (and the gateway's own, when its profile names one) into every node of the kind cluster (docker save, then
 // nodeutils.LoadImageArchive per node: kind v0.33 has no LoadImage API).
 func (t *kindTopo) loadImages(ctx context.Context) error {
 	start := time.Now()
@@ -422,9 +426,13 @@ func (t *kindTopo) loadImages(ctx context.Context) error {
 	}
 	defer os.Remove(f.Name())
 	f.Close()
-	out, err := exec.CommandContext(ctx, "docker", "save", "-o", f.Name(), t.qqImg, t.valkeyImg).CombinedOutput()
+	imgs := []string{t.qqImg, t.valkeyImg}
+	if gi := topology.GatewayImage(t.spec); gi != "" {
+		imgs = append(imgs, gi) // the gateway's own image (CheckGatewayImage found it locally)
+	}
+	out, err := exec.CommandContext(ctx, "docker", append([]string{"save", "-o", f.Name()}, imgs...)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("docker save %s %s: %w: %s", t.qqImg, t.valkeyImg, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("docker save %s: %w: %s", strings.Join(imgs, " "), err, strings.TrimSpace(string(out)))
 	}
 	for _, n := range nodes {
 		r, err := os.Open(f.Name())
@@ -437,7 +445,7 @@ func (t *kindTopo) loadImages(ctx context.Context) error {
 			return fmt.Errorf("loading the images into kind node %s: %w", n.String(), err)
 		}
 	}
-	t.spec.Progress("kind: loaded %s and %s into %d node(s) in %s", t.qqImg, t.valkeyImg, len(nodes), topology.ElapsedSince(start))
+	t.spec.Progress("kind: loaded %s into %d node(s) in %s", strings.Join(imgs, ", "), len(nodes), topology.ElapsedSince(start))
 	return nil
 }
 
@@ -451,12 +459,13 @@ func (t *kindTopo) render() error {
 	in, err := Input(t.spec.Deployment, ManifestOptions{
 		RunID: t.spec.RunID, Namespace: t.ns, QuotaqualImage: t.qqImg, ValkeyImage: t.valkeyImg,
 		PullPolicy: pull, StorageClass: t.opts.StorageClass, EmptyDir: t.opts.EmptyDir,
+		Gateway: t.spec.Gateway, GatewayImage: t.spec.GatewayImage,
 	})
 	if err != nil {
 		return err
 	}
 	for _, g := range in.Gateways {
-		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", g.Host+".yaml"), g.Config, 0o600)
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", g.Host+filepath.Ext(g.ConfigFile)), g.Config, 0o600)
 	}
 	t.mu.Lock()
 	t.in = in
@@ -1001,6 +1010,12 @@ func probeState(p topology.ProbeResult) string {
 	return "not reached (" + p.Error + ")"
 }
 
+// gatewayReadyURL is gateway name's readiness URL, as its profile says.
+func (t *kindTopo) gatewayReadyURL(name string) string {
+	gw := t.Gateway(name)
+	return topology.GatewayProfile(t.spec).ReadyURL(gw.DataURL, gw.AdminURL)
+}
+
 // RestartGateway is a rollout restart: a new pod with the same config, ready, the old one gone
 // from the endpoints.
 func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
@@ -1021,7 +1036,7 @@ func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
 	}
 	t.client.CloseIdleConnections()
 	t.observer.CloseIdleConnections()
-	if err := t.waitHTTP(ctx, t.Gateway(name).AdminURL+"/readyz", kindLeverTimeout); err != nil {
+	if err := t.waitHTTP(ctx, t.gatewayReadyURL(name), kindLeverTimeout); err != nil {
 		return fmt.Errorf("restarting %s: %w", name, err)
 	}
 	return nil
@@ -1392,6 +1407,7 @@ func (t *kindTopo) Facts() map[string]any {
 		"node_image":              map[bool]string{true: t.nodeImage, false: ""}[t.owns],
 		"kubernetes_version":      t.serverVer,
 		"quotaqual_image":         t.qqImg,
+		"gateway_image":           cmp.Or(topology.GatewayImage(t.spec), t.qqImg),
 		"valkey_image":            t.valkeyImg,
 		"valkey_addr":             net.JoinHostPort(t.svcHost(topology.HostValkey), strconv.Itoa(kindPorts.Valkey)),
 		"valkey_storage":          storage,

@@ -2,7 +2,9 @@ package kindengine
 
 import (
 	"fmt"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +39,10 @@ type ManifestOptions struct {
 	Policy *topology.Policy
 	// StoreGroup renders the replicated store group (valkey-1..3, sentinel-1..3, store.go) too.
 	StoreGroup bool
+	// Gateway is the gateway under test; nil means quotaqual's own (undertest.Default).
+	Gateway *undertest.Profile
+	// GatewayImage replaces the gateway profile's launch.image (topology.Spec.GatewayImage).
+	GatewayImage string
 }
 
 // Sentinel timings of the kind store group: the same as on netns and docker.
@@ -92,7 +98,8 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 				DownAfter: kindStoreDown, FailoverTimeout: kindStoreFailover}, in.ServiceHost(topology.HostStore1), kindPorts.Valkey, "")}
 	}
 	valkeyAddr := in.ServiceAddr(topology.HostValkey, kindPorts.Valkey)
-	in.GatewayEnv = d.GatewayEnv(valkeyAddr)
+	spec := topology.Spec{RunID: o.RunID, Deployment: d, Gateway: o.Gateway, GatewayImage: o.GatewayImage}
+	in.GatewayEnv = topology.GatewaySecretEnv(spec, valkeyAddr)
 	var provs []deployment.ProviderAddr
 	for _, h := range topology.Providers {
 		provs = append(provs, deployment.ProviderAddr{Site: topology.SiteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
@@ -100,22 +107,60 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 			Args: d.ProviderArgs(topology.SiteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
 	for _, g := range topology.Gateways {
-		// quotaqual's own gateway: the kind engine launches no other yet (New refuses one).
-		cfg, err := undertest.Default().RenderFor(d, g, deployment.Addresses{
+		kg, err := gatewayManifest(spec, g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
 			ValkeyAddr:  valkeyAddr,
 			Providers:   provs,
-		}, d.Profile)
+		})
 		if err != nil {
 			return k8s.Input{}, err
 		}
-		in.Gateways = append(in.Gateways, k8s.Gateway{Host: g, Config: cfg})
+		in.Gateways = append(in.Gateways, kg)
 	}
 	for _, r := range pol.Rules {
 		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
 	}
 	return in, nil
+}
+
+// gatewayManifest is gateway host as its profile launches it, for the renderer: the config
+// (its ConfigMap key the profile's file name, mounted where the profile's argv finds it), the
+// image, command and probes, and the profile's own variables, copies of the run's secret
+// variables kept as references to the Secret.
+func gatewayManifest(spec topology.Spec, host string, a deployment.Addresses) (k8s.Gateway, error) {
+	cg, err := topology.ContainerGatewayFor(spec, host, a, spec.Deployment.Profile)
+	if err != nil {
+		return k8s.Gateway{}, err
+	}
+	if dir := path.Dir(cg.ConfigPath); dir != k8s.GatewayConfigDir {
+		return k8s.Gateway{}, fmt.Errorf("gateway %s: its config is at %s, but the ConfigMap is mounted in %s", host, cg.ConfigPath, k8s.GatewayConfigDir)
+	}
+	kg := k8s.Gateway{Host: host, Config: cg.Config, ConfigFile: path.Base(cg.ConfigPath), Image: cg.Image,
+		Command: cg.Entrypoint, Args: cg.Cmd}
+	for _, ev := range cg.Env {
+		if name, ok := ev.CopiesOnly(); ok {
+			kg.Env = append(kg.Env, k8s.EnvVar{Name: ev.Name, SecretKey: name})
+			continue
+		}
+		// Text with copies embedded: Kubernetes expands $(NAME) from the variables defined
+		// before it, the Secret's among them; a literal "$(" is written "$$(".
+		var b strings.Builder
+		for _, p := range ev.Parts {
+			if p.Copy != "" {
+				b.WriteString("$(" + p.Copy + ")")
+			} else {
+				b.WriteString(strings.ReplaceAll(p.Text, "$(", "$$("))
+			}
+		}
+		kg.Env = append(kg.Env, k8s.EnvVar{Name: ev.Name, Value: b.String()})
+	}
+	gw := cg.Profile
+	kg.Ready = k8s.Probe{Port: gw.Readiness.Listener, Path: gw.Readiness.Path}
+	if gw.Liveness.Path != "" {
+		kg.Live = &k8s.Probe{Port: gw.Liveness.Listener, Path: gw.Liveness.Path}
+	}
+	return kg, nil
 }
 
 // Render renders the kind topology's manifests for deployment d.

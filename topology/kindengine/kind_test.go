@@ -24,6 +24,7 @@ import (
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/k8s"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 func kindSpec(t *testing.T) topology.Spec {
@@ -261,5 +262,33 @@ func TestKindProbeThatDidNotRunIsNotADenial(t *testing.T) {
 	cancel()
 	if res := k.Probe(cctx, topology.HostGatewayA, topology.HostValkey, kindPorts.Valkey); res.Supported && !res.Reached {
 		t.Errorf("a probe cut short by its context reads as denied: %+v", res)
+	}
+}
+
+// A gateway profile whose image is not in the local Docker engine stops Up before any cluster,
+// image build or namespace: the error names the image and how to provide it, and Down has
+// nothing to remove. (No node image is needed: the check comes first.)
+func TestKindUpWithoutTheGatewayImageStopsFirst(t *testing.T) {
+	spec := kindSpec(t)
+	gw, err := undertest.Shipped("praxis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Gateway = gw
+	if images.Exists(context.Background(), gw.Launch.Image) {
+		t.Skipf("%s is present locally: the profile would run", gw.Launch.Image)
+	}
+	topo, err := topology.New(topology.EngineKind, spec)
+	if err != nil {
+		t.Fatalf("New refuses a foreign profile: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = topo.Up(ctx)
+	if err == nil || !strings.Contains(err.Error(), gw.Launch.Image) || !strings.Contains(err.Error(), "docker load") || !strings.Contains(err.Error(), "--gateway-image") {
+		t.Fatalf("Up without the gateway image: %v", err)
+	}
+	if td, err := topo.Down(ctx); err != nil || len(td.Removed) != 0 {
+		t.Errorf("Down after the failed Up: %+v, %v", td, err)
 	}
 }
