@@ -78,7 +78,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	if env.gateway().Expect.Admission.Window == undertest.WindowFixed && next.Start.UnixNano()/int64(p.Window) != start.UnixNano()/int64(p.Window) {
 		r.Error(errors.New("a fixed window's boundary fell between the stream and the probe: not decided"))
 	}
-	r.Key("a stream cut after %d of %d generated tokens; the next request (needs %d of %d) answered %d", stop, pr.GeneratedTokens, p.Estimate, p.Capacity, next.Status)
+	r.Key("a stream cut after %d chunks read (%d tokens generated); the next request (needs %d of %d) answered %d", stop, pr.GeneratedTokens, p.Estimate, p.Capacity, next.Status)
 	return r
 }
 
