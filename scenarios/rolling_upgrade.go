@@ -110,7 +110,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 		r.NotMade("P3's longer window counts usage settled under P2", "no quota inspection, and P3's capacity is too large for one probe to show it")
 	}
 	for _, gw := range []string{gwA, gwB} {
-		if !inspects {
+		if !inspects { // nothing to read: held stays empty, its checks below are not made
 			break
 		}
 		q, err := env.Quota(ctx, gw, appA)
