@@ -19,12 +19,18 @@ func gatewayCrash() Scenario {
 			"the expiry sweep writes what admission reads",
 		Exclusive:        "kills and restarts gateway-a",
 		SharesAfterLever: true, // then waits for the dead gateway's lease to run out
-		Needs:            []Need{NeedRestart, NeedLeases, NeedQuotaInspection},
-		Run:              runGatewayCrash,
+		Needs:            []Need{NeedRestart},
+		// Without either, what the subject can still be admitted for decides
+		// (gateway_crash_blackbox.go).
+		Prefers: []Need{NeedLeases, NeedQuotaInspection},
+		Run:     runGatewayCrash,
 	}
 }
 
 func runGatewayCrash(ctx context.Context, env *Env) *Result {
+	if !env.inspects() || !env.gateway().Caps.Leases {
+		return runGatewayCrashBlackBox(ctx, env)
+	}
 	r := env.NewResult()
 	p := env.Profile
 	hold := p.Lease // the provider would hold it past the crash; the crash ends it

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,6 +77,60 @@ func TestNotMadeLowersTheEvidence(t *testing.T) {
 	}
 	if res[1].Evidence != "" || res[1].KeyFact != "k" {
 		t.Errorf("full evidence changed: %q %q", res[1].Evidence, res[1].KeyFact)
+	}
+}
+
+// TestDecidedByNamesTheEvidence checks the black-box evidence a scenario names is what its
+// evidence level says decided it, also with no check left unmade, and that a black-box
+// verdict that failed keeps its level (a failure found from outside is still black-box).
+func TestDecidedByNamesTheEvidence(t *testing.T) {
+	res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{
+		fake("decided", nil, func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			r.DecidedBy("admissions probed from outside", "the providers' call logs", "admissions probed from outside")
+			r.Check("next request denied", 429, 429, true)
+			r.Key("k")
+			return r
+		}),
+		fake("failed", nil, func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			r.DecidedBy("admissions probed from outside")
+			r.NotMade("settled charge", "no quota inspection")
+			r.Check("next request denied", 429, 200, false)
+			return r
+		}),
+	})
+	if want := "black-box: decided by admissions probed from outside, the providers' call logs"; res[0].Evidence != want || res[0].Status != evidence.Passed {
+		t.Errorf("evidence %q (%s), want %q", res[0].Evidence, res[0].Status, want)
+	}
+	if res[0].KeyFact != "[black-box] k" {
+		t.Errorf("key fact %q", res[0].KeyFact)
+	}
+	if want := "black-box: decided by admissions probed from outside; not made: settled charge (no quota inspection)"; res[1].Evidence != want || res[1].Status != evidence.Failed {
+		t.Errorf("evidence %q (%s), want %q failed", res[1].Evidence, res[1].Status, want)
+	}
+}
+
+// TestNewRequestsCountsCallsNotLogLength checks the requests between two snapshots are the
+// last entries of each log by the call counts, also when the bounded log dropped old ones.
+func TestNewRequestsCountsCallsNotLogLength(t *testing.T) {
+	req := func(id string) ProviderRequest { return ProviderRequest{RequestID: id} }
+	before := ProviderSnapshot{ByHost: map[string]ProviderCalls{
+		"p1": {Calls: 5, Requests: []ProviderRequest{req("a"), req("b"), req("c")}},
+		"p2": {Calls: 1, Requests: []ProviderRequest{req("x")}},
+	}}
+	after := ProviderSnapshot{ByHost: map[string]ProviderCalls{
+		"p1": {Calls: 6, Requests: []ProviderRequest{req("b"), req("c"), req("d")}}, // full: "a" dropped
+		"p2": {Calls: 1, Requests: []ProviderRequest{req("x")}},
+		"p3": {Calls: 1, Requests: []ProviderRequest{req("y")}},
+	}}
+	var got []string
+	for _, r := range newRequests(before, after) {
+		got = append(got, r.RequestID)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"d", "y"}) {
+		t.Errorf("new requests %v, want [d y]", got)
 	}
 }
 

@@ -61,6 +61,9 @@ type ChatCall struct {
 	// ProviderRefuses asks the provider stub for a hold it refuses, so the provider answers
 	// 400: a failed provider call, to see that the gateway relays it and tries no other.
 	ProviderRefuses bool
+	// NoTransportRetry: a transport failure is not retried. For a request whose gateway is
+	// killed under it, so no retry reaches the restarted gateway and holds quota of its own.
+	NoTransportRetry bool
 }
 
 // Outcome is what one request produced.
@@ -115,7 +118,7 @@ func (env *Env) Chat(ctx context.Context, c ChatCall) Outcome {
 		}
 		o = env.chatOnce(ctx, c, label)
 		o.Attempts = attempt
-		if o.Status != 0 || ctx.Err() != nil {
+		if o.Status != 0 || ctx.Err() != nil || c.NoTransportRetry {
 			break
 		}
 	}

@@ -18,8 +18,9 @@ func longGeneration() Scenario {
 			"room for one request) while the same subject keeps asking on both gateways",
 		Invariant: "hard gate: the renewed lease keeps the hold for the whole generation — every concurrent request is denied, " +
 			"also after the lease would have run out — and the generation settles at the usage the provider counted",
-		Needs: []Need{NeedScenarioRules, NeedLeases, NeedQuotaInspection},
-		Run:   runLongGeneration,
+		// Without any of them, the concurrent denials alone decide (long_generation_blackbox.go).
+		Prefers: []Need{NeedScenarioRules, NeedLeases, NeedQuotaInspection},
+		Run:     runLongGeneration,
 	}
 }
 
@@ -32,6 +33,9 @@ const (
 )
 
 func runLongGeneration(ctx context.Context, env *Env) *Result {
+	if c := env.gateway().Caps; !c.ScenarioRules || !c.Leases || !env.inspects() {
+		return runLongGenerationBlackBox(ctx, env)
+	}
 	r := env.NewResult()
 	p := env.Profile
 	const rule = deployment.LongGenerationRule

@@ -186,6 +186,7 @@ type Result struct {
 	skip       string
 	faults     []evidence.FaultWindow // recorded by Env.Fault
 	notMade    []string               // checks the gateway under test could not support
+	decidedBy  []string               // the black-box evidence that decided instead (DecidedBy)
 }
 
 // NewResult returns an empty result (unit tests; scenarios use env.NewResult).
@@ -222,12 +223,31 @@ func (r *Result) NotMade(check, why string) {
 	r.notMade = append(r.notMade, check+" ("+why+")")
 }
 
+// DecidedBy names the black-box evidence that decided the verdict in place of the checks
+// not made: "admissions probed from outside", "the providers' call logs", … The result is
+// marked with the black-box evidence level even when every check was made another way.
+func (r *Result) DecidedBy(evidence ...string) {
+	for _, e := range evidence {
+		if !slices.Contains(r.decidedBy, e) {
+			r.decidedBy = append(r.decidedBy, e)
+		}
+	}
+}
+
 // evidenceLevel is "" for the full evidence, or what decided the verdict instead.
 func (r *Result) evidenceLevel() string {
-	if len(r.notMade) == 0 {
+	if len(r.notMade) == 0 && len(r.decidedBy) == 0 {
 		return ""
 	}
-	return "black-box: decided by provider-side counts and the request history; not made: " + strings.Join(r.notMade, "; ")
+	by := "provider-side counts and the request history"
+	if len(r.decidedBy) > 0 {
+		by = strings.Join(r.decidedBy, ", ")
+	}
+	s := "black-box: decided by " + by
+	if len(r.notMade) > 0 {
+		s += "; not made: " + strings.Join(r.notMade, "; ")
+	}
+	return s
 }
 
 // Skip marks the result skipped with a reason (a missing lever). A skip is never a pass.

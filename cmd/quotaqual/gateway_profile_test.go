@@ -128,16 +128,30 @@ var altGatewayVerdicts = map[string]verdict{
 	// A fixed window forgets everything at its boundary: usage leaves before a window passed.
 	"window-expiry":   {evidence.Failed, "not admitted before the charge could leave", true},
 	"gateway-restart": {evidence.Passed, "", true},
-	"gateway-crash":   {evidence.Skipped, "needs quota inspection", false},
+	// No inspection, no leases: the black-box path. The crashed request's charge is kept (the
+	// burst after the crash admits exactly (capacity − estimate) / estimate) and the subject
+	// is admitted again later; the after-the-lease probe is not made (no leases).
+	"gateway-crash": {evidence.Passed, "", true},
 	// The counter is in Valkey: no store, no admission (503).
 	"valkey-outage":    {evidence.Passed, "", true},
 	"network-policy":   {evidence.Passed, "", false},
 	"valkey-partition": {evidence.Passed, "", true},
-	"usage-accounting": {evidence.Skipped, "needs the scenarios' own rules", false},
-	"long-generation":  {evidence.Skipped, "needs reservation leases", false},
-	"hard-gate":        {evidence.Skipped, "needs the scenarios' own rules", false},
-	"valkey-failover":  {evidence.Skipped, "needs the replicated store group", false},
-	"rolling-upgrade":  {evidence.Skipped, "needs quota inspection", false},
+	// No scenario rules: the cut stream on the run's rule. The altgateway finds the usage only
+	// at the end of a response, which a stream the client closes never reaches, so it keeps
+	// the per-call charge: the next request is admitted where the generated tokens deny it.
+	"usage-accounting": {evidence.Failed, "charged at least what the provider generated", true},
+	// No leases, no scenario rules: fill requests and a generation longer than the window.
+	// The fixed window forgets the generation (and the fills) at its boundary, so concurrent
+	// requests are admitted while it still runs.
+	"long-generation": {evidence.Failed, "every concurrent request was denied", true},
+	// No black-box path: the run's rule promises no hard gate, and there is no other rule.
+	"hard-gate": {evidence.Skipped, "no black-box check of it can be made", false},
+	// Its config cannot name the replicated store group: nothing to fail over.
+	"valkey-failover": {evidence.Skipped, "needs the replicated store group", false},
+	// Each policy's window is a counter key of its own (the key holds Unix time / period), so the two
+	// policies do not share the subject's state: together they admit beyond the larger
+	// capacity, and P1 no longer counts what was admitted under P2.
+	"rolling-upgrade": {evidence.Failed, "tokens held at once ≤ the larger capacity", true},
 }
 
 // TestAltGatewayVerdicts proves the gateway seam with a second, independent gateway: the whole
@@ -146,7 +160,7 @@ var altGatewayVerdicts = map[string]verdict{
 func TestAltGatewayVerdicts(t *testing.T) {
 	out, code := runGateway(t, shippedProfile("altgateway"), 5*time.Minute)
 	if code != wire.ExitFailed {
-		t.Errorf("exit %d (%s), want %d: the altgateway fails two scenarios", code, out.Error, wire.ExitFailed)
+		t.Errorf("exit %d (%s), want %d: the altgateway fails five scenarios", code, out.Error, wire.ExitFailed)
 	}
 	// The run is the quick profile's default list (sustained-load runs only when asked there).
 	list, err := scenarios.ForProfile("quick", nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,65 @@ func TestRepresentativeMutantsAreCaught(t *testing.T) {
 				t.Errorf("%s not caught: %s %s", c.mutant, c.scenario, row.Status[c.scenario])
 			} else {
 				t.Logf("%s caught by %s: %s (%s)", c.mutant, c.scenario, row.Reasons[c.scenario], row.Elapsed.Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// TestBlackBoxPathsCatchMutants runs quotaqual's own gateway through a profile that declares
+// no quota inspection and no scenario rules (undertest/testdata/quotaqual-blackbox.yaml), so
+// the scenarios take their black-box paths, and proves those paths catch defects the white-box
+// paths catch by reading the ledger: a dead gateway's expired hold that vanishes uncharged
+// (seen only as one admission too many after the lease) and a cut stream charged its estimate
+// (seen only as the next request admitted). The control must pass those scenarios at the
+// black-box evidence level, or the catch would prove nothing about the black-box paths.
+func TestBlackBoxPathsCatchMutants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds a tagged binary and runs the qualification three times; not in -short")
+	}
+	if engine, reason := topology.Detect(); engine != topology.EngineNetns {
+		t.Skip("the matrix runs on the netns topology, unavailable here: " + reason)
+	}
+	bin := filepath.Join(t.TempDir(), "quotaqual-mutants")
+	if err := testbin.Build(bin, mutant.Tag); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		mutant   mutant.Name
+		scenario string
+	}{
+		{mutant.SweepUnreadKey, "gateway-crash"},          // white-box: the ledger's settled figure after the lease
+		{mutant.EstimateOnDisconnect, "usage-accounting"}, // white-box: the settled charge of the cut stream
+	}
+	var scen []string
+	for _, c := range cases {
+		scen = append(scen, c.scenario)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	opts := mutant.RunOptions{Binary: bin, Topology: topology.EngineNetns, Scenarios: scen,
+		Gateway: filepath.Join("..", "..", "undertest", "testdata", "quotaqual-blackbox.yaml")}
+	control, err := mutant.RunOne(ctx, opts, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range scen {
+		if control.Status[s] != evidence.Passed || !strings.HasPrefix(control.Evidence[s], "black-box") {
+			t.Fatalf("control (no mutant): %s %s at evidence %q (%s); want passed at the black-box level", s, control.Status[s], control.Evidence[s], control.Reasons[s])
+		}
+	}
+	for _, c := range cases {
+		t.Run(string(c.mutant), func(t *testing.T) {
+			opts := opts
+			opts.Scenarios = []string{c.scenario}
+			row, err := mutant.RunOne(ctx, opts, c.mutant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Status[c.scenario] != evidence.Failed || !strings.HasPrefix(row.Evidence[c.scenario], "black-box") {
+				t.Errorf("%s not caught by the black-box path: %s %s at evidence %q", c.mutant, c.scenario, row.Status[c.scenario], row.Evidence[c.scenario])
+			} else {
+				t.Logf("%s caught by %s's black-box path: %s (%s)", c.mutant, c.scenario, row.Reasons[c.scenario], row.Elapsed.Round(time.Millisecond))
 			}
 		})
 	}

@@ -22,13 +22,15 @@ import (
 
 func main() {
 	var (
-		bin, out, topo string
-		build          time.Duration
-		only           multi
+		bin, out, topo, gateway string
+		build                   time.Duration
+		only, scens             multi
 	)
 	flag.StringVar(&bin, "bin", "bin/quotaqual-mutants", "quotaqual binary built with -tags quotaqual_mutants")
 	flag.StringVar(&out, "out", "MUTANTS.md", "where to write the matrix")
 	flag.StringVar(&topo, "topology", "netns", "topology engine of every run")
+	flag.StringVar(&gateway, "gateway", "", "gateway profile of every run (quotaqual run --gateway): a shipped name or a file; default quotaqual's own")
+	flag.Var(&scens, "scenario", "run only this scenario (repeatable; default: the profile's default list)")
 	flag.DurationVar(&build, "build-time", 0, "how long building the binary took (reported in the matrix)")
 	flag.Var(&only, "mutant", "run only this mutant (repeatable; default: the whole catalogue)")
 	flag.Parse()
@@ -43,7 +45,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	m, err := mutant.Run(ctx, mutant.RunOptions{Binary: bin, Topology: topo, Log: os.Stderr}, names, scenarios.Names())
+	m, err := mutant.Run(ctx, mutant.RunOptions{Binary: bin, Topology: topo, Gateway: gateway, Scenarios: scens, Log: os.Stderr}, names, scenarios.Names())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
