@@ -25,15 +25,26 @@ func valkeyOutage() Scenario {
 func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	for _, gw := range []string{gwA, gwB} {
-		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: appA})
+	// Every replica admits before the outage: application-a (on gateway-a and gateway-b, as
+	// with two replicas), then the subject with the most budget left.
+	spend := env.newBudgetRound()
+	before := func(gw string) string {
+		if gw == gwA || gw == gwB {
+			s, _ := spend.next(appA)
+			return s
+		}
+		s, _ := spend.next(appB, appC)
+		return s
+	}
+	for _, gw := range env.gateways() {
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: before(gw)})
 		r.Check("admitted on "+gw+" before the outage", http.StatusOK, o.Status, o.Admitted())
 	}
-	// Let both settle before the store goes, so the outage starts from a clean ledger.
+	// Let them settle before the store goes, so the outage starts from a clean ledger.
 	if _, err := env.waitIdle(ctx, gwA, appA); err != nil {
 		return r.Error(err)
 	}
-	before, err := env.settledProviders(ctx)
+	provBefore, err := env.settledProviders(ctx)
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call counts before: %w", err))
 	}
@@ -59,7 +70,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	slo := p.StoreTimeout + p.OutageSLO
 	var dec decisions
 	for i := 0; i < outageRequestsPerGateway; i++ {
-		for _, gw := range []string{gwA, gwB} {
+		for _, gw := range env.gateways() {
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("outage-%d", i+1), Subject: appA})
 			what := fmt.Sprintf("%s request %d", gw, i+1)
 			dec.checkFailClosed(env, r, what, o, slo)
@@ -71,7 +82,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	if err != nil {
 		r.Error(fmt.Errorf("provider call counts during the outage: %w", err))
 	} else {
-		d := TotalDelta(before, during)
+		d := TotalDelta(provBefore, during)
 		r.Check("no provider contacted during the outage", 0, d, d == 0)
 	}
 
@@ -84,8 +95,19 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("starting valkey: %w", err))
 	}
 	r.Fact("start_ms", ms(time.Since(startAt)))
-	for i, gw := range []string{gwA, gwB} {
-		rec := env.awaitAdmission(ctx, gw, []string{appA, appB}[i], startAt)
+	for _, gw := range env.gateways() {
+		// Recovery on every replica: application-a on gateway-a, application-b on gateway-b
+		// (as with two), then whichever subject's budget still admits one.
+		s, fits := spend.next(appA)
+		if gw != gwA {
+			s, fits = spend.next(appB, appC)
+		}
+		if !fits {
+			r.NotMade("admission recovered on "+gw+" within RecoveryMax",
+				"every subject's budget is spent in this window: "+gw+" was seen failing closed, the others' recovery stands for the store's")
+			continue
+		}
+		rec := env.awaitAdmission(ctx, gw, s, startAt)
 		r.Fact("recovery_statuses_"+gw, rec.statuses)
 		r.Fact("time_to_recovery_ms_"+gw, ms(rec.elapsed))
 		bad := 0

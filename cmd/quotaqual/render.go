@@ -21,6 +21,7 @@ func init() { subcommands = append(subcommands, newRenderCmd) }
 func newRenderCmd() *cobra.Command {
 	var engine, runID, profile, qqImage, valkeyImage, storageClass string
 	var emptyDir, storeGroup bool
+	var gateways int
 	cmd := &cobra.Command{
 		Use:   "render --topology kind [--run-id ID] [--profile P]",
 		Short: "Print the Kubernetes manifests of the kind topology for review (secrets as placeholders)",
@@ -55,6 +56,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 			y, err := kindengine.RenderYAML(d, kindengine.ManifestOptions{
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
 				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
+				Gateways: gateways,
 			})
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
@@ -71,6 +73,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f.StringVar(&valkeyImage, "valkey-image", images.DefaultValkeyImage, "Valkey image")
 	f.StringVar(&storageClass, "storage-class", "", "storage class of Valkey's PVC (default: the cluster's default class)")
 	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
+	f.IntVar(&gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")
 	return cmd
 }

@@ -152,9 +152,9 @@ type probe struct {
 
 // policyProbes are the network-policy scenario's probes (positive and negative controls from
 // the same vantage points as on netns).
-func policyProbes(p topology.Ports) []probe {
+func policyProbes(p topology.Ports, gateways []string) []probe {
 	var ps []probe
-	for _, gw := range topology.Gateways {
+	for _, gw := range gateways {
 		ps = append(ps, probe{gw, topology.HostValkey, p.Valkey})
 		for _, pr := range topology.Providers {
 			ps = append(ps, probe{gw, pr, p.ProviderData})
@@ -194,7 +194,7 @@ func TestDockerTopology(t *testing.T) {
 	}
 
 	t.Run("a chat request through each gateway is admitted with a provider site", func(t *testing.T) {
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			code, site := chat(t, topo, gw, d, deployment.Subjects[0])
 			if code != http.StatusOK || !slices.Contains(deployment.Sites, site) {
 				t.Errorf("via %s: status %d, site %q", gw, code, site)
@@ -203,7 +203,7 @@ func TestDockerTopology(t *testing.T) {
 	})
 
 	t.Run("the observer reaches every admin port", func(t *testing.T) {
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			if code := get(t, topo, topo.Gateway(gw).AdminURL+"/readyz"); code != http.StatusOK {
 				t.Errorf("%s /readyz: %d", gw, code)
 			}
@@ -217,7 +217,7 @@ func TestDockerTopology(t *testing.T) {
 
 	t.Run("probes match the network policy", func(t *testing.T) {
 		pol := topo.(interface{ Policy() topology.Policy }).Policy()
-		for _, p := range policyProbes(topo.Ports()) {
+		for _, p := range policyProbes(topo.Ports(), topo.Gateways()) {
 			r := topo.Probe(ctx, p.from, p.to, p.port)
 			want := pol.Allows(p.from, p.to, p.port)
 			if !r.Supported || r.Reached != want {
@@ -285,7 +285,7 @@ func TestDockerTopology(t *testing.T) {
 		if err := topo.StopValkey(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			eventually(t, gw+" with valkey stopped", 5*time.Second,
 				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[1]); return c },
 				func(c int) bool { return c == http.StatusServiceUnavailable })
@@ -295,7 +295,7 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("valkey back in %s", time.Since(ss).Round(time.Millisecond))
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			eventually(t, gw+" after valkey restart", 15*time.Second,
 				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[2]); return c }, decided)
 		}
@@ -310,7 +310,7 @@ func TestDockerTopology(t *testing.T) {
 		if err := topo.CollectLogs(dir); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range topology.Hosts {
+		for _, h := range topology.ComponentHosts(topo.Gateways()) {
 			b, err := os.ReadFile(filepath.Join(dir, h+".log"))
 			if h == topology.HostClient {
 				continue // the idle client writes nothing
@@ -364,7 +364,7 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 		t.Fatalf("Up: %v", err)
 	}
 	t.Logf("up in %s (access %v)", time.Since(start).Round(time.Millisecond), topo.Facts()["harness_access"])
-	for _, gw := range topology.Gateways {
+	for _, gw := range topo.Gateways() {
 		code, site := chat(t, topo, gw, d, deployment.Subjects[0])
 		if code != http.StatusOK || site == "" {
 			t.Errorf("via %s from the client container: %d %q", gw, code, site)

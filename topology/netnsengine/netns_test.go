@@ -51,7 +51,7 @@ func TestNetnsEngine(t *testing.T) {
 	P := topo.Ports()
 
 	t.Run("ready", func(t *testing.T) {
-		for _, g := range topology.Gateways {
+		for _, g := range topo.Gateways() {
 			if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
 				t.Errorf("%s readyz from the observer: %d %v", g, code, err)
 			}
@@ -64,12 +64,12 @@ func TestNetnsEngine(t *testing.T) {
 	// Every (from, to, port) among the hosts and the observer: reached exactly when the policy
 	// allows it and something listens there.
 	t.Run("probes match the policy", func(t *testing.T) {
-		pol := topology.DefaultPolicy(P)
+		pol := topology.DefaultPolicy(P, topology.GatewayNames(2))
 		ports := []int{P.GatewayData, P.GatewayAdmin, P.ProviderData, P.ProviderAdmin, P.Valkey}
-		froms := append([]string{topology.HostObserver}, topology.Hosts...)
+		froms := append([]string{topology.HostObserver}, topology.ComponentHosts(topo.Gateways())...)
 		var n, reached int
 		for _, from := range froms {
-			for _, to := range topology.Hosts {
+			for _, to := range topology.ComponentHosts(topo.Gateways()) {
 				for _, port := range ports {
 					want := pol.Allows(from, to, port) && contains(listening(to, P), port)
 					r := topo.Probe(ctx, from, to, port)
@@ -164,7 +164,7 @@ func TestNetnsEngine(t *testing.T) {
 		if err := topo.CollectLogs(dir); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range append(append([]string{topology.HostValkey}, topology.Gateways...), topology.Providers...) {
+		for _, h := range append(append([]string{topology.HostValkey}, topo.Gateways()...), topology.Providers...) {
 			if _, err := os.Stat(filepath.Join(dir, h+".log")); err != nil {
 				t.Errorf("log of %s not collected: %v", h, err)
 			}
@@ -188,8 +188,8 @@ func TestNetnsEngine(t *testing.T) {
 			nsRemoved++
 		}
 	}
-	if nsRemoved != len(netnsHosts) {
-		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(netnsHosts), td.Removed)
+	if nsRemoved != len(netnsHosts(topo.Gateways())) {
+		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(netnsHosts(topo.Gateways())), td.Removed)
 	}
 	if live := enginetest.LivePIDs(spec.RunID); len(live) > 0 {
 		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)

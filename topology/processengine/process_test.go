@@ -20,7 +20,7 @@ func TestProcessEngine(t *testing.T) {
 	ctx := context.Background()
 	topo, upTime := enginetest.UpTopology(t, topology.EngineProcess, spec)
 
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
 			t.Errorf("%s readyz: %d %v", g, code, err)
 		}
