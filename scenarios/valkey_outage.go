@@ -28,16 +28,19 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	// Every replica admits before the outage: application-a (on gateway-a and gateway-b, as
 	// with two replicas), then the subject with the most budget left.
 	spend := env.newBudgetRound()
-	before := func(gw string) string {
+	before := func(gw string) (string, bool) {
 		if gw == gwA || gw == gwB {
-			s, _ := spend.next(appA)
-			return s
+			return spend.next(appA)
 		}
-		s, _ := spend.next(appB, appC)
-		return s
+		return spend.next(appB, appC)
 	}
 	for _, gw := range env.gateways() {
-		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: before(gw)})
+		s, fits := before(gw)
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: s})
+		if !fits { // many replicas: the subjects' budgets are spent, a 429 is gw's decision
+			r.Check(gw+" decides "+s+" past its budget before the outage (429, or 200 once the window moved)", "429 or 200", o.Status, o.Status == http.StatusTooManyRequests || o.Admitted())
+			continue
+		}
 		r.Check("admitted on "+gw+" before the outage", http.StatusOK, o.Status, o.Admitted())
 	}
 	// Let them settle before the store goes, so the outage starts from a clean ledger.
@@ -103,8 +106,13 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 			s, fits = spend.next(appB, appC)
 		}
 		if !fits {
-			r.NotMade("admission recovered on "+gw+" within RecoveryMax",
-				"every subject's budget is spent in this window: "+gw+" was seen failing closed, the others' recovery stands for the store's")
+			// Every subject's budget is spent in this window: a 429 shows gw decides from
+			// the store again.
+			rec := env.awaitDecision(ctx, gw, s, startAt)
+			r.Fact("recovery_statuses_"+gw, rec.statuses)
+			r.Check("admission decided again on "+gw+" within RecoveryMax (its subject's budget spent: 429 or 200)", "≤ "+p.RecoveryMax.String(),
+				fmt.Sprintf("%d after %s", rec.got.Status, rec.elapsed.Round(time.Millisecond)),
+				(rec.got.Admitted() || rec.got.Status == http.StatusTooManyRequests) && rec.elapsed <= p.RecoveryMax)
 			continue
 		}
 		rec := env.awaitAdmission(ctx, gw, s, startAt)

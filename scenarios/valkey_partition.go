@@ -93,7 +93,10 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		s, fits := spend.next(appB, appC)
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "healthy-replica", Subject: s})
 		if !fits {
-			r.Check(gw+" still denies "+s+" past its budget during the partition", http.StatusTooManyRequests, o.Status, o.Status == http.StatusTooManyRequests)
+			r.Check(gw+" still decides "+s+" past its budget during the partition (429, or 200 once the window moved)", "429 or 200", o.Status, o.Status == http.StatusTooManyRequests || o.Admitted())
+			if o.Admitted() {
+				admittedOnB++
+			}
 			continue
 		}
 		r.Check(gw+" still admits "+s+" during the partition", http.StatusOK, o.Status, o.Admitted())
