@@ -70,7 +70,9 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 	r.Fact("statuses", statuses(outs))
 	r.Fact("sites", sitesOf(outs))
 	r.Fact("provider_calls_by_site", SiteDelta(before, after))
-	r.Fact("per_gateway", env.tallyByGateway(outs, env.alternate))
+	perGateway := env.tallyByGateway(outs, env.alternate)
+	r.Fact("per_gateway", perGateway)
+	env.checkEveryReplicaDecided(r, "the valid requests", perGateway)
 	r.Check("provider calls grew by exactly the admitted requests", countAdmitted(outs), d, d == int64(countAdmitted(outs)))
 
 	// Attribution, confirmed at the providers: the request id each response carries is in the
