@@ -39,6 +39,7 @@ type Options struct {
 	Keep        bool     // leave the topology up (until the process exits)
 	RunID       string   // empty: generated
 	DenyMode    string   // reject (default) or drop
+	Gateways    int      // gateway replicas, 2 to 16 (--gateways); 0: topology.DefaultGateways
 	// StoreReplication: how the gateways write to the replicated store group in the failover
 	// scenarios: acknowledged (default) or async (shows the double spend it allows).
 	StoreReplication string
@@ -106,6 +107,9 @@ func (o *Options) Validate() error {
 	case "", deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 	default:
 		return &UsageError{fmt.Errorf("--store-replication %q is not a mode; use acknowledged (writes confirmed by a replica) or async (Valkey's default, which a failover can make spend a budget twice)", o.StoreReplication)}
+	}
+	if _, err := topology.ValidateGateways(o.Gateways); err != nil {
+		return &UsageError{err}
 	}
 	if o.DenyMode != "" && !topology.ValidDenyMode(o.DenyMode) {
 		return &UsageError{fmt.Errorf("--deny-mode %q is not a mode; use reject (fast) or drop (as most CNIs do)", o.DenyMode)}
@@ -227,6 +231,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		Deployment:       deployment,
 		Gateway:          o.gateway,
 		DenyMode:         o.DenyMode,
+		Gateways:         o.Gateways,
 		StoreReplication: o.StoreReplication,
 		ValkeyImage:      o.ValkeyImage,
 		QuotaqualImage:   o.Image,
@@ -256,8 +261,10 @@ func Run(ctx context.Context, o Options) Outcome {
 		finish(writer, &manifest, results, o.Bundle, &out)
 		return fail(wire.ExitTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
 	}
-	rep.Done("ok", fmt.Sprintf("engine %s, run %s", topo.Engine(), o.RunID))
+	rep.Done("ok", fmt.Sprintf("engine %s, run %s, %d gateways", topo.Engine(), o.RunID, len(topo.Gateways())))
 	manifest.TopologyFacts = topo.Facts()
+	// The replicas every scenario spreads over: each engine's facts describe each of them.
+	manifest.TopologyFacts["gateway_replicas"] = topo.Gateways()
 	if gw := o.gateway; gw != nil {
 		manifest.TopologyFacts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
 	}
@@ -337,7 +344,7 @@ func describeKept(rep Reporter, topo topology.Topology) {
 		rep.Note("the gateways live inside this run's namespaces; for a walkthrough from your shell use `quotaqual up`")
 		return
 	}
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		ep := topo.Gateway(g)
 		rep.Note("%s: data %s, admin %s", g, ep.DataURL, ep.AdminURL)
 	}
@@ -405,7 +412,7 @@ func keyDetail(r evidence.ScenarioResult) string {
 // collectMetrics scrapes each gateway's /metrics once, at the end of the run.
 func collectMetrics(topo topology.Topology, w *evidence.Writer) {
 	client := topo.Observer()
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		ep := topo.Gateway(g)
 		body, err := get(client, ep.AdminURL+"/metrics")
 		if err != nil {

@@ -84,7 +84,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 	sampler := env.sampleLedger(ctx, appA, quotaSampleInterval)
 
-	// The burst, released together through a barrier, alternating gateways.
+	// The burst, released together through a barrier, going round every gateway replica.
 	outs := make([]Outcome, p.Burst)
 	release := make(chan struct{})
 	var ready, done sync.WaitGroup
@@ -95,7 +95,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 			defer done.Done()
 			ready.Done()
 			<-release
-			outs[i] = env.Chat(ctx, ChatCall{Gateway: alternate(i), Label: fmt.Sprintf("burst-%d", i+1), Subject: appA, Hold: p.HoldFor})
+			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("burst-%d", i+1), Subject: appA, Hold: p.HoldFor})
 		}(i)
 	}
 	ready.Wait()
@@ -144,6 +144,8 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	d := TotalDelta(before, after)
 
 	r.Fact("statuses", statuses(outs))
+	perGateway := env.tallyByGateway(outs, env.alternate)
+	r.Fact("per_gateway", perGateway)
 	r.Fact("admitted", admitted)
 	r.Fact("denied_429", denied)
 	r.Fact("other_status", other)
@@ -173,6 +175,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 
 	r.Check("admitted == capacity / estimate", allowed, admitted, int64(admitted) == allowed)
 	r.Check("every other request denied with 429", p.Burst-admitted, denied, denied == p.Burst-admitted && other == 0)
+	env.checkEveryReplicaDecided(r, "the burst", perGateway)
 	inspected := env.inspects()
 	if inspected {
 		r.Check("peak reserved ≤ capacity (sampled from the ledger)", fmt.Sprintf("≤ %d", p.Capacity), sampledPeak, sampledPeak <= p.Capacity)

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -60,6 +61,19 @@ func (env *Env) awaitAdmission(ctx context.Context, gw, subject string, since ti
 		rec.got = env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
 		rec.statuses = append(rec.statuses, rec.got.Status)
 		return rec.got.Admitted(), nil
+	})
+	rec.elapsed = time.Since(since)
+	return rec
+}
+
+// awaitDecision is awaitAdmission for a subject whose budget is spent: it waits for the 429
+// that shows gw decides from the store again (a 200 would do as well, once the window moved).
+func (env *Env) awaitDecision(ctx context.Context, gw, subject string, since time.Time) recovery {
+	var rec recovery
+	rec.tries, rec.err = poll(ctx, 100*time.Millisecond, env.Profile.RecoveryMax, func(ctx context.Context) (bool, error) {
+		rec.got = env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
+		rec.statuses = append(rec.statuses, rec.got.Status)
+		return rec.got.Admitted() || rec.got.Status == http.StatusTooManyRequests, nil
 	})
 	rec.elapsed = time.Since(since)
 	return rec

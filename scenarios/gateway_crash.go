@@ -86,13 +86,16 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 		retried = charge(o, p.Estimate)
 	}
 
-	sent := time.Now()
-	if q, err := env.Quota(ctx, gwB, appA); err != nil {
-		r.Error(err)
-	} else if sent.Before(start.Add(p.Lease)) {
-		// The lease was taken after start, so it runs until start + lease at the earliest.
-		r.Check("the dead gateway's reservation still holds after the crash (its lease has not run out)", "≥ 1 active",
-			q.ActiveReservations, q.ActiveReservations >= 1)
+	// Every surviving replica sees the dead gateway's hold.
+	for _, gw := range env.othersThan(gwA) {
+		sent := time.Now()
+		if q, err := env.Quota(ctx, gw, appA); err != nil {
+			r.Error(err)
+		} else if sent.Before(start.Add(p.Lease)) {
+			// The lease was taken after start, so it runs until start + lease at the earliest.
+			r.Check("the dead gateway's reservation still holds after the crash (its lease has not run out), seen on "+gw, "≥ 1 active",
+				q.ActiveReservations, q.ActiveReservations >= 1)
+		}
 	}
 
 	// Until the lease runs out, then idle: the store's sweep charged the estimate.

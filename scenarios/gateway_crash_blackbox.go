@@ -101,7 +101,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			burst[i] = env.Chat(ctx, ChatCall{Gateway: alternate(i + 1), Label: fmt.Sprintf("fill-after-crash-%d", i+1), Subject: appA, Hold: hold})
+			burst[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("fill-after-crash-%d", i+1), Subject: appA, Hold: hold})
 			answered.Add(1)
 		}()
 	}
@@ -174,7 +174,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	var tries int
 	_, err = poll(ctx, 200*time.Millisecond, p.Lease+p.Window+env.bucketWidth(p.Window)+adminTimeout(p), func(ctx context.Context) (bool, error) {
 		tries++
-		again = env.Chat(ctx, ChatCall{Gateway: alternate(tries), Label: fmt.Sprintf("released-%d", tries), Subject: appA})
+		again = env.Chat(ctx, ChatCall{Gateway: env.alternate(tries), Label: fmt.Sprintf("released-%d", tries), Subject: appA})
 		return again.Admitted(), nil
 	})
 	if err != nil && !errors.Is(err, errPollDeadline) {

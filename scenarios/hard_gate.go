@@ -66,7 +66,7 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[i] = env.Chat(ctx, ChatCall{Gateway: alternate(i), Label: fmt.Sprintf("greedy-%d", i+1), Subject: appA,
+			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("greedy-%d", i+1), Subject: appA,
 				Stream: i%2 == 1, MaxTokens: 10 * hardGateAsk,
 				Metadata: map[string]string{providerstub.TokensMetadata: strconv.Itoa(hardGateAsk)}})
 		}()

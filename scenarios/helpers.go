@@ -17,6 +17,11 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+// gwA and gwB are the first two gateways, which every run has (topology.MinGateways is two).
+// A scenario names them only for one particular replica (the one it restarts, cuts off or rolls
+// first, the one it reads a figure from) or, saying why in a comment, where it needs exactly
+// two; a scenario that spreads requests, or checks what every replica does, uses
+// env.gateways() and env.alternate.
 const (
 	gwA = topology.HostGatewayA
 	gwB = topology.HostGatewayB
@@ -26,12 +31,25 @@ const (
 	appC = "application-c"
 )
 
-// alternate returns gateway-a for even i and gateway-b for odd i.
-func alternate(i int) string {
-	if i%2 == 0 {
-		return gwA
+// gateways are the run's gateway replicas in order (gateway-a, gateway-b, …; --gateways).
+func (env *Env) gateways() []string { return env.Topo.Gateways() }
+
+// alternate is the gateway of the i-th request when requests go round every replica in turn:
+// gateway-a for i = 0, gateway-b for 1, … and gateway-a again after the last.
+func (env *Env) alternate(i int) string {
+	gws := env.gateways()
+	return gws[i%len(gws)]
+}
+
+// othersThan is every gateway of the run but g, in order.
+func (env *Env) othersThan(g string) []string {
+	var out []string
+	for _, h := range env.gateways() {
+		if h != g {
+			out = append(out, h)
+		}
 	}
-	return gwB
+	return out
 }
 
 // chatUsage is the usage the provider stub reports for the default request with maxTokens.
@@ -261,4 +279,93 @@ func (env *Env) settledProviders(ctx context.Context) (ProviderSnapshot, error) 
 		return true, nil
 	})
 	return s, err
+}
+
+// gatewayTally is what one replica answered among a scenario's requests.
+type gatewayTally struct {
+	Sent     int `json:"sent"`
+	Admitted int `json:"admitted"`
+	Denied   int `json:"denied_429"`
+	Other    int `json:"other"`
+}
+
+// tallyByGateway counts each replica's answers among outs, outs[i] having gone to gatewayOf(i).
+// Every replica of the run is named, also one that got no request, so the evidence shows
+// whether requests really spread over all of them.
+func (env *Env) tallyByGateway(outs []Outcome, gatewayOf func(i int) string) map[string]gatewayTally {
+	t := map[string]gatewayTally{}
+	for _, g := range env.gateways() {
+		t[g] = gatewayTally{}
+	}
+	for i, o := range outs {
+		g := gatewayOf(i)
+		c := t[g]
+		c.Sent++
+		switch {
+		case o.Admitted():
+			c.Admitted++
+		case o.Status == http.StatusTooManyRequests:
+			c.Denied++
+		default:
+			c.Other++
+		}
+		t[g] = c
+	}
+	return t
+}
+
+// checkEveryReplicaDecided checks that each replica answered at least one of the requests with
+// a decision (admitted or 429): the requests did not silently go to only some of them.
+func (env *Env) checkEveryReplicaDecided(r *Result, what string, t map[string]gatewayTally) {
+	var missing []string
+	for _, g := range env.gateways() {
+		if c := t[g]; c.Admitted+c.Denied == 0 {
+			missing = append(missing, g)
+		}
+	}
+	r.Check(what+" reached every replica and each decided", fmt.Sprintf("all %d gateways", len(env.gateways())),
+		fmt.Sprintf("without a decision: %v", missing), len(missing) == 0)
+}
+
+// allOrBoth names every replica of a run in a key fact: "both" with two, "all 4" with four.
+func allOrBoth(n int) string {
+	if n == 2 {
+		return "both"
+	}
+	return fmt.Sprintf("all %d", n)
+}
+
+// namedReplicas names every replica of a run in a key fact: "A and B" with two, "all 4" with four.
+func namedReplicas(n int) string {
+	if n == 2 {
+		return "A and B"
+	}
+	return fmt.Sprintf("all %d", n)
+}
+
+// budgetRound spreads default requests (max_tokens 1) over subjects within one window, so that
+// a scenario can send one to every replica, sixteen of them too: next picks the subject with
+// the fewest requests so far and says whether its budget still admits one (settled + estimate
+// ≤ capacity, the stub's usage settled per request). A request past every budget must be
+// denied, which is as much a decision from the shared store as an admission.
+type budgetRound struct {
+	usage, estimate, capacity int64
+	sent                      map[string]int64
+}
+
+func (env *Env) newBudgetRound() *budgetRound {
+	return &budgetRound{usage: chatUsage(env.Profile, 1).TotalTokens, estimate: env.Profile.Estimate,
+		capacity: env.Profile.Capacity, sent: map[string]int64{}}
+}
+
+func (b *budgetRound) next(subs ...string) (subject string, fits bool) {
+	subject = subs[0]
+	for _, s := range subs[1:] {
+		if b.sent[s] < b.sent[subject] {
+			subject = s
+		}
+	}
+	fits = b.sent[subject]*b.usage+b.estimate <= b.capacity
+	b.sent[subject]++
+	return subject, fits
 }

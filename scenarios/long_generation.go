@@ -82,11 +82,11 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 			return r.Error(ctx.Err())
 		case <-t.C:
 		}
-		o := env.Chat(ctx, ChatCall{Gateway: alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
+		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
 		pb := concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > p.LongGenerationLease+p.StoreTimeout}
 		// The hold itself, read from the ledger: one live reservation until the end.
 		pb.sampled = time.Now()
-		if hq, err := env.QuotaOf(ctx, alternate(i), rule, appA); err != nil {
+		if hq, err := env.QuotaOf(ctx, env.alternate(i), rule, appA); err != nil {
 			pb.sampleErr = true
 		} else {
 			pb.held = hq.ActiveReservations == 1 && hq.ReservedTokens == p.Estimate

@@ -78,7 +78,7 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fills[i] = env.Chat(ctx, ChatCall{Gateway: alternate(i + 1), Label: fmt.Sprintf("fill-%d", i+1), Subject: appA, Hold: length + time.Second})
+			fills[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("fill-%d", i+1), Subject: appA, Hold: length + time.Second})
 			answered.Add(1)
 		}()
 	}
@@ -103,7 +103,7 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 			return r.Error(ctx.Err())
 		case <-t.C:
 		}
-		o := env.Chat(ctx, ChatCall{Gateway: alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
+		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
 		probes = append(probes, concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > lease+p.StoreTimeout})
 	}
 	wg.Wait()

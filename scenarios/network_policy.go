@@ -37,14 +37,14 @@ type probeSpec struct {
 //     the gateways' probes of the same provider prove the host is on the network.
 //
 // Negative controls: client → valkey, client → each provider's data port, each provider →
-// valkey, and client → the admin ports of gateway-a and provider-west (observer only).
+// valkey, and client → the admin ports of every gateway and provider-west (observer only).
 //
 // A refused connection looks the same whether a policy refused it or nothing listens, so a
 // denial also counts only when a positive control reached the same target port: the gateways'
 // probes for valkey and the providers' data ports, the observer's for the admin ports.
-func policyProbes(ports topology.Ports) []probeSpec {
+func policyProbes(ports topology.Ports, gateways []string) []probeSpec {
 	var ps []probeSpec
-	for _, gw := range topology.Gateways {
+	for _, gw := range gateways {
 		ps = append(ps, probeSpec{gw, topology.HostValkey, ports.Valkey, true, "valkey accepts the gateways"})
 		for _, pr := range topology.Providers {
 			ps = append(ps, probeSpec{gw, pr, ports.ProviderData, true, "providers accept the gateways"})
@@ -61,10 +61,14 @@ func policyProbes(ports topology.Ports) []probeSpec {
 	for _, pr := range topology.Providers {
 		ps = append(ps, probeSpec{pr, topology.HostValkey, ports.Valkey, false, "valkey accepts only the gateways"})
 	}
+	for _, gw := range gateways {
+		ps = append(ps,
+			probeSpec{topology.HostObserver, gw, ports.GatewayAdmin, true, "admin ports accept the observer"},
+			probeSpec{topology.HostClient, gw, ports.GatewayAdmin, false, "admin ports accept only the observer"},
+		)
+	}
 	ps = append(ps,
-		probeSpec{topology.HostObserver, topology.HostGatewayA, ports.GatewayAdmin, true, "admin ports accept the observer"},
 		probeSpec{topology.HostObserver, topology.HostProviderWest, ports.ProviderAdmin, true, "admin ports accept the observer"},
-		probeSpec{topology.HostClient, topology.HostGatewayA, ports.GatewayAdmin, false, "admin ports accept only the observer"},
 		probeSpec{topology.HostClient, topology.HostProviderWest, ports.ProviderAdmin, false, "admin ports accept only the observer"},
 	)
 	return ps
@@ -72,7 +76,7 @@ func policyProbes(ports topology.Ports) []probeSpec {
 
 func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
-	specs := policyProbes(env.Topo.Ports())
+	specs := policyProbes(env.Topo.Ports(), env.Topo.Gateways())
 	var facts []evidence.Probe
 	positiveOK := map[string]bool{} // host → at least one positive control from it reached
 	listening := map[string]bool{}  // "host:port" → a positive control reached it

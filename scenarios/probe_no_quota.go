@@ -60,7 +60,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 	var subjectLeaks []string
 	maxLatency := time.Duration(0)
 	for round := 1; round <= probeRounds; round++ {
-		for _, gw := range []string{gwA, gwB} {
+		for _, gw := range env.gateways() {
 			for _, path := range paths {
 				probes++
 				status, body, lat, err := env.adminProbe(ctx, gw, path, fmt.Sprintf("probe%s-%d", path, round))

@@ -51,7 +51,7 @@ func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.
 		defer close(s.done)
 		for i := 0; ; i++ {
 			sent := time.Now().UTC()
-			q, err := env.Quota(sctx, alternate(i), subject)
+			q, err := env.Quota(sctx, env.alternate(i), subject)
 			if sctx.Err() != nil {
 				return
 			}

@@ -441,7 +441,16 @@ func TestBucketWidth(t *testing.T) {
 }
 
 func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T) {
-	specs := policyProbes(topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379})
+	for _, n := range []int{2, 5} {
+		t.Run(fmt.Sprintf("%d gateways", n), func(t *testing.T) { checkPolicyProbes(t, topology.GatewayNames(n)) })
+	}
+}
+
+// checkPolicyProbes checks the probes of a run with these gateways: every gateway probed (the
+// client denied its admin port, the observer reaching it), every negative backed by a positive.
+func checkPolicyProbes(t *testing.T, gateways []string) {
+	ports := topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
+	specs := policyProbes(ports, gateways)
 	positive, listening := map[string]bool{}, map[string]bool{}
 	for _, s := range specs {
 		if s.Allowed {
@@ -452,9 +461,13 @@ func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T)
 		}
 	}
 	negatives := 0
+	adminDenied := map[string]bool{}
 	for _, s := range specs {
 		if !s.Allowed {
 			negatives++
+			if s.Port == ports.GatewayAdmin {
+				adminDenied[s.To] = true
+			}
 			if !positive[s.From] {
 				t.Errorf("negative %s → %s has no positive control from %s", s.From, s.To, s.From)
 			}
@@ -463,10 +476,15 @@ func TestPolicyProbesBackEveryNegativeWithAPositiveFromTheSameHost(t *testing.T)
 			}
 		}
 	}
-	if negatives != 9 {
-		t.Errorf("%d negatives, want 9 (client→valkey, client→3 providers, 3 providers→valkey, client→2 admin ports)", negatives)
+	if want := 8 + len(gateways); negatives != want {
+		t.Errorf("%d negatives, want %d (client→valkey, client→3 providers, 3 providers→valkey, client→provider-west's and each gateway's admin port)", negatives, want)
 	}
-	pol := topology.DefaultPolicy(topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379})
+	for _, g := range gateways {
+		if !adminDenied[g] || !positive[g] {
+			t.Errorf("%s is not probed both ways: admin denied to the client %v, probing out %v", g, adminDenied[g], positive[g])
+		}
+	}
+	pol := topology.DefaultPolicy(ports, gateways)
 	for _, s := range specs {
 		if got := pol.Allows(s.From, s.To, s.Port); got != s.Allowed {
 			t.Errorf("%s → %s:%d: scenario expects allowed=%v, topology.DefaultPolicy says %v", s.From, s.To, s.Port, s.Allowed, got)

@@ -35,10 +35,11 @@ func sustainedLoad() Scenario {
 // gateways from one of its requests to the next, and neighbours start on different ones.
 type loadPlan struct {
 	hot, cool []string
+	gateways  []string // each subject's visits go round these in turn
 }
 
-func newLoadPlan() loadPlan {
-	var p loadPlan
+func newLoadPlan(gateways []string) loadPlan {
+	p := loadPlan{gateways: gateways}
 	for i := range deployment.SustainedLoadSubjects {
 		if i%10 == 0 {
 			p.hot = append(p.hot, deployment.LoadSubject(i))
@@ -55,7 +56,7 @@ func (p loadPlan) subject(k int) (subject, gateway string) {
 		group = p.hot
 	}
 	i, visit := (k/2)%len(group), (k/2)/len(group)
-	return group[i], alternate(i + visit)
+	return group[i], p.gateways[(i+visit)%len(p.gateways)]
 }
 
 // loadRequest is one request of the load: its schedule and what came back.
@@ -71,7 +72,7 @@ func runSustainedLoad(ctx context.Context, env *Env) *Result {
 	if p.SustainedRate <= 0 || p.SustainedFor <= 0 {
 		return r.Error(fmt.Errorf("profile %s sets no sustained rate and duration", p.Name))
 	}
-	plan := newLoadPlan()
+	plan := newLoadPlan(env.gateways())
 	total := int(p.SustainedFor.Seconds() * float64(p.SustainedRate))
 	every := time.Second / time.Duration(p.SustainedRate)
 	before, ok := env.readProviders(ctx, r, "provider call counts before")

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"github.com/quotaqual/quotaqual/topology"
 	"net/http"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestQuantileNearestRank(t *testing.T) {
 // TestLoadPlanDrivesATenthPastTheirBudget: the plan reaches every subject, each through both
 // gateways in turn, and sends half the requests to a tenth of them.
 func TestLoadPlanDrivesATenthPastTheirBudget(t *testing.T) {
-	plan := newLoadPlan()
+	plan := newLoadPlan(topology.GatewayNames(2))
 	seen := map[string]int{}
 	via := map[string]map[string]int{}
 	for k := range 2000 {

@@ -85,7 +85,7 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 	settled := q.Settled()
 	var summary []string
 	for i, c := range accountingCases() {
-		gw := alternate(i)
+		gw := env.alternate(i)
 		c.call.Gateway, c.call.Label, c.call.Subject = gw, c.label, appA
 		o := env.Chat(ctx, c.call)
 		r.Check(c.label+": answered "+strconv.Itoa(c.status), c.status, o.Status, o.Status == c.status)

@@ -28,20 +28,32 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 	if !ok {
 		return r
 	}
+	// Requests go round the gateways and the subjects together, at least two per subject and
+	// one per replica (six with two gateways: each subject on both). Past about five requests
+	// a subject's budget is spent (sixteen replicas, three subjects): such a request must be
+	// denied, as the rule predicts from the stub's usage, and counts as the replica's answer.
+	subs := subjects()
+	usage := chatUsage(env.Profile, 1).TotalTokens
+	sent := map[string]int64{}
 	var outs []Outcome
-	for _, s := range subjects() {
-		for _, gw := range []string{gwA, gwB} {
-			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "valid-" + s, Subject: s})
-			outs = append(outs, o)
-			r.Check(fmt.Sprintf("%s admitted on %s", s, gw), http.StatusOK, o.Status, o.Admitted())
-			if attributed {
-				r.Check(fmt.Sprintf("%s on %s names a provider site", s, gw), "one of west, central, east", o.Site, isSite(o.Site))
-			}
-			if limitHeader != "" {
-				limit := headerOf(o.Headers, limitHeader)
-				r.Check(fmt.Sprintf("%s on %s: %s is the capacity", s, gw, strings.ToLower(limitHeader)),
-					strconv.FormatInt(env.Profile.Capacity, 10), limit, limit == strconv.FormatInt(env.Profile.Capacity, 10))
-			}
+	for k := range max(2*len(subs), len(env.gateways())) {
+		s, gw := subs[k%len(subs)], env.alternate(k)
+		fits := sent[s]*usage+env.Profile.Estimate <= env.Profile.Capacity
+		sent[s]++
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "valid-" + s, Subject: s})
+		outs = append(outs, o)
+		if !fits {
+			r.Check(fmt.Sprintf("%s on %s: past its budget, decided (429, or 200 once the window moved)", s, gw), "429 or 200", o.Status, o.Status == http.StatusTooManyRequests || o.Admitted())
+			continue
+		}
+		r.Check(fmt.Sprintf("%s admitted on %s", s, gw), http.StatusOK, o.Status, o.Admitted())
+		if attributed {
+			r.Check(fmt.Sprintf("%s on %s names a provider site", s, gw), "one of west, central, east", o.Site, isSite(o.Site))
+		}
+		if limitHeader != "" {
+			limit := headerOf(o.Headers, limitHeader)
+			r.Check(fmt.Sprintf("%s on %s: %s is the capacity", s, gw, strings.ToLower(limitHeader)),
+				strconv.FormatInt(env.Profile.Capacity, 10), limit, limit == strconv.FormatInt(env.Profile.Capacity, 10))
 		}
 	}
 	if !attributed {
@@ -58,7 +70,10 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 	r.Fact("statuses", statuses(outs))
 	r.Fact("sites", sitesOf(outs))
 	r.Fact("provider_calls_by_site", SiteDelta(before, after))
-	r.Check("provider calls grew by exactly the admitted requests", len(outs), d, d == int64(len(outs)))
+	perGateway := env.tallyByGateway(outs, env.alternate)
+	r.Fact("per_gateway", perGateway)
+	env.checkEveryReplicaDecided(r, "the valid requests", perGateway)
+	r.Check("provider calls grew by exactly the admitted requests", countAdmitted(outs), d, d == int64(countAdmitted(outs)))
 
 	// Attribution, confirmed at the providers: the request id each response carries is in the
 	// log of the provider whose site the response names, and no provider saw credentials.
@@ -78,6 +93,9 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 		return r
 	}
 	for i, o := range outs {
+		if !o.Admitted() {
+			continue // denied past its budget: no provider saw it
+		}
 		site, pr, found := after.FindRequest(o.RequestID)
 		switch {
 		case !found:
@@ -89,7 +107,7 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 			authForwarded = append(authForwarded, fmt.Sprintf("#%d at %s", i+1, site))
 		}
 	}
-	r.Check("each response's site confirmed by the provider that logged its request id", "all 6", mismatched, len(mismatched) == 0)
+	r.Check("each response's site confirmed by the provider that logged its request id", fmt.Sprintf("all %d admitted", countAdmitted(outs)), mismatched, len(mismatched) == 0)
 	r.Check("no credentials forwarded to a provider", "authorization_present false everywhere", authForwarded, len(authForwarded) == 0)
 	r.Key("%d/%d admitted, provider calls +%d, sites %v", countAdmitted(outs), len(outs), d, SitesCovered(SiteDelta(before, after)))
 	return r

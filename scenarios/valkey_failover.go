@@ -56,6 +56,12 @@ type sentRequest struct {
 	hold           time.Duration
 }
 
+// failoverPair are the gateways the split brain puts on the replicated store: exactly two,
+// whatever the run's replicas, as the scenario needs one gateway on each side of the split
+// (gateway-a with the cut-off old primary, gateway-b with the Sentinels' majority). Any other
+// replica stays on the single Valkey and takes no part.
+var failoverPair = []string{gwA, gwB}
+
 func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
@@ -85,7 +91,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
 		defer cancel()
 		var mu sync.Mutex
-		bothGateways(func(gw string) {
+		allGateways(failoverPair, func(gw string) {
 			if err := sg.UseReplicatedStore(c, gw, false); err != nil {
 				mu.Lock()
 				r.Error(fmt.Errorf("restarting %s back on the single valkey: %w", gw, err))
@@ -95,9 +101,9 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	}()
 	env.Progressf("restarting both gateways on the replicated store")
 	var restartErrs [2]error
-	bothGateways(func(gw string) {
+	allGateways(failoverPair, func(gw string) {
 		if err := sg.UseReplicatedStore(ctx, gw, true); err != nil {
-			restartErrs[slices.Index([]string{gwA, gwB}, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
+			restartErrs[slices.Index(failoverPair, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
 		}
 	})
 	if err := errors.Join(restartErrs[:]...); err != nil {

@@ -25,15 +25,29 @@ func valkeyOutage() Scenario {
 func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	for _, gw := range []string{gwA, gwB} {
-		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: appA})
+	// Every replica admits before the outage: application-a (on gateway-a and gateway-b, as
+	// with two replicas), then the subject with the most budget left.
+	spend := env.newBudgetRound()
+	before := func(gw string) (string, bool) {
+		if gw == gwA || gw == gwB {
+			return spend.next(appA)
+		}
+		return spend.next(appB, appC)
+	}
+	for _, gw := range env.gateways() {
+		s, fits := before(gw)
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: s})
+		if !fits { // many replicas: the subjects' budgets are spent, a 429 is gw's decision
+			r.Check(gw+" decides "+s+" past its budget before the outage (429, or 200 once the window moved)", "429 or 200", o.Status, o.Status == http.StatusTooManyRequests || o.Admitted())
+			continue
+		}
 		r.Check("admitted on "+gw+" before the outage", http.StatusOK, o.Status, o.Admitted())
 	}
-	// Let both settle before the store goes, so the outage starts from a clean ledger.
+	// Let them settle before the store goes, so the outage starts from a clean ledger.
 	if _, err := env.waitIdle(ctx, gwA, appA); err != nil {
 		return r.Error(err)
 	}
-	before, err := env.settledProviders(ctx)
+	provBefore, err := env.settledProviders(ctx)
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call counts before: %w", err))
 	}
@@ -59,7 +73,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	slo := p.StoreTimeout + p.OutageSLO
 	var dec decisions
 	for i := 0; i < outageRequestsPerGateway; i++ {
-		for _, gw := range []string{gwA, gwB} {
+		for _, gw := range env.gateways() {
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("outage-%d", i+1), Subject: appA})
 			what := fmt.Sprintf("%s request %d", gw, i+1)
 			dec.checkFailClosed(env, r, what, o, slo)
@@ -71,7 +85,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	if err != nil {
 		r.Error(fmt.Errorf("provider call counts during the outage: %w", err))
 	} else {
-		d := TotalDelta(before, during)
+		d := TotalDelta(provBefore, during)
 		r.Check("no provider contacted during the outage", 0, d, d == 0)
 	}
 
@@ -84,8 +98,24 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("starting valkey: %w", err))
 	}
 	r.Fact("start_ms", ms(time.Since(startAt)))
-	for i, gw := range []string{gwA, gwB} {
-		rec := env.awaitAdmission(ctx, gw, []string{appA, appB}[i], startAt)
+	for _, gw := range env.gateways() {
+		// Recovery on every replica: application-a on gateway-a, application-b on gateway-b
+		// (as with two), then whichever subject's budget still admits one.
+		s, fits := spend.next(appA)
+		if gw != gwA {
+			s, fits = spend.next(appB, appC)
+		}
+		if !fits {
+			// Every subject's budget is spent in this window: a 429 shows gw decides from
+			// the store again.
+			rec := env.awaitDecision(ctx, gw, s, startAt)
+			r.Fact("recovery_statuses_"+gw, rec.statuses)
+			r.Check("admission decided again on "+gw+" within RecoveryMax (its subject's budget spent: 429 or 200)", "≤ "+p.RecoveryMax.String(),
+				fmt.Sprintf("%d after %s", rec.got.Status, rec.elapsed.Round(time.Millisecond)),
+				(rec.got.Admitted() || rec.got.Status == http.StatusTooManyRequests) && rec.elapsed <= p.RecoveryMax)
+			continue
+		}
+		rec := env.awaitAdmission(ctx, gw, s, startAt)
 		r.Fact("recovery_statuses_"+gw, rec.statuses)
 		r.Fact("time_to_recovery_ms_"+gw, ms(rec.elapsed))
 		bad := 0

@@ -70,7 +70,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	if err := env.fixedWindowStart(ctx, r, p.Window/2); err != nil {
 		return r.Error(err)
 	}
-	ex, err := env.exhaust(ctx, appA, "exhaust", []string{gwA, gwB}, exhaustCap)
+	ex, err := env.exhaust(ctx, appA, "exhaust", env.gateways(), exhaustCap)
 	if err != nil {
 		return r.Error(err)
 	}

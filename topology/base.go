@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,8 @@ func (b *Base) MakeWorkDirs() error {
 }
 
 func (b *Base) Observer() *http.Client { return b.ObserverClient }
+
+func (b *Base) Gateways() []string { return b.Spec.GatewayHosts() }
 
 func (b *Base) Gateway(name string) GatewayEndpoint {
 	b.Mu.Lock()
@@ -159,7 +162,7 @@ func (b *Base) replaceGateway(ctx context.Context, name string, halt func(*Compo
 	c := b.comps[name]
 	b.Mu.Unlock()
 	if c == nil || !IsGateway(name) {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+		return NoGatewayError(name, b.Spec.GatewayHosts())
 	}
 	if _, err := halt(c, ctx); err != nil {
 		return fmt.Errorf("restarting %s: %w", name, err)
@@ -250,7 +253,10 @@ func (b *Base) StopAll(ctx context.Context, td *Teardown) {
 	wg.Wait()
 }
 
-func IsGateway(h string) bool { return h == HostGatewayA || h == HostGatewayB }
+// NoGatewayError is the error of a lever asked for a gateway the run does not have.
+func NoGatewayError(name string, gateways []string) error {
+	return fmt.Errorf("no gateway %q: use one of %s", name, strings.Join(gateways, ", "))
+}
 
 // siteOf returns the provider site of a provider host (west, central, east).
 func SiteOf(host string) string {

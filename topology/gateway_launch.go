@@ -89,7 +89,7 @@ func (b *Base) RelaunchAs(name, stem string) error {
 	c := b.comps[name]
 	b.Mu.Unlock()
 	if r == nil || c == nil {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+		return NoGatewayError(name, b.Spec.GatewayHosts())
 	}
 	l, ok := r.launches[stem]
 	if !ok {
@@ -109,7 +109,7 @@ func (b *Base) RestartGatewayWithPolicy(ctx context.Context, name string, p *dep
 	r := b.gwRecipes[name]
 	b.Mu.Unlock()
 	if r == nil {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, HostGatewayA, HostGatewayB)
+		return NoGatewayError(name, b.Spec.GatewayHosts())
 	}
 	stem := name
 	if p != nil {

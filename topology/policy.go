@@ -10,13 +10,6 @@ import (
 // runs in. It is a source in the policy (it scrapes admin ports) but runs no component.
 const HostObserver = "observer"
 
-// Hosts lists every component host in a stable order.
-var Hosts = []string{
-	HostClient, HostGatewayA, HostGatewayB,
-	HostProviderWest, HostProviderCentral, HostProviderEast,
-	HostValkey,
-}
-
 // Policy is the qualification's network policy with Kubernetes NetworkPolicy semantics: every
 // host denies all ingress by default, and each rule allows TCP to one port of one host from a
 // list of source hosts. It is engine-neutral: the netns engine compiles it to nftables (nft.go),
@@ -34,19 +27,19 @@ type PolicyRule struct {
 	From []string
 }
 
-// DefaultPolicy is the qualification's policy for the given ports:
-//   - valkey:Valkey from gateway-a and gateway-b only;
+// DefaultPolicy is the qualification's policy for the given ports and gateways:
+//   - valkey:Valkey from the gateways only;
 //   - each provider's data port from the gateways only;
 //   - each provider's and each gateway's admin port from the observer only;
 //   - each gateway's data port from the client and the observer;
 //   - everything else denied.
-func DefaultPolicy(p Ports) Policy {
+func DefaultPolicy(p Ports, gateways []string) Policy {
 	var pol Policy
 	pol.Rules = append(pol.Rules, PolicyRule{
 		Name: "valkey-from-gateways", Host: HostValkey, Port: p.Valkey,
-		From: []string{HostGatewayA, HostGatewayB},
+		From: slices.Clone(gateways),
 	})
-	for _, g := range Gateways {
+	for _, g := range gateways {
 		pol.Rules = append(pol.Rules,
 			PolicyRule{Name: g + "-data-from-client", Host: g, Port: p.GatewayData,
 				From: []string{HostClient, HostObserver}},
@@ -57,7 +50,7 @@ func DefaultPolicy(p Ports) Policy {
 	for _, pr := range Providers {
 		pol.Rules = append(pol.Rules,
 			PolicyRule{Name: pr + "-data-from-gateways", Host: pr, Port: p.ProviderData,
-				From: []string{HostGatewayA, HostGatewayB}},
+				From: slices.Clone(gateways)},
 			PolicyRule{Name: pr + "-admin-from-observer", Host: pr, Port: p.ProviderAdmin,
 				From: []string{HostObserver}},
 		)
@@ -91,11 +84,15 @@ func (p Policy) RulesFor(host string) []PolicyRule {
 	return out
 }
 
-// Validate checks that every rule names known hosts and a valid port.
+// Validate checks that every rule names known hosts (a gateway of any run size counts) and a
+// valid port.
 func (p Policy) Validate() error {
-	known := func(h string) bool { return h == HostObserver || slices.Contains(Hosts, h) || IsStoreHost(h) }
+	component := func(h string) bool {
+		return h == HostClient || h == HostValkey || IsGateway(h) || slices.Contains(Providers, h) || IsStoreHost(h)
+	}
+	known := func(h string) bool { return h == HostObserver || component(h) }
 	for _, r := range p.Rules {
-		if !slices.Contains(Hosts, r.Host) && !IsStoreHost(r.Host) {
+		if !component(r.Host) {
 			return fmt.Errorf("policy rule %q targets unknown host %q", r.Name, r.Host)
 		}
 		if r.Port < 1 || r.Port > 65535 {

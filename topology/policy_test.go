@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -11,7 +12,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func TestCompileNFTGolden(t *testing.T) {
-	pol := DefaultPolicy(netnsTestPorts)
+	pol := DefaultPolicy(netnsTestPorts, GatewayNames(2))
 	for _, tc := range []struct{ host, mode string }{
 		{HostValkey, DenyReject},
 		{HostGatewayA, DenyReject},
@@ -43,7 +44,7 @@ func TestCompileNFTGolden(t *testing.T) {
 func TestCompileNFTOrdering(t *testing.T) {
 	// The partition rules must come before the established accept (or live connections
 	// survive a partition) and the allow rules after it; the final reject last.
-	got, err := CompileNFT(DefaultPolicy(netnsTestPorts), HostValkey, testAddrs, DenyReject)
+	got, err := CompileNFT(DefaultPolicy(netnsTestPorts, GatewayNames(2)), HostValkey, testAddrs, DenyReject)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestCompileNFTOrdering(t *testing.T) {
 }
 
 func TestCompileNFTErrors(t *testing.T) {
-	pol := DefaultPolicy(netnsTestPorts)
+	pol := DefaultPolicy(netnsTestPorts, GatewayNames(2))
 	if _, err := CompileNFT(pol, HostValkey, testAddrs, "bounce"); err == nil || !strings.Contains(err.Error(), "deny mode") {
 		t.Errorf("unknown deny mode: got %v", err)
 	}
@@ -88,7 +89,7 @@ func TestCompileNFTErrors(t *testing.T) {
 }
 
 func TestPolicyAllows(t *testing.T) {
-	p := DefaultPolicy(netnsTestPorts)
+	p := DefaultPolicy(netnsTestPorts, GatewayNames(2))
 	P := netnsTestPorts
 	cases := []struct {
 		from, to string
@@ -202,5 +203,71 @@ func TestCompilePartitionNFT(t *testing.T) {
 	}
 	if _, err := CompilePartitionNFT("bounce"); err == nil || !strings.Contains(err.Error(), "deny mode") {
 		t.Errorf("unknown deny mode: got %v", err)
+	}
+}
+
+func TestGatewayNamesAndTheirRange(t *testing.T) {
+	if got := GatewayNames(4); !slices.Equal(got, []string{"gateway-a", "gateway-b", "gateway-c", "gateway-d"}) {
+		t.Errorf("GatewayNames(4) = %v", got)
+	}
+	if got := GatewayNames(MaxGateways); got[len(got)-1] != "gateway-p" {
+		t.Errorf("the last of %d gateways is %s, want gateway-p", MaxGateways, got[len(got)-1])
+	}
+	for _, g := range GatewayNames(MaxGateways) {
+		if !IsGateway(g) {
+			t.Errorf("IsGateway(%s) is false", g)
+		}
+	}
+	for _, h := range []string{"gateway-q", "gateway-", "gateway-ab", HostClient, HostValkey} {
+		if IsGateway(h) {
+			t.Errorf("IsGateway(%q) is true", h)
+		}
+	}
+	if n, err := ValidateGateways(0); n != DefaultGateways || err != nil {
+		t.Errorf("ValidateGateways(0) = %d, %v; want the default %d", n, err, DefaultGateways)
+	}
+	for _, n := range []int{2, 3, 16} {
+		if got, err := ValidateGateways(n); got != n || err != nil {
+			t.Errorf("ValidateGateways(%d) = %d, %v", n, got, err)
+		}
+	}
+	for _, n := range []int{-1, 1, 17} {
+		_, err := ValidateGateways(n)
+		if err == nil || !strings.Contains(err.Error(), "--gateways") || !strings.Contains(err.Error(), "2 to 16") {
+			t.Errorf("ValidateGateways(%d): %v, want an error naming --gateways and the range", n, err)
+		}
+	}
+}
+
+// TestDefaultPolicyCoversEveryGateway: with four gateways, gateway-c and gateway-d reach valkey
+// and the providers and accept the client exactly as gateway-a does; a fifth name does not.
+func TestDefaultPolicyCoversEveryGateway(t *testing.T) {
+	P := netnsTestPorts
+	pol := WithStorePolicy(DefaultPolicy(P, GatewayNames(4)), P.Valkey, GatewayNames(4))
+	if err := pol.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range GatewayNames(4) {
+		for _, c := range []struct {
+			from, to string
+			port     int
+			want     bool
+		}{
+			{g, HostValkey, P.Valkey, true},
+			{g, HostProviderEast, P.ProviderData, true},
+			{g, HostStore1, P.Valkey, true},
+			{g, HostSentinel2, SentinelPort, true},
+			{HostClient, g, P.GatewayData, true},
+			{HostObserver, g, P.GatewayAdmin, true},
+			{HostClient, g, P.GatewayAdmin, false},
+			{g, HostGatewayA, P.GatewayData, g == HostGatewayA},
+		} {
+			if got := pol.Allows(c.from, c.to, c.port); got != c.want {
+				t.Errorf("%s → %s:%d allowed=%v, want %v", c.from, c.to, c.port, got, c.want)
+			}
+		}
+	}
+	if pol.Allows("gateway-e", HostValkey, P.Valkey) {
+		t.Error("gateway-e, not in a four-gateway run, reaches valkey")
 	}
 }

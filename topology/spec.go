@@ -34,6 +34,9 @@ type Spec struct {
 	Gateway  *undertest.Profile
 	DenyMode string    // DenyReject (default) or DenyDrop
 	Stdout   io.Writer // optional progress lines
+	// Gateways is how many gateway replicas run (gateway-a, gateway-b, …): 0 means
+	// DefaultGateways; MinGateways..MaxGateways accepted (--gateways).
+	Gateways int
 	// AdjustPolicy, when set, changes the network policy before the netns engine enforces
 	// it. Production never sets it; tests use it to prove that the network-policy scenario
 	// fails when the enforced policy is not the intended one (a missing or an extra rule).
@@ -69,6 +72,11 @@ func (s *Spec) validate() error {
 	if s.Deployment == nil {
 		return errors.New("topology: Spec.Deployment is required: build one with deployment.NewDeployment")
 	}
+	n, err := ValidateGateways(s.Gateways)
+	if err != nil {
+		return err
+	}
+	s.Gateways = n
 	switch s.StoreReplication {
 	case "":
 		s.StoreReplication = deployment.ReplicationAcknowledged
@@ -82,6 +90,15 @@ func (s *Spec) validate() error {
 	}
 	s.DenyMode = mode
 	return nil
+}
+
+// GatewayHosts are the run's gateway hosts: gateway-a, gateway-b, … (Gateways of them; two when
+// Gateways is 0).
+func (s Spec) GatewayHosts() []string {
+	if s.Gateways == 0 {
+		return GatewayNames(DefaultGateways)
+	}
+	return GatewayNames(s.Gateways)
 }
 
 func (s *Spec) Progress(format string, args ...any) {

@@ -90,10 +90,10 @@ type StoreEvent struct {
 // storePolicy is the group's network policy: data nodes reach each other (replication in any
 // direction after a failover), Sentinels reach the data nodes and each other, the gateways reach
 // both, and the observer (the harness) both, to ask who is primary and read offsets.
-func storePolicy(valkeyPort int) []PolicyRule {
+func storePolicy(valkeyPort int, gateways []string) []PolicyRule {
 	var rules []PolicyRule
 	for _, n := range StoreNodes {
-		from := append([]string{HostGatewayA, HostGatewayB, HostObserver}, StoreSentinels...)
+		from := append(append(slices.Clone(gateways), HostObserver), StoreSentinels...)
 		for _, o := range StoreNodes {
 			if o != n {
 				from = append(from, o)
@@ -102,7 +102,7 @@ func storePolicy(valkeyPort int) []PolicyRule {
 		rules = append(rules, PolicyRule{Name: n + "-from-gateways-nodes-sentinels", Host: n, Port: valkeyPort, From: from})
 	}
 	for _, s := range StoreSentinels {
-		from := []string{HostGatewayA, HostGatewayB, HostObserver}
+		from := append(slices.Clone(gateways), HostObserver)
 		for _, o := range StoreSentinels {
 			if o != s {
 				from = append(from, o)
@@ -156,8 +156,8 @@ func ReadStoreEvents(logPath func(string) string) ([]StoreEvent, error) {
 }
 
 // WithStorePolicy adds the group's rules to a policy: the policy every engine runs the group under.
-func WithStorePolicy(p Policy, valkeyPort int) Policy {
-	p.Rules = append(append([]PolicyRule(nil), p.Rules...), storePolicy(valkeyPort)...)
+func WithStorePolicy(p Policy, valkeyPort int, gateways []string) Policy {
+	p.Rules = append(append([]PolicyRule(nil), p.Rules...), storePolicy(valkeyPort, gateways)...)
 	return p
 }
 

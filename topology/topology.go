@@ -9,6 +9,7 @@ package topology
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -26,11 +27,65 @@ const (
 	HostValkey          = "valkey"
 )
 
-// Gateways and Providers list the hosts of each role in a stable order.
-var (
-	Gateways  = []string{HostGatewayA, HostGatewayB}
-	Providers = []string{HostProviderWest, HostProviderCentral, HostProviderEast}
+// Providers lists the provider hosts in a stable order. The gateways are the run's own list
+// (Spec.Gateways, GatewayNames, VantagePoints.Gateways): there is no global list of them, so no
+// code can assume two.
+var Providers = []string{HostProviderWest, HostProviderCentral, HostProviderEast}
+
+// The number of gateway replicas a run may have (Spec.Gateways, --gateways): production runs
+// more than two (the upstream concurrency check used eight pods); sixteen keeps the names one
+// letter (gateway-a … gateway-p) and the netns addresses in their block.
+const (
+	DefaultGateways = 2
+	MinGateways     = 2
+	MaxGateways     = 16
 )
+
+// GatewayNames returns the hosts of n gateways: gateway-a, gateway-b, … in order. n is clamped
+// to MinGateways..MaxGateways (validation happens in Spec.validate and ValidateGateways).
+func GatewayNames(n int) []string {
+	n = max(MinGateways, min(n, MaxGateways))
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "gateway-" + string(rune('a'+i))
+	}
+	return out
+}
+
+// GatewayIndex is the position of a gateway host in GatewayNames (gateway-a is 0), or -1 when h
+// is no gateway name.
+func GatewayIndex(h string) int {
+	if len(h) != len("gateway-a") || h[:len("gateway-")] != "gateway-" {
+		return -1
+	}
+	i := int(h[len(h)-1] - 'a')
+	if i < 0 || i >= MaxGateways {
+		return -1
+	}
+	return i
+}
+
+// IsGateway reports whether h names a gateway (of any run size).
+func IsGateway(h string) bool { return GatewayIndex(h) >= 0 }
+
+// ValidateGateways returns the number of gateways a run asked for: 0 means DefaultGateways.
+func ValidateGateways(n int) (int, error) {
+	if n == 0 {
+		return DefaultGateways, nil
+	}
+	if n < MinGateways || n > MaxGateways {
+		return 0, fmt.Errorf("--gateways %d is out of range: use %d to %d (gateway-a … gateway-%c)", n, MinGateways, MaxGateways, 'a'+MaxGateways-1)
+	}
+	return n, nil
+}
+
+// ComponentHosts lists every component host of a run with the given gateways, in a stable
+// order: the client, the gateways, the providers, valkey.
+func ComponentHosts(gateways []string) []string {
+	out := append([]string{HostClient}, gateways...)
+	out = append(out, Providers...)
+	return append(out, HostValkey)
+}
 
 // ErrUnsupported is returned (wrapped, with the reason) by a lever an engine does not have.
 // Scenarios that need it report skipped with that reason.
@@ -73,7 +128,9 @@ type VantagePoints interface {
 	// the harness's own vantage point, which the network policy allows to reach admin ports
 	// only.
 	Observer() *http.Client
-	// Gateway returns the endpoints of gateway-a or gateway-b.
+	// Gateways lists the run's gateway hosts in order (gateway-a, gateway-b, …; Spec.Gateways).
+	Gateways() []string
+	// Gateway returns the endpoints of one of Gateways.
 	Gateway(name string) GatewayEndpoint
 	// Provider returns the endpoints of a provider host.
 	Provider(name string) ProviderEndpoint

@@ -149,6 +149,10 @@ func TestRunRejectsBadUsageWithExitCode2(t *testing.T) {
 		{[]string{"run", "--scenario", "no-such-scenario"}, "--scenario"},
 		{[]string{"run", "--bundle", "zip"}, "--bundle"},
 		{[]string{"run", "--run-id", "Bad_ID"}, "--run-id"},
+		{[]string{"run", "--gateways", "1"}, "--gateways 1 is out of range: use 2 to 16"},
+		{[]string{"run", "--gateways", "17"}, "--gateways 17 is out of range: use 2 to 16"},
+		{[]string{"up", "--gateways", "17"}, "--gateways 17 is out of range: use 2 to 16"},
+		{[]string{"render", "--gateways", "1"}, "--gateways 1 is out of range: use 2 to 16"},
 		{[]string{"run", "--no-such-flag"}, "unknown flag"},
 		{[]string{"run", "extra-argument"}, "unknown command"},
 	}

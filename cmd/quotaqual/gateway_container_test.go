@@ -73,7 +73,7 @@ func TestAltGatewayVerdictsOnDocker(t *testing.T) {
 		t.Logf("%s: %s %s %s", r.Name, r.Status, firstReason(r), r.Evidence)
 	}
 	// The containers ran the altgateway (not quotaqual's gateway) on the profile's config.
-	for _, g := range topology.Gateways {
+	for _, g := range topology.GatewayNames(2) {
 		log, err := os.ReadFile(filepath.Join(out.BundleDir, "logs", g+".log"))
 		if err != nil || !strings.Contains(string(log), "altgateway listening") {
 			t.Errorf("%s's log does not show the altgateway starting (%v)", g, err)

@@ -24,6 +24,7 @@ func init() { subcommands = append(subcommands, newRenderCmd) }
 func newRenderCmd() *cobra.Command {
 	var engine, runID, profile, qqImage, valkeyImage, storageClass, gatewayName, gatewayImage string
 	var emptyDir, storeGroup bool
+	var gateways int
 	cmd := &cobra.Command{
 		Use:   "render --topology kind [--run-id ID] [--profile P]",
 		Short: "Print the Kubernetes manifests of the kind topology for review (secrets as placeholders)",
@@ -65,6 +66,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 				RunID: runID, QuotaqualImage: qqImage, ValkeyImage: valkeyImage,
 				StorageClass: storageClass, EmptyDir: emptyDir, Placeholders: true, StoreGroup: storeGroup,
 				Gateway: gw, GatewayImage: gatewayImage,
+				Gateways: gateways,
 			})
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
@@ -83,6 +85,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f.BoolVar(&emptyDir, "valkey-emptydir", false, "keep Valkey's data on an emptyDir instead of a PVC (state does not survive a scale to zero)")
 	f.StringVar(&gatewayName, "gateway", "", "the gateway under test: a gateway profile file or a shipped profile's name (default: quotaqual's own gateway)")
 	f.StringVar(&gatewayImage, "gateway-image", "", "the gateway's image instead of its profile's launch.image")
+	f.IntVar(&gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")
 	return cmd
 }

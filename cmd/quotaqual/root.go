@@ -41,3 +41,6 @@ and writes a redacted evidence bundle plus JUnit for CI.`,
 	}
 	return root
 }
+
+// gatewaysUsage is the --gateways flag's help, the same on run, up and render.
+const gatewaysUsage = "gateway replicas, 2 to 16 (gateway-a, gateway-b, …): every scenario spreads over all of them"

@@ -82,6 +82,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.StringVar(&o.Bundle, "bundle", "", "also pack the bundle: tar.gz")
 	f.BoolVar(&o.Keep, "keep", false, "keep the topology up after the scenarios until interrupted")
 	f.StringVar(&o.RunID, "run-id", "", "run id (default: generated); namespaces keys, hosts and the bundle")
+	f.IntVar(&o.Gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
 	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "how the gateways write to the replicated store in valkey-failover: acknowledged (a replica confirms each write) or async (Valkey's default: a failover can spend a budget twice)")
 	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")

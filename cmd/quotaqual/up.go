@@ -29,14 +29,22 @@ import (
 
 func init() { subcommands = append(subcommands, newUpCmd, newDemoCmd) }
 
-// upForwards are the loopback port forwards `up` offers on the netns topology, in the order
-// the outer process passes their listeners into the namespace.
-var upForwards = []struct {
+// upForward is one loopback port forward `up` offers on the netns topology.
+type upForward struct {
 	gateway string
 	admin   bool
-}{
-	{topology.HostGatewayA, false}, {topology.HostGatewayB, false},
-	{topology.HostGatewayA, true}, {topology.HostGatewayB, true},
+}
+
+// upForwards are the forwards of a run with n gateways (every data port, then every admin
+// port), in the order the outer process passes their listeners into the namespace.
+func upForwards(n int) []upForward {
+	var fs []upForward
+	for _, admin := range []bool{false, true} {
+		for _, g := range topology.GatewayNames(n) {
+			fs = append(fs, upForward{g, admin})
+		}
+	}
+	return fs
 }
 
 func newUpCmd() *cobra.Command { return upCommand(false) }
@@ -46,6 +54,7 @@ func newDemoCmd() *cobra.Command { return upCommand(true) }
 
 func upCommand(demoCmd bool) *cobra.Command {
 	var engine, profile, runID, denyMode string
+	var gateways int
 	demo := demoCmd
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -87,6 +96,9 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			if !topology.ValidDenyMode(denyMode) {
 				return withCode(wire.ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
 			}
+			if _, err := topology.ValidateGateways(gateways); err != nil {
+				return withCode(wire.ExitUsage, err)
+			}
 			errw := cmd.ErrOrStderr()
 			switch {
 			case entered:
@@ -99,9 +111,9 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
 			if topology.NeedsEntering(engine) && !entered {
-				return upReexec(engine, runID)
+				return upReexec(engine, runID, gateways)
 			}
-			return upServe(cmd, engine, prof, runID, denyMode, demo)
+			return upServe(cmd, engine, prof, runID, denyMode, gateways, demo)
 		},
 	}
 	if demoCmd {
@@ -112,6 +124,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
 	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
+	cmd.Flags().IntVar(&gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
 }
@@ -119,14 +132,14 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 // upReexec opens the loopback listeners of the port forwards here, outside, where the user's
 // shell can reach them, and runs `up` again where engine builds its topology (netns: inside
 // the run's namespaces) with them.
-func upReexec(engine, runID string) error {
+func upReexec(engine, runID string, gateways int) error {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for range upForwards {
+	for range upForwards(gateways) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return withCode(wire.ExitTopology, fmt.Errorf("opening a loopback port forward: %w", err))
@@ -148,7 +161,7 @@ func upReexec(engine, runID string) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode string, demo bool) error {
+func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode string, gateways int, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -168,7 +181,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		return withCode(wire.ExitUsage, err)
 	}
 	topo, err := topology.New(engine, topology.Spec{
-		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Stdout: errw,
+		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Gateways: gateways, Stdout: errw,
 	})
 	if err != nil {
 		return withCode(wire.ExitTopology, err)
@@ -191,7 +204,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 	// Where the user reaches each gateway from this machine.
 	data := map[string]string{}
 	admin := map[string]string{}
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		data[g], admin[g] = topo.Gateway(g).DataURL, topo.Gateway(g).AdminURL
 	}
 	var fwdWG sync.WaitGroup
@@ -200,12 +213,13 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		if err != nil {
 			return withCode(wire.ExitTopology, err)
 		}
-		if len(ls) != len(upForwards) {
-			return withCode(wire.ExitTopology, fmt.Errorf("expected %d port-forward listeners from the outer process, got %d", len(upForwards), len(ls)))
+		fwds := upForwards(len(topo.Gateways()))
+		if len(ls) != len(fwds) {
+			return withCode(wire.ExitTopology, fmt.Errorf("expected %d port-forward listeners from the outer process, got %d", len(fwds), len(ls)))
 		}
 		clientDial := topo.Client().Transport.(*http.Transport).DialContext
 		observerDial := topo.Observer().Transport.(*http.Transport).DialContext
-		for i, f := range upForwards {
+		for i, f := range fwds {
 			target, dial, m := data[f.gateway], clientDial, data
 			if f.admin {
 				target, dial, m = admin[f.gateway], observerDial, admin
@@ -241,19 +255,19 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 	}
 	var header strings.Builder
 	fmt.Fprintf(&header, "quotaqual up — run %s, %s topology, profile %s\n\n", runID, engine, prof.Name)
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		fmt.Fprintf(&header, "  %-10s data  %s\n  %-10s admin %s  (/readyz /metrics /admin/quota)\n", g, data[g], "", admin[g])
 	}
 	if engine == topology.EngineNetns {
 		fmt.Fprintln(&header, "\n  (loopback forwards into the run's namespaces: data from the client host, admin from the observer)")
 	}
-	fmt.Fprintln(&header, "\nTry (each subject has its own budget, shared by both gateways):")
+	fmt.Fprintln(&header, "\nTry (each subject has its own budget, shared by every gateway):")
 	for i, sub := range subjects {
 		pw := sub.Password
 		if !tty {
 			pw = "$" + sub.EnvVar
 		}
-		g := topology.Gateways[i%len(topology.Gateways)]
+		g := topo.Gateways()[i%len(topo.Gateways())]
 		fmt.Fprintf(&header, "  curl -sS -i -u \"%s:%s\" -H 'Content-Type: application/json' \\\n    -d '%s' %s/v1/chat/completions\n",
 			sub.Username, pw, walkthrough.ChatBody(providerstub.DefaultModel), data[g])
 	}
@@ -264,12 +278,12 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 	fmt.Fprint(out, "\n", header.String())
 
 	target := walkthrough.Target{
-		Gateways: append([]string(nil), topology.Gateways...),
+		Gateways: topo.Gateways(),
 		AdminURL: map[string]string{}, DataURL: map[string]string{},
 		Observer: topo.Observer(), Client: topo.Client(),
 		Rule: scenarios.RuleName, Subjects: subjects,
 	}
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		target.AdminURL[g], target.DataURL[g] = topo.Gateway(g).AdminURL, topo.Gateway(g).DataURL
 	}
 	if demo {

@@ -99,6 +99,12 @@ func removeImage(t *testing.T, ref string) {
 
 func newTopo(t *testing.T, qqImage string) (topology.Topology, *deployment.Deployment, string) {
 	t.Helper()
+	return newTopoWith(t, qqImage, 0)
+}
+
+// newTopoWith is newTopo with that many gateways (0: the default two).
+func newTopoWith(t *testing.T, qqImage string, gateways int) (topology.Topology, *deployment.Deployment, string) {
+	t.Helper()
 	id := topology.NewRunID()
 	p, err := deployment.ProfileByName("quick")
 	if err != nil {
@@ -110,7 +116,7 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *deployment.Deplo
 	}
 	topo, err := topology.New(topology.EngineDocker, topology.Spec{
 		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d,
-		QuotaqualImage: qqImage, Stdout: e2e.LogWriter{T: t},
+		QuotaqualImage: qqImage, Stdout: e2e.LogWriter{T: t}, Gateways: gateways,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -152,9 +158,9 @@ type probe struct {
 
 // policyProbes are the network-policy scenario's probes (positive and negative controls from
 // the same vantage points as on netns).
-func policyProbes(p topology.Ports) []probe {
+func policyProbes(p topology.Ports, gateways []string) []probe {
 	var ps []probe
-	for _, gw := range topology.Gateways {
+	for _, gw := range gateways {
 		ps = append(ps, probe{gw, topology.HostValkey, p.Valkey})
 		for _, pr := range topology.Providers {
 			ps = append(ps, probe{gw, pr, p.ProviderData})
@@ -194,7 +200,7 @@ func TestDockerTopology(t *testing.T) {
 	}
 
 	t.Run("a chat request through each gateway is admitted with a provider site", func(t *testing.T) {
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			code, site := chat(t, topo, gw, d, deployment.Subjects[0])
 			if code != http.StatusOK || !slices.Contains(deployment.Sites, site) {
 				t.Errorf("via %s: status %d, site %q", gw, code, site)
@@ -203,7 +209,7 @@ func TestDockerTopology(t *testing.T) {
 	})
 
 	t.Run("the observer reaches every admin port", func(t *testing.T) {
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			if code := get(t, topo, topo.Gateway(gw).AdminURL+"/readyz"); code != http.StatusOK {
 				t.Errorf("%s /readyz: %d", gw, code)
 			}
@@ -217,7 +223,7 @@ func TestDockerTopology(t *testing.T) {
 
 	t.Run("probes match the network policy", func(t *testing.T) {
 		pol := topo.(interface{ Policy() topology.Policy }).Policy()
-		for _, p := range policyProbes(topo.Ports()) {
+		for _, p := range policyProbes(topo.Ports(), topo.Gateways()) {
 			r := topo.Probe(ctx, p.from, p.to, p.port)
 			want := pol.Allows(p.from, p.to, p.port)
 			if !r.Supported || r.Reached != want {
@@ -285,7 +291,7 @@ func TestDockerTopology(t *testing.T) {
 		if err := topo.StopValkey(ctx); err != nil {
 			t.Fatal(err)
 		}
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			eventually(t, gw+" with valkey stopped", 5*time.Second,
 				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[1]); return c },
 				func(c int) bool { return c == http.StatusServiceUnavailable })
@@ -295,7 +301,7 @@ func TestDockerTopology(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("valkey back in %s", time.Since(ss).Round(time.Millisecond))
-		for _, gw := range topology.Gateways {
+		for _, gw := range topo.Gateways() {
 			eventually(t, gw+" after valkey restart", 15*time.Second,
 				func() int { c, _ := chat(t, topo, gw, d, deployment.Subjects[2]); return c }, decided)
 		}
@@ -310,7 +316,7 @@ func TestDockerTopology(t *testing.T) {
 		if err := topo.CollectLogs(dir); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range topology.Hosts {
+		for _, h := range topology.ComponentHosts(topo.Gateways()) {
 			b, err := os.ReadFile(filepath.Join(dir, h+".log"))
 			if h == topology.HostClient {
 				continue // the idle client writes nothing
@@ -364,7 +370,7 @@ func TestDockerTopologyExecAccess(t *testing.T) {
 		t.Fatalf("Up: %v", err)
 	}
 	t.Logf("up in %s (access %v)", time.Since(start).Round(time.Millisecond), topo.Facts()["harness_access"])
-	for _, gw := range topology.Gateways {
+	for _, gw := range topo.Gateways() {
 		code, site := chat(t, topo, gw, d, deployment.Subjects[0])
 		if code != http.StatusOK || site == "" {
 			t.Errorf("via %s from the client container: %d %q", gw, code, site)
@@ -490,3 +496,60 @@ func get(t *testing.T, topo topology.Topology, url string) int {
 
 // The nine scenarios on docker run through the real binary in cmd/quotaqual
 // (TestRunDockerTopologyPassesAllScenarios), as a user runs them.
+
+// TestDockerTopologyWithThreeGateways brings up three gateway containers: gateway-c serves
+// from the shared store, is policed as gateway-a is (the client reaches its data port, not its
+// admin port; it reaches valkey), and can be cut off from valkey alone while gateway-b decides.
+func TestDockerTopologyWithThreeGateways(t *testing.T) {
+	requireDocker(t)
+	img := ensureImages(t)
+	topo, d, _ := newTopoWith(t, img, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := topo.Up(ctx); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	t.Logf("three gateways up in %s", time.Since(start).Round(time.Millisecond))
+	if got, want := topo.Gateways(), topology.GatewayNames(3); !slices.Equal(got, want) {
+		t.Fatalf("Gateways() = %v, want %v", got, want)
+	}
+	for i, gw := range topo.Gateways() {
+		if code, _ := chat(t, topo, gw, d, deployment.Subjects[i]); code != http.StatusOK {
+			t.Errorf("via %s: status %d, want 200", gw, code)
+		}
+	}
+	P := topo.Ports()
+	for _, p := range []struct {
+		from, to string
+		port     int
+		want     bool
+	}{
+		{topology.HostClient, "gateway-c", P.GatewayData, true},
+		{topology.HostClient, "gateway-c", P.GatewayAdmin, false},
+		{"gateway-c", topology.HostValkey, P.Valkey, true},
+		{"gateway-c", topology.HostProviderEast, P.ProviderData, true},
+		{topology.HostProviderEast, "gateway-c", P.GatewayData, false},
+	} {
+		if r := topo.Probe(ctx, p.from, p.to, p.port); !r.Supported || r.Reached != p.want {
+			t.Errorf("%s → %s:%d: reached %v (%s, supported %v), want %v", p.from, p.to, p.port, r.Reached, r.Error, r.Supported, p.want)
+		}
+	}
+	if err := topo.Partition(ctx, "gateway-c", topology.HostValkey); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "gateway-c while partitioned", 10*time.Second,
+		func() int { c, _ := chat(t, topo, "gateway-c", d, deployment.Subjects[1]); return c },
+		func(c int) bool { return c == http.StatusServiceUnavailable })
+	if code, _ := chat(t, topo, topology.HostGatewayB, d, deployment.Subjects[1]); !decided(code) {
+		t.Errorf("gateway-b while gateway-c is partitioned: %d", code)
+	}
+	if err := topo.Heal(ctx, "gateway-c", topology.HostValkey); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "gateway-c after heal", 15*time.Second,
+		func() int { c, _ := chat(t, topo, "gateway-c", d, deployment.Subjects[2]); return c }, decided)
+	if err := topo.Partition(ctx, "gateway-d", topology.HostValkey); err == nil {
+		t.Error("partitioning gateway-d, which this run lacks, succeeded")
+	}
+}

@@ -100,15 +100,20 @@ const (
 var dockerNetRoles = []string{dnetEdge, dnetBackend, dnetProvider, dnetAdmin}
 
 // dockerMembership lists each host's networks, home network first (the address other hosts
-// are probed at when they share no network).
+// are probed at when they share no network). Every gateway a run may have is on all four
+// (init below).
 var dockerMembership = map[string][]string{
 	topology.HostClient:          {dnetEdge},
-	topology.HostGatewayA:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
-	topology.HostGatewayB:        {dnetEdge, dnetBackend, dnetProvider, dnetAdmin},
 	topology.HostProviderWest:    {dnetProvider, dnetAdmin},
 	topology.HostProviderCentral: {dnetProvider, dnetAdmin},
 	topology.HostProviderEast:    {dnetProvider, dnetAdmin},
 	topology.HostValkey:          {dnetBackend},
+}
+
+func init() {
+	for _, g := range topology.GatewayNames(topology.MaxGateways) {
+		dockerMembership[g] = []string{dnetEdge, dnetBackend, dnetProvider, dnetAdmin}
+	}
 }
 
 // dockerPorts are the in-container ports, the same for every host (each has its own address).
@@ -213,7 +218,7 @@ func newDocker(spec topology.Spec) (*dockerTopo, error) {
 	t := &dockerTopo{
 		spec:       spec,
 		access:     access,
-		policy:     topology.DefaultPolicy(dockerPorts),
+		policy:     topology.DefaultPolicy(dockerPorts, spec.GatewayHosts()),
 		nets:       map[string]string{},
 		netIDs:     map[string]string{},
 		volume:     dockerName(spec.RunID, "valkey-data"),
@@ -258,6 +263,8 @@ func (t *dockerTopo) ValkeyAddr() string {
 
 // Policy returns the network policy the membership implements.
 func (t *dockerTopo) Policy() topology.Policy { return t.policy }
+
+func (t *dockerTopo) Gateways() []string { return t.spec.GatewayHosts() }
 
 func (t *dockerTopo) Gateway(name string) topology.GatewayEndpoint {
 	t.mu.Lock()
@@ -343,7 +350,7 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: topology.SiteOf(h),
 			URL: "http://" + net.JoinHostPort(h, strconv.Itoa(dockerPorts.ProviderData))})
 	}
-	hosts := append(append([]string{topology.HostClient}, topology.Providers...), topology.Gateways...)
+	hosts := append(append([]string{topology.HostClient}, topology.Providers...), t.Gateways()...)
 	errs := make([]error, len(hosts))
 	var wg sync.WaitGroup
 	for i, h := range hosts {
@@ -697,8 +704,8 @@ func (t *dockerTopo) CrashGateway(ctx context.Context, name string) error {
 // replaceGateway stops a gateway container within stop, copies cfg in as its config when
 // given, and starts it again, ready.
 func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.Duration, cfg []byte) error {
-	if !topology.IsGateway(name) {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, topology.HostGatewayA, topology.HostGatewayB)
+	if !slices.Contains(t.Gateways(), name) {
+		return topology.NoGatewayError(name, t.Gateways())
 	}
 	c := t.ctr(name)
 	if c == nil {
@@ -772,16 +779,16 @@ func (t *dockerTopo) StartValkey(ctx context.Context) error {
 }
 
 // partitionPair checks that {host, peer} is a gateway and valkey and returns the gateway.
-func partitionPair(host, peer string) (string, error) {
+func (t *dockerTopo) partitionPair(host, peer string) (string, error) {
 	switch {
-	case topology.IsGateway(host) && peer == topology.HostValkey:
+	case slices.Contains(t.Gateways(), host) && peer == topology.HostValkey:
 		return host, nil
-	case host == topology.HostValkey && topology.IsGateway(peer):
+	case host == topology.HostValkey && slices.Contains(t.Gateways(), peer):
 		return peer, nil
 	}
 	for _, h := range []string{host, peer} {
-		if _, ok := dockerMembership[h]; !ok {
-			return "", fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(topology.Hosts, ", "))
+		if _, ok := dockerMembership[h]; !ok || (topology.IsGateway(h) && !slices.Contains(t.Gateways(), h)) {
+			return "", fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(topology.ComponentHosts(t.Gateways()), ", "))
 		}
 	}
 	return "", fmt.Errorf("partition %s from %s: %w: docker partitions disconnect a gateway from the backend network, so only a gateway and valkey can be partitioned", host, peer, topology.ErrUnsupported)
@@ -791,7 +798,7 @@ func (t *dockerTopo) Partition(ctx context.Context, host, peer string) error {
 	if topology.IsStoreHost(host) || topology.IsStoreHost(peer) {
 		return t.setStorePartition(ctx, host, peer, true)
 	}
-	gw, err := partitionPair(host, peer)
+	gw, err := t.partitionPair(host, peer)
 	if err != nil {
 		return err
 	}
@@ -815,7 +822,7 @@ func (t *dockerTopo) Heal(ctx context.Context, host, peer string) error {
 	if topology.IsStoreHost(host) || topology.IsStoreHost(peer) {
 		return t.setStorePartition(ctx, host, peer, false)
 	}
-	gw, err := partitionPair(host, peer)
+	gw, err := t.partitionPair(host, peer)
 	if err != nil {
 		return err
 	}
@@ -1092,7 +1099,7 @@ func (t *dockerTopo) CollectLogs(dir string) error {
 		return err
 	}
 	var errs []error
-	for _, h := range append(slices.Clone(topology.Hosts), topology.StoreHosts...) {
+	for _, h := range append(topology.ComponentHosts(t.Gateways()), topology.StoreHosts...) {
 		b, err := os.ReadFile(filepath.Join(t.logDir(), h+".log"))
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -1231,11 +1238,14 @@ func (t *dockerTopo) Facts() map[string]any {
 		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
 	}
 	containers := map[string]string{}
-	for _, h := range topology.Hosts {
+	for _, h := range topology.ComponentHosts(t.Gateways()) {
 		containers[h] = dockerName(t.spec.RunID, h)
 	}
 	membership := map[string][]string{}
 	for h, roles := range dockerMembership {
+		if topology.IsGateway(h) && !slices.Contains(t.Gateways(), h) {
+			continue // a gateway this run does not have
+		}
 		for _, r := range roles {
 			membership[h] = append(membership[h], t.nets[r])
 		}

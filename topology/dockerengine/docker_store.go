@@ -425,8 +425,8 @@ func (t *dockerTopo) StoreEvents() ([]topology.StoreEvent, error) {
 // UseReplicatedStore restarts a gateway container on the group (through its Sentinels, by
 // their names on the backend network) or back on the single Valkey.
 func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on bool) error {
-	if !topology.IsGateway(gateway) {
-		return fmt.Errorf("no gateway %q: use %s or %s", gateway, topology.HostGatewayA, topology.HostGatewayB)
+	if !slices.Contains(t.Gateways(), gateway) {
+		return topology.NoGatewayError(gateway, t.Gateways())
 	}
 	t.mu.Lock()
 	a := t.gatewayAddrs(gateway, t.provAddrs)
@@ -456,7 +456,7 @@ func (t *dockerTopo) setStorePartition(ctx context.Context, host, peer string, o
 	}
 	if _, ok := dockerMembership[other]; !ok || other == node {
 		return fmt.Errorf("partition %s from %s: unknown peer %q: use one of %s", host, peer, other,
-			strings.Join(append(slices.Clone(topology.Hosts), topology.StoreHosts...), ", "))
+			strings.Join(append(topology.ComponentHosts(t.Gateways()), topology.StoreHosts...), ", "))
 	}
 	if _, err := t.replicated(ctx); err != nil {
 		return fmt.Errorf("partition %s from %s: %w", node, other, err)

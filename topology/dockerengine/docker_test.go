@@ -37,11 +37,14 @@ func TestDockerPartitionPairs(t *testing.T) {
 		{name: "valkey from gateway", host: topology.HostValkey, peer: topology.HostGatewayB, want: topology.HostGatewayB},
 		{name: "gateway from provider is unsupported", host: topology.HostGatewayA, peer: topology.HostProviderWest, unsupported: true},
 		{name: "client from gateway is unsupported", host: topology.HostClient, peer: topology.HostGatewayA, unsupported: true},
+		{name: "third gateway from valkey", host: "gateway-c", peer: topology.HostValkey, want: "gateway-c"},
 		{name: "unknown host", host: "nope", peer: topology.HostValkey},
+		{name: "a gateway the run does not have", host: "gateway-d", peer: topology.HostValkey},
 	}
+	three := &dockerTopo{spec: topology.Spec{Gateways: 3}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := partitionPair(tc.host, tc.peer)
+			got, err := three.partitionPair(tc.host, tc.peer)
 			switch {
 			case tc.want != "":
 				if err != nil || got != tc.want {
@@ -96,7 +99,7 @@ func membershipAllows(from, to string, port int) bool {
 }
 
 func TestDockerMembershipImplementsThePolicy(t *testing.T) {
-	pol := topology.DefaultPolicy(dockerPorts)
+	pol := topology.DefaultPolicy(dockerPorts, topology.GatewayNames(2))
 	ports := []int{dockerPorts.GatewayData, dockerPorts.GatewayAdmin, dockerPorts.ProviderData, dockerPorts.ProviderAdmin, dockerPorts.Valkey}
 	// Where membership is coarser than the policy (no scenario probes these): data ports
 	// listen on every address of a container, so every host that shares a network with a
@@ -106,8 +109,8 @@ func TestDockerMembershipImplementsThePolicy(t *testing.T) {
 		return (topology.IsGateway(to) && port == dockerPorts.GatewayData) ||
 			(slices.Contains(topology.Providers, to) && port == dockerPorts.ProviderData && slices.Contains(topology.Providers, from))
 	}
-	for _, from := range topology.Hosts {
-		for _, to := range topology.Hosts {
+	for _, from := range topology.ComponentHosts(topology.GatewayNames(2)) {
+		for _, to := range topology.ComponentHosts(topology.GatewayNames(2)) {
 			for _, port := range ports {
 				if listens, _ := dockerListens(to, port); !listens {
 					continue

@@ -189,7 +189,7 @@ func TestEveryDocumentDecodesStrictlyIntoItsAPIType(t *testing.T) {
 			}
 		}
 		want := map[string]int{"Namespace": 1, "Secret": 2, "ConfigMap": 2, "PersistentVolumeClaim": 1,
-			"NetworkPolicy": 1 + len(topology.DefaultPolicy(ports).Rules), "Service": 6, "Deployment": 8}
+			"NetworkPolicy": 1 + len(topology.DefaultPolicy(ports, topology.GatewayNames(2)).Rules), "Service": 6, "Deployment": 8}
 		if o.StoreGroup {
 			// One Secret and one ConfigMap of the group; a policy, Service and Deployment per host.
 			n := len(topology.StoreHosts)
@@ -371,7 +371,14 @@ func renderBoth(t *testing.T, d *deployment.Deployment, o kindengine.ManifestOpt
 func checkReachability(t *testing.T, objs []runtime.Object, pol topology.Policy) {
 	t.Helper()
 	cluster, pods := k8s.ClusterOf(objs)
-	targets := slices.Clone(topology.Hosts)
+	// The run's gateways: every gateway host the rendered pods have.
+	var gateways []string
+	for _, g := range topology.GatewayNames(topology.MaxGateways) {
+		if _, ok := pods[g]; ok {
+			gateways = append(gateways, g)
+		}
+	}
+	targets := topology.ComponentHosts(gateways)
 	if _, ok := pods[topology.HostStore1]; ok {
 		targets = append(targets, topology.StoreHosts...)
 	}
@@ -404,7 +411,7 @@ func checkReachability(t *testing.T, objs []runtime.Object, pol topology.Policy)
 }
 
 func TestNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
-	pol := topology.DefaultPolicy(ports)
+	pol := topology.DefaultPolicy(ports, topology.GatewayNames(2))
 	checkReachability(t, render(t, testDeployment(t), kindengine.ManifestOptions{}), pol)
 
 	// A second client pod (e.g. an ad-hoc negative probe pod with role=client) is the client.
@@ -426,8 +433,57 @@ func TestNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
 	}
 }
 
+// TestManifestsScaleToTheRunsGateways renders five gateways: a Deployment, a Service, a
+// config and the policy rules for each, and NetworkPolicies whose reachability is exactly the
+// policy's for all five (gateway-e reaches valkey and the providers, the client reaches its
+// data port only, the observer its admin port).
+func TestManifestsScaleToTheRunsGateways(t *testing.T) {
+	gateways := topology.GatewayNames(5)
+	in, err := kindengine.Input(testDeployment(t), kindengine.ManifestOptions{RunID: goldenRunID, Gateways: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, g := range in.Gateways {
+		hosts = append(hosts, g.Host)
+		if !strings.Contains(string(g.Config), "8080") {
+			t.Errorf("%s's config does not listen on the data port:\n%s", g.Host, g.Config)
+		}
+	}
+	if !slices.Equal(hosts, gateways) {
+		t.Errorf("gateway configs for %v, want %v", hosts, gateways)
+	}
+	objs := render(t, testDeployment(t), kindengine.ManifestOptions{Gateways: 5})
+	kinds := map[string]int{}
+	names := map[string]bool{}
+	for _, o := range objs {
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		kinds[kind]++
+		if m, ok := o.(interface{ GetName() string }); ok {
+			names[kind+"/"+m.GetName()] = true
+		}
+	}
+	if kinds["Deployment"] != 8+3 || kinds["Service"] != 6+3 {
+		t.Errorf("%d Deployments and %d Services, want %d and %d (three gateways more than two)", kinds["Deployment"], kinds["Service"], 11, 9)
+	}
+	for _, g := range gateways {
+		for _, k := range []string{"Deployment", "Service"} {
+			if !names[k+"/"+g] {
+				t.Errorf("no %s %s", k, g)
+			}
+		}
+	}
+	checkReachability(t, objs, topology.DefaultPolicy(ports, gateways))
+
+	for _, n := range []int{1, 17} {
+		if _, err := kindengine.Input(testDeployment(t), kindengine.ManifestOptions{RunID: goldenRunID, Gateways: n}); err == nil || !strings.Contains(err.Error(), "--gateways") {
+			t.Errorf("%d gateways: error %v, want one naming --gateways", n, err)
+		}
+	}
+}
+
 func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
-	full := topology.DefaultPolicy(ports)
+	full := topology.DefaultPolicy(ports, topology.GatewayNames(2))
 	var pol topology.Policy
 	for _, r := range full.Rules {
 		if r.Host != topology.HostValkey {
@@ -437,7 +493,7 @@ func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
 	objs := render(t, testDeployment(t), kindengine.ManifestOptions{Policy: &pol})
 	checkReachability(t, objs, pol)
 	cluster, pods := k8s.ClusterOf(objs)
-	for _, g := range topology.Gateways {
+	for _, g := range topology.GatewayNames(2) {
 		if ok, _ := cluster.Evaluate(pods[g], pods[topology.HostValkey], ports.Valkey); ok {
 			t.Errorf("%s reaches valkey without the valkey rule", g)
 		}
@@ -446,7 +502,7 @@ func TestWithoutTheValkeyRuleGatewaysCannotReachValkey(t *testing.T) {
 
 // The kind engine partitions by rendering the policy without the pair's allowances.
 func TestPartitionedPolicyCutsOnlyThePair(t *testing.T) {
-	pol := kindengine.PartitionedPolicy(topology.DefaultPolicy(ports), [][2]string{{topology.HostValkey, topology.HostGatewayA}})
+	pol := kindengine.PartitionedPolicy(topology.DefaultPolicy(ports, topology.GatewayNames(2)), [][2]string{{topology.HostValkey, topology.HostGatewayA}})
 	if pol.Allows(topology.HostGatewayA, topology.HostValkey, ports.Valkey) || !pol.Allows(topology.HostGatewayB, topology.HostValkey, ports.Valkey) {
 		t.Fatal("partitioned policy must deny gateway-a → valkey and keep gateway-b → valkey")
 	}
@@ -513,7 +569,7 @@ func TestEvaluatorSemantics(t *testing.T) {
 // The store group's NetworkPolicies give exactly the reachability of the policy every engine
 // runs the group under (DefaultPolicy plus the group's rules), on every triple of every host.
 func TestKindStoreGroupNetworkPoliciesGiveExactlyThePolicysReachability(t *testing.T) {
-	pol := topology.WithStorePolicy(topology.DefaultPolicy(ports), ports.Valkey)
+	pol := topology.WithStorePolicy(topology.DefaultPolicy(ports, topology.GatewayNames(2)), ports.Valkey, topology.GatewayNames(2))
 	objs := render(t, testDeployment(t), kindengine.ManifestOptions{StoreGroup: true})
 	checkReachability(t, objs, pol)
 	cluster, pods := k8s.ClusterOf(objs)

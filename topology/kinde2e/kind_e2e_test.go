@@ -137,26 +137,26 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 	}
 
 	// Data path through Client(): both gateways admit, with provider attribution.
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		if code, site := chat(t, topo, g, d, deployment.Subjects[0]); code != http.StatusOK || site == "" {
 			t.Errorf("chat via %s: %d, site %q", g, code, site)
 		}
 	}
 
 	// Reachability: every probe agrees with the policy (the live NetworkPolicy proof).
-	pol := topology.DefaultPolicy(topo.Ports())
+	pol := topology.DefaultPolicy(topo.Ports(), topology.GatewayNames(2))
 	ports := map[string][]int{topology.HostValkey: {topo.Ports().Valkey}}
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		ports[g] = []int{topo.Ports().GatewayData, topo.Ports().GatewayAdmin}
 	}
 	for _, pr := range topology.Providers {
 		ports[pr] = []int{topo.Ports().ProviderData, topo.Ports().ProviderAdmin}
 	}
-	for _, from := range append([]string{topology.HostObserver}, topology.Hosts...) {
+	for _, from := range append([]string{topology.HostObserver}, topology.ComponentHosts(topo.Gateways())...) {
 		if from == topology.HostValkey {
 			continue
 		}
-		for _, to := range topology.Hosts {
+		for _, to := range topology.ComponentHosts(topo.Gateways()) {
 			for _, port := range ports[to] {
 				r := topo.Probe(ctx, from, to, port)
 				if want := pol.Allows(from, to, port) || !enforced; !r.Supported || r.Reached != want {
@@ -195,7 +195,7 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 	if err := topo.StopValkey(ctx); err != nil {
 		t.Fatalf("StopValkey: %v", err)
 	}
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		if code, _ := chat(t, topo, g, d, deployment.Subjects[2]); code != http.StatusServiceUnavailable {
 			t.Errorf("%s with valkey stopped: %d, want 503", g, code)
 		}
@@ -236,7 +236,7 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 	if err := topo.CollectLogs(dir); err != nil {
 		t.Errorf("CollectLogs: %v", err)
 	}
-	for _, h := range topology.Hosts {
+	for _, h := range topology.ComponentHosts(topo.Gateways()) {
 		if h == topology.HostClient {
 			continue // the idle client pod logs nothing
 		}

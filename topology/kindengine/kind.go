@@ -171,7 +171,7 @@ func newKind(spec topology.Spec) (*kindTopo, error) {
 	t := &kindTopo{
 		spec:      spec,
 		opts:      o,
-		base:      topology.DefaultPolicy(kindPorts),
+		base:      topology.DefaultPolicy(kindPorts, spec.GatewayHosts()),
 		ns:        "quotaqual-" + spec.RunID,
 		nodeImage: o.NodeImage,
 		defaulted: imageDefaulted,
@@ -209,8 +209,13 @@ func (t *kindTopo) ValkeyAddr() string {
 	return net.JoinHostPort(t.svcHost(topology.HostValkey), strconv.Itoa(kindPorts.Valkey))
 }
 
+func (t *kindTopo) Gateways() []string { return t.spec.GatewayHosts() }
+
+// hosts are the run's component hosts (its gateways among them).
+func (t *kindTopo) hosts() []string { return topology.ComponentHosts(t.Gateways()) }
+
 func (t *kindTopo) Gateway(name string) topology.GatewayEndpoint {
-	if !topology.IsGateway(name) {
+	if !slices.Contains(t.Gateways(), name) {
 		return topology.GatewayEndpoint{}
 	}
 	return topology.GatewayEndpoint{Name: name, DataURL: t.url(name, kindPorts.GatewayData), AdminURL: t.url(name, kindPorts.GatewayAdmin)}
@@ -287,7 +292,7 @@ func (t *kindTopo) Up(ctx context.Context) (err error) {
 	if err := t.waitRollouts(ctx, kindRolloutTimeout); err != nil {
 		return err
 	}
-	for _, g := range topology.Gateways {
+	for _, g := range t.Gateways() {
 		if err := t.waitHTTP(ctx, t.gatewayReadyURL(g), kindLeverTimeout); err != nil {
 			return fmt.Errorf("%s through a port-forward: %w", g, err)
 		}
@@ -460,6 +465,7 @@ func (t *kindTopo) render() error {
 		RunID: t.spec.RunID, Namespace: t.ns, QuotaqualImage: t.qqImg, ValkeyImage: t.valkeyImg,
 		PullPolicy: pull, StorageClass: t.opts.StorageClass, EmptyDir: t.opts.EmptyDir,
 		Gateway: t.spec.Gateway, GatewayImage: t.spec.GatewayImage,
+		Gateways: t.spec.Gateways,
 	})
 	if err != nil {
 		return err
@@ -531,7 +537,7 @@ func (t *kindTopo) create(ctx context.Context, o runtime.Object) error {
 
 // waitRollouts waits until every Deployment in the namespace is rolled out.
 func (t *kindTopo) waitRollouts(ctx context.Context, within time.Duration) error {
-	names := append(append(append([]string{topology.HostValkey}, topology.Providers...), topology.Gateways...), topology.HostClient, topology.HostObserver)
+	names := append(append(append([]string{topology.HostValkey}, topology.Providers...), t.Gateways()...), topology.HostClient, topology.HostObserver)
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i, n := range names {
@@ -920,7 +926,7 @@ func (t *kindTopo) probeAddr(ctx context.Context, from, to string, port int) (st
 
 func (t *kindTopo) Probe(ctx context.Context, from, to string, port int) topology.ProbeResult {
 	res := topology.ProbeResult{From: from, To: to, Port: port, Supported: true}
-	known := func(h string) bool { return slices.Contains(topology.Hosts, h) }
+	known := func(h string) bool { return slices.Contains(t.hosts(), h) }
 	if !(known(from) || from == topology.HostObserver) || !known(to) {
 		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
 		return res
@@ -1019,8 +1025,8 @@ func (t *kindTopo) gatewayReadyURL(name string) string {
 // RestartGateway is a rollout restart: a new pod with the same config, ready, the old one gone
 // from the endpoints.
 func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
-	if !topology.IsGateway(name) {
-		return fmt.Errorf("no gateway %q: use %s or %s", name, topology.HostGatewayA, topology.HostGatewayB)
+	if !slices.Contains(t.Gateways(), name) {
+		return topology.NoGatewayError(name, t.Gateways())
 	}
 	if t.cs == nil {
 		return errors.New("the kind topology is not up: bring it up first")
@@ -1123,8 +1129,8 @@ func (t *kindTopo) Heal(ctx context.Context, host, peer string) error {
 
 func (t *kindTopo) setPartition(ctx context.Context, host, peer string, on bool) error {
 	for _, h := range []string{host, peer} {
-		if !slices.Contains(topology.Hosts, h) {
-			return fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(topology.Hosts, ", "))
+		if !slices.Contains(t.hosts(), h) {
+			return fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(t.hosts(), ", "))
 		}
 	}
 	if host == peer {
@@ -1297,7 +1303,7 @@ func (t *kindTopo) CollectLogs(dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
-	for _, h := range topology.Hosts {
+	for _, h := range t.hosts() {
 		b := t.logsNow(ctx, h)
 		if len(b) == 0 {
 			continue
@@ -1315,7 +1321,7 @@ func (t *kindTopo) Down(ctx context.Context) (topology.Teardown, error) {
 	return t.down.Do(func(td *topology.Teardown) {
 		if t.cs != nil {
 			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			for _, h := range topology.Hosts {
+			for _, h := range t.hosts() {
 				t.saveLogs(lctx, h)
 			}
 			cancel()
@@ -1376,7 +1382,7 @@ func (t *kindTopo) deleteNamespace(ctx context.Context) error {
 
 func (t *kindTopo) Facts() map[string]any {
 	gws := map[string]any{}
-	for _, g := range topology.Gateways {
+	for _, g := range t.Gateways() {
 		e := t.Gateway(g)
 		gws[g] = map[string]string{"data_url": e.DataURL, "admin_url": e.AdminURL}
 	}

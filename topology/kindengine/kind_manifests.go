@@ -34,7 +34,7 @@ type ManifestOptions struct {
 	// Placeholders renders every secret as k8s.Placeholder instead of the deployment's
 	// generated values (for review).
 	Placeholders bool
-	// Policy is the network policy to render; nil means DefaultPolicy(kindPorts), with the
+	// Policy is the network policy to render; nil means DefaultPolicy for the gateways, with the
 	// store group's rules when StoreGroup is set.
 	Policy *topology.Policy
 	// StoreGroup renders the replicated store group (valkey-1..3, sentinel-1..3, store.go) too.
@@ -43,6 +43,9 @@ type ManifestOptions struct {
 	Gateway *undertest.Profile
 	// GatewayImage replaces the gateway profile's launch.image (topology.Spec.GatewayImage).
 	GatewayImage string
+	// Gateways is how many gateway replicas to render (a Deployment, Service and policy rules
+	// each): 0 means topology.DefaultGateways.
+	Gateways int
 }
 
 // Sentinel timings of the kind store group: the same as on netns and docker.
@@ -57,9 +60,14 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 	if err := topology.ValidateRunID(o.RunID); err != nil {
 		return k8s.Input{}, err
 	}
-	pol := topology.DefaultPolicy(kindPorts)
+	n, err := topology.ValidateGateways(o.Gateways)
+	if err != nil {
+		return k8s.Input{}, err
+	}
+	gateways := topology.GatewayNames(n)
+	pol := topology.DefaultPolicy(kindPorts, gateways)
 	if o.StoreGroup {
-		pol = topology.WithStorePolicy(pol, kindPorts.Valkey)
+		pol = topology.WithStorePolicy(pol, kindPorts.Valkey, gateways)
 	}
 	if o.Policy != nil {
 		pol = *o.Policy
@@ -106,7 +114,7 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: topology.SiteOf(h),
 			Args: d.ProviderArgs(topology.SiteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
-	for _, g := range topology.Gateways {
+	for _, g := range gateways {
 		kg, err := gatewayManifest(spec, g, deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,12 +36,11 @@ const (
 	prefixLen    = 24
 )
 
-// netnsAddrs are the fixed addresses of each host (the observer is the bridge itself).
+// netnsAddrs are the fixed addresses of each host (the observer is the bridge itself). Gateway
+// i (gateway-a is 0) is 198.18.0.(100+i), for every gateway a run may have (init below).
 var netnsAddrs = map[string]string{
 	topology.HostObserver:        "198.18.0.1",
 	topology.HostClient:          "198.18.0.10",
-	topology.HostGatewayA:        "198.18.0.11",
-	topology.HostGatewayB:        "198.18.0.12",
 	topology.HostProviderWest:    "198.18.0.21",
 	topology.HostProviderCentral: "198.18.0.22",
 	topology.HostProviderEast:    "198.18.0.23",
@@ -55,15 +55,26 @@ var netnsAddrs = map[string]string{
 
 // vethCodes name each host's bridge-side veth (interface names have at most 15 bytes).
 var vethCodes = map[string]string{
-	topology.HostClient: "cl", topology.HostGatewayA: "ga", topology.HostGatewayB: "gb",
+	topology.HostClient:       "cl",
 	topology.HostProviderWest: "pw", topology.HostProviderCentral: "pc", topology.HostProviderEast: "pe",
 	topology.HostValkey: "vk",
 	topology.HostStore1: "v1", topology.HostStore2: "v2", topology.HostStore3: "v3",
 	topology.HostSentinel1: "s1", topology.HostSentinel2: "s2", topology.HostSentinel3: "s3",
 }
 
-// netnsHosts are the hosts a netns run builds: the components and the replicated store group.
-var netnsHosts = append(append([]string(nil), topology.Hosts...), topology.StoreHosts...)
+// Each gateway's address and veth code ("ga" … "gp").
+func init() {
+	for i, g := range topology.GatewayNames(topology.MaxGateways) {
+		netnsAddrs[g] = fmt.Sprintf("198.18.0.%d", 100+i)
+		vethCodes[g] = "g" + g[len(g)-1:]
+	}
+}
+
+// netnsHosts are the hosts a netns run with these gateways builds: the components and the
+// replicated store group.
+func netnsHosts(gateways []string) []string {
+	return append(topology.ComponentHosts(gateways), topology.StoreHosts...)
+}
 
 // netnsPorts are the same on every host: each host has its own address.
 var netnsPorts = topology.Ports{GatewayData: 8080, GatewayAdmin: 9090, ProviderData: 8000, ProviderAdmin: 9000, Valkey: 6379}
@@ -103,7 +114,7 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 	t := &netnsTopo{
 		Base:       topology.NewBase(spec, topology.EngineNetns),
 		prefix:     "qq-" + shortRunID(spec.RunID) + "-",
-		policy:     topology.WithStorePolicy(topology.DefaultPolicy(netnsPorts), netnsPorts.Valkey),
+		policy:     topology.WithStorePolicy(topology.DefaultPolicy(netnsPorts, spec.GatewayHosts()), netnsPorts.Valkey, spec.GatewayHosts()),
 		home:       home,
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},
@@ -132,8 +143,18 @@ func (t *netnsTopo) Engine() string            { return topology.EngineNetns }
 func (t *netnsTopo) Client() *http.Client      { return t.client }
 func (t *netnsTopo) nsName(host string) string { return t.prefix + host }
 func (t *netnsTopo) nsPath(host string) string { return "/run/netns/" + t.nsName(host) }
+func (t *netnsTopo) hosts() []string           { return netnsHosts(t.Gateways()) }
 func (t *netnsTopo) hostAddr(host string) string {
 	return netnsAddrs[host]
+}
+
+// addrOf is host's address when this run has that host (the observer included).
+func (t *netnsTopo) addrOf(host string) (string, bool) {
+	if host != topology.HostObserver && !slices.Contains(t.hosts(), host) {
+		return "", false
+	}
+	a, ok := netnsAddrs[host]
+	return a, ok
 }
 func (t *netnsTopo) url(host string, port int) string {
 	return "http://" + net.JoinHostPort(t.hostAddr(host), strconv.Itoa(port))
@@ -168,7 +189,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	if err := t.buildNetwork(ctx); err != nil {
 		return err
 	}
-	t.Spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(netnsHosts), bridgeName, bridgeSubnet, t.Spec.DenyMode, topology.ElapsedSince(start))
+	t.Spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(t.hosts()), bridgeName, bridgeSubnet, t.Spec.DenyMode, topology.ElapsedSince(start))
 
 	if err := t.LaunchValkey(ctx, valkeyproc.Options{
 		Host: t.hostAddr(topology.HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(topology.HostValkey),
@@ -200,7 +221,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 		provAddrs = append(provAddrs, deployment.ProviderAddr{Site: site, URL: ep.DataURL})
 	}
 	var gws []*topology.Component
-	for _, host := range topology.Gateways {
+	for _, host := range t.Gateways() {
 		addrs := deployment.Addresses{
 			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
@@ -239,7 +260,7 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "link set lo up\nlink add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
 		bridgeName, t.hostAddr(topology.HostObserver), prefixLen, bridgeName, bridgeName)
-	for _, h := range netnsHosts {
+	for _, h := range t.hosts() {
 		fmt.Fprintf(&b, "netns add %s\n", t.nsName(h))
 		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", vethCodes[h], t.nsName(h))
 		fmt.Fprintf(&b, "link set qv-%s master %s up\n", vethCodes[h], bridgeName)
@@ -247,9 +268,9 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 	if err := run(ctx, b.String(), "ip", "-batch", "-"); err != nil {
 		return fmt.Errorf("building the bridge and namespaces: %w", err)
 	}
-	errs := make([]error, len(netnsHosts))
+	errs := make([]error, len(t.hosts()))
 	var wg sync.WaitGroup
-	for i, h := range netnsHosts {
+	for i, h := range t.hosts() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -349,8 +370,8 @@ func (t *netnsTopo) dialFrom(ctx context.Context, host, network, addr string, ti
 
 func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) topology.ProbeResult {
 	res := topology.ProbeResult{From: from, To: to, Port: port, Supported: true}
-	ip, ok := netnsAddrs[to]
-	if _, fok := netnsAddrs[from]; !ok || !fok || to == topology.HostObserver {
+	ip, ok := t.addrOf(to)
+	if _, fok := t.addrOf(from); !ok || !fok || to == topology.HostObserver {
 		res.Error = fmt.Sprintf("unknown host (from %q, to %q)", from, to)
 		return res
 	}
@@ -367,11 +388,11 @@ func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) topolo
 }
 
 func (t *netnsTopo) checkPair(host, peer string) error {
-	if _, ok := netnsAddrs[host]; !ok || host == topology.HostObserver {
-		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(netnsHosts, ", "))
+	if _, ok := t.addrOf(host); !ok || host == topology.HostObserver {
+		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(t.hosts(), ", "))
 	}
-	if _, ok := netnsAddrs[peer]; !ok || peer == topology.HostObserver {
-		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(netnsHosts, ", "))
+	if _, ok := t.addrOf(peer); !ok || peer == topology.HostObserver {
+		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(t.hosts(), ", "))
 	}
 	if host == peer {
 		return fmt.Errorf("cannot partition %s from itself", host)
@@ -450,7 +471,7 @@ func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
 		// deleted namespace (and the veth end in it) is cleaned up by the kernel
 		// asynchronously, which would make the names collide with the next Up.
 		var b strings.Builder
-		for _, h := range netnsHosts {
+		for _, h := range t.hosts() {
 			if _, err := net.InterfaceByName("qv-" + vethCodes[h]); err == nil {
 				fmt.Fprintf(&b, "link del qv-%s\n", vethCodes[h])
 			}
@@ -502,12 +523,12 @@ func (t *netnsTopo) Policy() topology.Policy { return t.policy }
 func (t *netnsTopo) Facts() map[string]any {
 	f := t.BaseFacts()
 	nsn := map[string]string{}
-	for _, h := range netnsHosts {
+	for _, h := range t.hosts() {
 		nsn[h] = t.nsName(h)
 	}
 	addrs := map[string]string{}
-	for h, a := range netnsAddrs {
-		addrs[h] = a
+	for _, h := range append(t.hosts(), topology.HostObserver) {
+		addrs[h] = netnsAddrs[h]
 	}
 	var rules []string
 	for _, r := range t.policy.Rules {

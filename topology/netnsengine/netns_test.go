@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func TestNetnsEngine(t *testing.T) {
 	P := topo.Ports()
 
 	t.Run("ready", func(t *testing.T) {
-		for _, g := range topology.Gateways {
+		for _, g := range topo.Gateways() {
 			if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
 				t.Errorf("%s readyz from the observer: %d %v", g, code, err)
 			}
@@ -64,12 +65,12 @@ func TestNetnsEngine(t *testing.T) {
 	// Every (from, to, port) among the hosts and the observer: reached exactly when the policy
 	// allows it and something listens there.
 	t.Run("probes match the policy", func(t *testing.T) {
-		pol := topology.DefaultPolicy(P)
+		pol := topology.DefaultPolicy(P, topology.GatewayNames(2))
 		ports := []int{P.GatewayData, P.GatewayAdmin, P.ProviderData, P.ProviderAdmin, P.Valkey}
-		froms := append([]string{topology.HostObserver}, topology.Hosts...)
+		froms := append([]string{topology.HostObserver}, topology.ComponentHosts(topo.Gateways())...)
 		var n, reached int
 		for _, from := range froms {
-			for _, to := range topology.Hosts {
+			for _, to := range topology.ComponentHosts(topo.Gateways()) {
 				for _, port := range ports {
 					want := pol.Allows(from, to, port) && contains(listening(to, P), port)
 					r := topo.Probe(ctx, from, to, port)
@@ -164,7 +165,7 @@ func TestNetnsEngine(t *testing.T) {
 		if err := topo.CollectLogs(dir); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range append(append([]string{topology.HostValkey}, topology.Gateways...), topology.Providers...) {
+		for _, h := range append(append([]string{topology.HostValkey}, topo.Gateways()...), topology.Providers...) {
 			if _, err := os.Stat(filepath.Join(dir, h+".log")); err != nil {
 				t.Errorf("log of %s not collected: %v", h, err)
 			}
@@ -188,8 +189,8 @@ func TestNetnsEngine(t *testing.T) {
 			nsRemoved++
 		}
 	}
-	if nsRemoved != len(netnsHosts) {
-		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(netnsHosts), td.Removed)
+	if nsRemoved != len(netnsHosts(topo.Gateways())) {
+		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, len(netnsHosts(topo.Gateways())), td.Removed)
 	}
 	if live := enginetest.LivePIDs(spec.RunID); len(live) > 0 {
 		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)
@@ -250,4 +251,101 @@ func contains(xs []int, x int) bool {
 		}
 	}
 	return false
+}
+
+// TestNetnsEngineWithFourGateways brings up four gateways, each in its own namespace behind
+// its own nftables ruleset: gateway-c and gateway-d serve, reach exactly what the policy
+// allows, can be cut off from valkey alone and restarted, and Down removes all of them.
+func TestNetnsEngineWithFourGateways(t *testing.T) {
+	requireNetns(t)
+	spec := enginetest.NewSpec(t, topology.DenyReject)
+	spec.Gateways = 4
+	ctx := context.Background()
+	topo, upTime := enginetest.UpTopology(t, topology.EngineNetns, spec)
+	P := topo.Ports()
+	gateways := topology.GatewayNames(4)
+	if got := topo.Gateways(); !slices.Equal(got, gateways) {
+		t.Fatalf("Gateways() = %v, want %v", got, gateways)
+	}
+	for _, g := range gateways {
+		if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
+			t.Errorf("%s readyz from the observer: %d %v", g, code, err)
+		}
+		// One subject's budget holds three of these requests: past it a 429, still a
+		// decision from the shared store.
+		if code, _ := enginetest.Chat(t, topo, g, spec.Deployment); code != http.StatusOK && code != http.StatusTooManyRequests {
+			t.Errorf("chat via %s from the client: %d, want 200 or 429", g, code)
+		}
+	}
+	// Every probe to or from the two gateways a two-gateway run does not have.
+	pol := topology.DefaultPolicy(P, gateways)
+	ports := []int{P.GatewayData, P.GatewayAdmin, P.ProviderData, P.ProviderAdmin, P.Valkey}
+	hosts := topology.ComponentHosts(gateways)
+	n := 0
+	for _, from := range append([]string{topology.HostObserver}, hosts...) {
+		for _, to := range hosts {
+			if from != "gateway-c" && from != "gateway-d" && to != "gateway-c" && to != "gateway-d" {
+				continue
+			}
+			for _, port := range ports {
+				want := pol.Allows(from, to, port) && contains(listening(to, P), port)
+				if r := topo.Probe(ctx, from, to, port); !r.Supported || r.Reached != want {
+					t.Errorf("probe %s -> %s:%d: reached=%v (%s), policy says %v", from, to, port, r.Reached, r.Error, want)
+				}
+				n++
+			}
+		}
+	}
+	t.Logf("%d probes of gateway-c and gateway-d match the policy", n)
+	if r := topo.Probe(ctx, "gateway-e", topology.HostValkey, P.Valkey); r.Reached || r.Error == "" {
+		t.Errorf("a probe from gateway-e, which this run lacks: %+v, want an unknown-host error", r)
+	}
+
+	// Cut gateway-d off from valkey: it fails closed, gateway-c still reaches the store.
+	if err := topo.Partition(ctx, "gateway-d", topology.HostValkey); err != nil {
+		t.Fatal(err)
+	}
+	if r := topo.Probe(ctx, "gateway-d", topology.HostValkey, P.Valkey); r.Reached {
+		t.Error("gateway-d reaches valkey through the partition")
+	}
+	if r := topo.Probe(ctx, "gateway-c", topology.HostValkey, P.Valkey); !r.Reached {
+		t.Errorf("gateway-c lost valkey when only gateway-d was cut: %s", r.Error)
+	}
+	if code, _ := enginetest.Chat(t, topo, "gateway-d", spec.Deployment); code != http.StatusServiceUnavailable {
+		t.Errorf("chat via the cut-off gateway-d: %d, want 503", code)
+	}
+	if err := topo.Heal(ctx, "gateway-d", topology.HostValkey); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitStoreBack(t, topo, "gateway-d", spec.Deployment, 10*time.Second)
+	if err := topo.RestartGateway(ctx, "gateway-c"); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitStoreBack(t, topo, "gateway-c", spec.Deployment, 5*time.Second)
+	if err := topo.RestartGateway(ctx, "gateway-e"); err == nil || !strings.Contains(err.Error(), "gateway-d") {
+		t.Errorf("restarting gateway-e, which this run lacks: %v, want an error listing the run's gateways", err)
+	}
+
+	td, err := topo.Down(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("netns engine with four gateways: up %s; removed %v", upTime.Round(time.Millisecond), td.Removed)
+	// Eight components (four gateways, three providers, valkey) plus the store group.
+	if n, want := len(enginetest.PIDsFromTeardown(td)), 8+len(topology.StoreHosts); n != want {
+		t.Errorf("teardown stopped %d processes, want %d: %v", n, want, td.Removed)
+	}
+	nsRemoved := 0
+	for _, r := range td.Removed {
+		if strings.HasPrefix(r, "netns ") {
+			nsRemoved++
+		}
+	}
+	// client, four gateways, three providers, valkey, and the six store hosts.
+	if want := 9 + len(topology.StoreHosts); nsRemoved != want {
+		t.Errorf("teardown removed %d namespaces, want %d", nsRemoved, want)
+	}
+	if live := enginetest.LivePIDs(spec.RunID); len(live) > 0 {
+		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)
+	}
 }

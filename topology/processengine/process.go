@@ -94,7 +94,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 	}
 	t.Spec.Progress("providers ready")
 
-	if err := eachAtOnce(topology.Gateways, func(host string) error {
+	if err := eachAtOnce(t.Gateways(), func(host string) error {
 		return t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
 			l, err := t.LaunchGateway(host, host, deployment.Addresses{
 				DataListen: loop(data), AdminListen: loop(admin),
@@ -109,7 +109,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 			t.Mu.Lock()
 			t.GatewayEndpoints[host] = topology.GatewayEndpoint{Name: host,
 				DataURL: "http://" + loop(data), AdminURL: "http://" + loop(admin)}
-			if host == topology.Gateways[0] {
+			if host == t.Gateways()[0] {
 				t.PortNumbers.GatewayData, t.PortNumbers.GatewayAdmin = data, admin
 			}
 			t.Mu.Unlock()

@@ -20,7 +20,7 @@ func TestProcessEngine(t *testing.T) {
 	ctx := context.Background()
 	topo, upTime := enginetest.UpTopology(t, topology.EngineProcess, spec)
 
-	for _, g := range topology.Gateways {
+	for _, g := range topo.Gateways() {
 		if code, err := enginetest.GetStatus(topo, topo.Gateway(g).AdminURL+"/readyz"); err != nil || code != http.StatusOK {
 			t.Errorf("%s readyz: %d %v", g, code, err)
 		}
@@ -77,5 +77,47 @@ func TestProcessEngine(t *testing.T) {
 	}
 	if td2, err := topo.Down(ctx); err != nil || len(td2.Errors) > 0 {
 		t.Errorf("second Down: %v %v", td2, err)
+	}
+}
+
+// TestProcessEngineWithFourGateways: four gateway processes on their own loopback ports, each
+// admitting from the one Valkey, gateway-d restartable, a lever on gateway-e refused, and Down
+// stopping all eight processes.
+func TestProcessEngineWithFourGateways(t *testing.T) {
+	spec := enginetest.NewSpec(t, "")
+	spec.Gateways = 4
+	ctx := context.Background()
+	topo, _ := enginetest.UpTopology(t, topology.EngineProcess, spec)
+	urls := map[string]bool{}
+	for _, g := range topology.GatewayNames(4) {
+		ep := topo.Gateway(g)
+		urls[ep.DataURL] = true
+		// One subject's budget holds three of these requests: past it a 429, still a
+		// decision from the shared store.
+		if code, _ := enginetest.Chat(t, topo, g, spec.Deployment); code != http.StatusOK && code != http.StatusTooManyRequests {
+			t.Errorf("chat via %s: %d, want 200 or 429", g, code)
+		}
+	}
+	if len(urls) != 4 {
+		t.Errorf("four gateways on %d distinct data URLs", len(urls))
+	}
+	if err := topo.RestartGateway(ctx, "gateway-d"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := enginetest.Chat(t, topo, "gateway-d", spec.Deployment); code != http.StatusOK && code != http.StatusTooManyRequests {
+		t.Errorf("chat via gateway-d after its restart: %d, want a decision from the store (200 or 429)", code)
+	}
+	if err := topo.CrashGateway(ctx, "gateway-e"); err == nil {
+		t.Error("crashing gateway-e, which this run lacks, succeeded")
+	}
+	td, err := topo.Down(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(enginetest.PIDsFromTeardown(td)); n != 8 {
+		t.Errorf("teardown removed %d processes, want 8 (four gateways, three providers, valkey): %v", n, td.Removed)
+	}
+	if live := enginetest.LivePIDs(spec.RunID); len(live) > 0 {
+		t.Errorf("processes of run %s still alive after Down: %v", spec.RunID, live)
 	}
 }
