@@ -45,7 +45,7 @@ func newUpCmd() *cobra.Command { return upCommand(false) }
 func newDemoCmd() *cobra.Command { return upCommand(true) }
 
 func upCommand(demoCmd bool) *cobra.Command {
-	var engine, profile, runID, denyMode string
+	var engine, profile, runID, denyMode, store string
 	demo := demoCmd
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -98,10 +98,16 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			case !topology.IsEngine(engine) || engine == topology.EngineKind: // up serves no kind topology
 				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
+			if store != topology.StoreSingle && store != topology.StoreCluster {
+				return withCode(wire.ExitUsage, fmt.Errorf("--store %q is unknown: use %s (one Valkey) or %s (a Valkey Cluster)", store, topology.StoreSingle, topology.StoreCluster))
+			}
+			if err := topology.CheckStore(engine, store); err != nil {
+				return withCode(wire.ExitUsage, err)
+			}
 			if topology.NeedsEntering(engine) && !entered {
 				return upReexec(engine, runID)
 			}
-			return upServe(cmd, engine, prof, runID, denyMode, demo)
+			return upServe(cmd, engine, prof, runID, denyMode, store, demo)
 		},
 	}
 	if demoCmd {
@@ -112,6 +118,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
 	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
+	cmd.Flags().StringVar(&store, "store", topology.StoreSingle, "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns and process)")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
 }
@@ -148,7 +155,7 @@ func upReexec(engine, runID string) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode string, demo bool) error {
+func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode, store string, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -168,7 +175,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		return withCode(wire.ExitUsage, err)
 	}
 	topo, err := topology.New(engine, topology.Spec{
-		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Stdout: errw,
+		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Stdout: errw, Store: store,
 	})
 	if err != nil {
 		return withCode(wire.ExitTopology, err)
