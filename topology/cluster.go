@@ -154,24 +154,76 @@ func (b *Base) LaunchCluster(ctx context.Context, nodes []valkeyproc.Options, di
 		nodes[i].Wrap = append([]string{"env", EnvRunID + "=" + b.Spec.RunID}, nodes[i].Wrap...)
 		nodes[i].SysProcAttr = ComponentAttr()
 	}
-	run := func() error {
-		c, err := valkeyproc.StartCluster(ctx, valkeyproc.ClusterOptions{
-			Primaries: ClusterPrimaries, Nodes: nodes, Password: b.Spec.Deployment.ValkeyPassword,
-			ReadyTimeout: ClusterReadyTimeout, Dial: dial,
-		})
-		if err != nil {
-			return err
+	o := valkeyproc.ClusterOptions{
+		Primaries: ClusterPrimaries, Nodes: nodes, Password: b.Spec.Deployment.ValkeyPassword,
+		ReadyTimeout: ClusterReadyTimeout, Dial: dial,
+	}
+	var c *valkeyproc.Cluster
+	var err error
+	if nodes[0].Port == 0 {
+		// Free ports picked by valkeyproc, whose bus ports (port+10000) must be free too.
+		run := func() error { c, err = valkeyproc.StartCluster(ctx, o); return err }
+		if b.InValkeyNet != nil {
+			err = b.InValkeyNet(run)
+		} else {
+			err = run()
 		}
-		b.Mu.Lock()
-		b.ValkeyCluster = c
-		b.ValkeyAt = c.NodeAddr(0)
-		b.Mu.Unlock()
-		return nil
+	} else {
+		c, err = b.startClusterNodes(ctx, o)
 	}
-	if b.InValkeyNet != nil {
-		return b.InValkeyNet(run)
+	if err != nil {
+		return err
 	}
-	return run()
+	b.Mu.Lock()
+	b.ValkeyCluster = c
+	b.ValkeyAt = c.NodeAddr(0)
+	b.Mu.Unlock()
+	return nil
+}
+
+// startClusterNodes starts nodes on fixed ports all at once (each readiness PING where it
+// reaches them), then forms the cluster: a start as long as one node's, not N.
+func (b *Base) startClusterNodes(ctx context.Context, o valkeyproc.ClusterOptions) (*valkeyproc.Cluster, error) {
+	servers := make([]*valkeyproc.Server, len(o.Nodes))
+	errs := make([]error, len(o.Nodes))
+	var wg sync.WaitGroup
+	for i, no := range o.Nodes {
+		no.Password, no.MasterAuth = o.Password, o.Password
+		no.ExtraArgs = append(append([]string{}, no.ExtraArgs...), o.NodeArgs(i)...)
+		wg.Go(func() {
+			start := func() error {
+				s, err := valkeyproc.Start(ctx, no)
+				servers[i] = s
+				return err
+			}
+			if b.InValkeyNet != nil {
+				errs[i] = b.InValkeyNet(start)
+			} else {
+				errs[i] = start()
+			}
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", ClusterNodeName(i), errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	kill := func() {
+		for _, s := range servers {
+			if s != nil {
+				_ = s.Kill()
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		kill()
+		return nil, err
+	}
+	c, err := valkeyproc.FormCluster(ctx, servers, o)
+	if err != nil {
+		kill()
+		return nil, err
+	}
+	return c, nil
 }
 
 // ClusterAddrs are the cluster nodes' addresses as the gateways reach them; nil when the run's
@@ -211,28 +263,27 @@ func stopCluster(c *valkeyproc.Cluster) error {
 	return errors.Join(errs...)
 }
 
-// startCluster starts every node again (each on its port, directory and nodes.conf, so with
-// its identity and slots) and waits until the cluster is whole. in runs the starts where the
-// nodes' readiness PING reaches them (nil: here).
+// startCluster starts every node again, all at once (each on its port, directory and
+// nodes.conf, so with its identity and slots) and waits until the cluster is whole. in runs
+// each start where the node's readiness PING reaches it (nil: here).
 func startCluster(ctx context.Context, c *valkeyproc.Cluster, in func(func() error) error) error {
-	start := func() error {
-		errs := make([]error, len(c.Nodes))
-		// One after another on the caller's thread: in may have switched that thread into
-		// the nodes' network namespace, which goroutines would not share.
-		for i, s := range c.Nodes {
-			if err := s.Restart(ctx); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", ClusterNodeName(i), err)
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, s := range c.Nodes {
+		wg.Go(func() {
+			restart := func() error { return s.Restart(ctx) }
+			if in != nil {
+				errs[i] = in(restart)
+			} else {
+				errs[i] = restart()
 			}
-		}
-		return errors.Join(errs...)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", ClusterNodeName(i), errs[i])
+			}
+		})
 	}
-	var err error
-	if in != nil {
-		err = in(start)
-	} else {
-		err = start()
-	}
-	if err != nil {
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return c.WaitOK(ctx, ClusterReadyTimeout)
