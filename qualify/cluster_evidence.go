@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,10 +17,10 @@ import (
 )
 
 // On a --store cluster run the point of the cluster is that the subjects' quota state is
-// spread over its shards. After the scenarios, and before teardown, the harness asks every
-// primary which of the run's keys it holds (SCAN on that node alone), maps each key back to
-// its subject and rule by its hash tag, and records for each the slot and the node that holds
-// it. Two checks decide the run with the scenarios: the keys span at least two shards, and each
+// spread over its shards. While the scenarios run, and once after them (before teardown), the
+// harness asks every primary which of the run's keys it holds (SCAN on that node alone), maps
+// each key back to its subject and rule by its hash tag, and records for each the slot and the
+// node that holds it. Two checks decide the run with the scenarios: the keys span at least two shards, and each
 // lies on the node whose slot range holds its slot.
 
 // ClusterPlacementFact is the manifest's topology fact holding the placement.
@@ -37,7 +38,10 @@ type ClusterPlacement struct {
 	// (a rule keyed by model, say); they still count for the span.
 	Unattributed int                  `json:"unattributed_keys"`
 	Checks       []evidence.Assertion `json:"checks"`
-	Elapsed      time.Duration        `json:"elapsed_ns"`
+	// Looks is how many times the cluster was read (every 500 ms during the scenarios).
+	Looks   int           `json:"looks"`
+	Elapsed time.Duration `json:"elapsed_ns"` // the last look and the placement, after the scenarios
+
 }
 
 // KeyPlacement is one quota key's state: the subject and rule it belongs to, its hash slot,
@@ -163,34 +167,116 @@ func perNode(v topology.ClusterView, counts map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// clusterPlacement reads the cluster and places the run's keys; ok=false when the run's store
-// is not a cluster.
-func clusterPlacement(ctx context.Context, topo topology.Topology, d *deployment.Deployment) (ClusterPlacement, bool, error) {
+// A quota key's store keys expire once its window and leases have passed (seconds in the quick
+// profile), so a look after the scenarios finds only the last few. The watcher looks every
+// clusterWatchEvery while the scenarios run, and once more at the end, and keeps every key it
+// has seen on each node: the placement covers each subject key seen during the run.
+const clusterWatchEvery = 500 * time.Millisecond
+
+// clusterWatch accumulates what the looks at a cluster found.
+type clusterWatch struct {
+	done  chan struct{}
+	ended chan struct{}
+	view  topology.ClusterView
+	seen  []map[string]bool // per node, every key seen
+	looks int
+	err   error // the last look's error, if no look succeeded
+}
+
+// watchCluster starts looking at topo's cluster (nil when the store is no cluster).
+func watchCluster(ctx context.Context, topo topology.Topology, d *deployment.Deployment) *clusterWatch {
 	cs, ok := topo.(topology.ClusterStore)
 	if !ok {
-		return ClusterPlacement{}, false, nil
+		return nil
 	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	w := &clusterWatch{done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(w.ended)
+		tick := time.NewTicker(clusterWatchEvery)
+		defer tick.Stop()
+		for {
+			w.look(ctx, cs, d.Namespace+":")
+			select {
+			case <-w.done:
+				w.look(context.WithoutCancel(ctx), cs, d.Namespace+":")
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// look reads the cluster once and merges what it found.
+func (w *clusterWatch) look(ctx context.Context, cs topology.ClusterStore, prefix string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	v, err := cs.ClusterView(ctx, d.Namespace+":")
+	v, err := cs.ClusterView(ctx, prefix)
 	if err != nil {
-		return ClusterPlacement{}, true, err
+		if w.looks == 0 {
+			w.err = err
+		}
+		return
 	}
-	p := placeKeys(v, quotaTags(d))
-	p.Elapsed = time.Since(start)
-	return p, true, nil
+	w.looks++
+	w.err = nil
+	if w.seen == nil {
+		w.view = v
+		w.seen = make([]map[string]bool, len(v.Nodes))
+		for i := range w.seen {
+			w.seen[i] = map[string]bool{}
+		}
+	}
+	for i, n := range v.Nodes {
+		if i >= len(w.seen) {
+			break
+		}
+		w.view.Nodes[i].Slots = n.Slots // the latest slot map
+		for _, k := range n.Keys {
+			w.seen[i][k] = true
+		}
+	}
+}
+
+// finish stops the watcher after one last look and returns every key seen, per node.
+func (w *clusterWatch) finish() (topology.ClusterView, int, error) {
+	close(w.done)
+	<-w.ended
+	if w.looks == 0 {
+		if w.err == nil {
+			w.err = fmt.Errorf("the cluster was never read")
+		}
+		return topology.ClusterView{}, 0, w.err
+	}
+	v := w.view
+	v.Nodes = slices.Clone(v.Nodes)
+	for i := range v.Nodes {
+		v.Nodes[i].Keys = slices.Sorted(maps.Keys(w.seen[i]))
+	}
+	return v, w.looks, nil
 }
 
 // recordPlacement records the placement of a cluster run's keys in the manifest's topology
 // facts and in store-cluster.json, and returns why the run fails on it (nil: it passed, or the
 // store is no cluster).
-func recordPlacement(ctx context.Context, rep Reporter, store string, topo topology.Topology, d *deployment.Deployment, w *evidence.Writer, m *evidence.Manifest) error {
-	if store != topology.StoreCluster || ctx.Err() != nil {
+func recordPlacement(ctx context.Context, rep Reporter, watch *clusterWatch, d *deployment.Deployment, w *evidence.Writer, m *evidence.Manifest) error {
+	if watch == nil {
+		return nil
+	}
+	start := time.Now()
+	v, looks, err := watch.finish()
+	if ctx.Err() != nil {
 		return nil // interrupted: the run fails anyway, and the scenarios may not have run
 	}
 	rep.Step("store cluster: where the subjects' keys lie")
-	p, _, err := clusterPlacement(ctx, topo, d)
+	var p ClusterPlacement
+	if err == nil {
+		p = placeKeys(v, quotaTags(d))
+		p.Looks = looks
+		p.Elapsed = time.Since(start)
+	}
 	if err != nil {
 		rep.Done("failed", err.Error())
 		m.TopologyFacts[ClusterPlacementFact] = map[string]any{"error": err.Error()}

@@ -295,13 +295,17 @@ func Run(ctx context.Context, o Options) Outcome {
 	// Scenarios that pull no lever run side by side, the others alone; each is reported as it
 	// finishes, and the results come back in the scenarios' order. scenarios.Run turns a
 	// cancelled ctx into "interrupted" skips for whatever has not started.
+	var watch *clusterWatch
+	if o.Store == topology.StoreCluster {
+		watch = watchCluster(ctx, topo, deployment) // where the keys lie (cluster_evidence.go)
+	}
 	rep.Step(scenarioStep(list))
 	results := scenarios.Run(ctx, env, list)
 	rep.Done(runVerdict(results), "")
 	out.Results = results
 
 	// Where the run's quota state lies on a cluster store, while the nodes are still up.
-	placementFailed := recordPlacement(ctx, rep, o.Store, topo, deployment, writer, &manifest)
+	placementFailed := recordPlacement(ctx, rep, watch, deployment, writer, &manifest)
 
 	// Collect what the bundle needs while the components are still up.
 	rep.Step("collect metrics, configs and logs")

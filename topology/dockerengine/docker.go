@@ -190,9 +190,10 @@ func Ping(ctx context.Context) (string, error) {
 // The engine registers itself: importing this package (topology/engines does) builds it in.
 func init() {
 	topology.Register(topology.EngineDocker, topology.Engine{
-		New:     func(s topology.Spec) (topology.Topology, error) { return newDocker(s) },
-		Answers: Ping,
-		Cleanup: Cleanup,
+		New:       func(s topology.Spec) (topology.Topology, error) { return newDocker(s) },
+		Answers:   Ping,
+		Cleanup:   Cleanup,
+		NoCluster: "its Valkey containers are not formed into a cluster yet (a restarted node container gets a new address on the run's network, which the other nodes would have to be told again)",
 	})
 }
 
