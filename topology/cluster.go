@@ -72,9 +72,9 @@ func (v ClusterView) Owner(slot int) string {
 	return ""
 }
 
-// readClusterView asks every primary of c for its own view (CLUSTER NODES, myself line) and
+// ReadClusterView asks every primary of c for its own view (CLUSTER NODES, myself line) and
 // its keys under prefix.
-func readClusterView(ctx context.Context, c *valkeyproc.Cluster, prefix string) (ClusterView, error) {
+func ReadClusterView(ctx context.Context, c *valkeyproc.Cluster, prefix string) (ClusterView, error) {
 	var v ClusterView
 	for i := range c.Primaries {
 		n := ClusterNodeView{Name: ClusterNodeName(i), Addr: c.NodeAddr(i), ID: c.NodeID(i)}
@@ -245,7 +245,7 @@ func (b *Base) ClusterView(ctx context.Context, prefix string) (ClusterView, err
 	if c == nil {
 		return ClusterView{}, errors.New("the run's store is no Valkey Cluster: run with --store cluster")
 	}
-	return readClusterView(ctx, c, prefix)
+	return ReadClusterView(ctx, c, prefix)
 }
 
 // stopCluster stops every node at once (SIGTERM: each flushes its AOF).

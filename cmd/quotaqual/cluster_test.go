@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -98,7 +99,7 @@ func TestStoreFlagIsValidated(t *testing.T) {
 		want []string // fragments of the error
 	}{
 		{[]string{"run", "--store", "ring"}, []string{"--store", `"ring"`, "single", "cluster"}},
-		{[]string{"run", "--store", "cluster", "--topology", "kind"}, []string{"--store cluster", "kind", "one Valkey", "--topology netns"}},
+		{[]string{"run", "--store", "cluster", "--topology", "kind"}, []string{"--store cluster", "kind", "one Valkey", "--topology docker"}},
 		{[]string{"run", "--store", "cluster", "--gateway", "altgateway"}, []string{"altgateway", "capabilities.store_cluster", "--store single"}},
 		{[]string{"up", "--store", "ring", "--topology", "process"}, []string{"--store", `"ring"`}},
 		{[]string{"up", "--store", "cluster", "--topology", "kind"}, []string{"--topology"}},
@@ -115,5 +116,51 @@ func TestStoreFlagIsValidated(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The docker engine on a Valkey Cluster, kept short: the store levers (every node stopped and
+// started; a gateway cut off from every node) and the shared budget pass, the bundle places
+// the keys on at least two shards, and teardown leaves no container, the nodes' holders
+// included.
+func TestRunDockerOnAClusterStore(t *testing.T) {
+	if !dockerengine.Available() {
+		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
+	}
+	removeOwnImageAfterwards(t)
+	evDir := t.TempDir()
+	stdout, stderr, code := quotaqual(t, 6*time.Minute, "run", "--topology", "docker", "--store", "cluster", "--json", "--evidence-dir", evDir,
+		"--scenario", "shared-budget", "--scenario", "concurrency", "--scenario", "valkey-outage", "--scenario", "valkey-partition")
+	var out runJSON
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("run --json printed no JSON (%v)\nstderr:\n%s", err, stderr)
+	}
+	if code != 0 {
+		t.Errorf("exit code %d (%s), want 0\nstderr:\n%s", code, out.Error, stderr)
+	}
+	if len(out.Results) != 4 {
+		t.Fatalf("%d results, want 4", len(out.Results))
+	}
+	for _, r := range out.Results {
+		if r.Status != evidence.Passed {
+			t.Errorf("%s: %s (%s)", r.Name, r.Status, r.Reason)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out.BundleDir, "store-cluster.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		PerNode map[string]int       `json:"quota_keys_per_node"`
+		Checks  []evidence.Assertion `json:"checks"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Checks) != 2 || !p.Checks[0].OK || !p.Checks[1].OK {
+		t.Errorf("placement checks %+v; want both passed (keys per node %v)", p.Checks, p.PerNode)
+	}
+	if dout, _, _ := quotaqual(t, time.Minute, "down", "--run-id", out.RunID); strings.Contains(dout, "stopped") {
+		t.Errorf("the docker cluster run left resources behind:\n%s", dout)
 	}
 }

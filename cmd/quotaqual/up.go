@@ -118,7 +118,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
 	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
-	cmd.Flags().StringVar(&store, "store", topology.StoreSingle, "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns and process)")
+	cmd.Flags().StringVar(&store, "store", topology.StoreSingle, "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns, process and docker)")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
 }
