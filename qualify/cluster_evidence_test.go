@@ -129,3 +129,22 @@ func TestPlacementCountsUnattributedKeys(t *testing.T) {
 		t.Fatalf("unattributed %d, want 1", p.Unattributed)
 	}
 }
+
+// With fewer quota keys than MinKeysForSpan the span check is not made (a short --scenario run
+// may put its few keys on one shard by chance), and the placement says why; the owner check
+// still decides.
+func TestPlacementWithFewKeysDoesNotCheckTheSpan(t *testing.T) {
+	d := testDeployment(t)
+	few := subjectsOf(d)[:MinKeysForSpan-1]
+	p := placeKeys(threeShards(t, d, few, func(int) int { return 0 }), quotaTags(d))
+	if p.SpanNotMade == "" || len(p.Checks) != 1 || !strings.Contains(p.Checks[0].Name, "slot range") {
+		t.Fatalf("placement of %d keys: checks %+v, span not made %q; want only the owner check and the reason", len(few), p.Checks, p.SpanNotMade)
+	}
+	if p.OK() {
+		t.Fatal("a key off its owner passed") // keys all put on node 0 whatever their slot
+	}
+	p = placeKeys(threeShards(t, d, few, owner), quotaTags(d))
+	if !p.OK() || p.SpanNotMade == "" {
+		t.Fatalf("few keys on their owners: %+v (%q); want passed, span not made", p.Checks, p.SpanNotMade)
+	}
+}
