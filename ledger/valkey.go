@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -473,6 +474,12 @@ func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 	return sk
 }
 
+// isTimeout reports whether err is a network timeout (a dial or read that ran out of time).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args []string) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
@@ -489,8 +496,10 @@ func (v *Valkey) run(ctx context.Context, op string, s *valkey.Lua, keys, args [
 		}
 		// A connection that died under us (a Valkey restart leaves one broken connection per
 		// pipe) fails the first call on it. Every script is idempotent by reservation id, so
-		// one retry on a fresh connection is safe; a timeout is not retried.
-		if attempt == 1 && resp.NonValkeyError() != nil && ctx.Err() == nil {
+		// one retry on a fresh connection is safe; a timeout is not retried — also a dial's own
+		// timeout (the store timeout too) that ends a moment before ctx: the retry's dial would
+		// not stop at ctx's deadline, and a cut-off cluster client answered in 2× the timeout.
+		if nerr := resp.NonValkeyError(); attempt == 1 && nerr != nil && ctx.Err() == nil && !isTimeout(nerr) {
 			continue
 		}
 		return nil, v.fail(op, err)

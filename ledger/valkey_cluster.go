@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -80,6 +82,14 @@ func HashSlot(key string) int {
 		}
 	}
 	return int(crc) % 16384
+}
+
+// HashTag is the hash tag every store key of rule's quota key key carries (the text between
+// '{' and '}' in each key's name), which decides their slot: the harness maps the keys it
+// finds on each shard back to their subjects with it. Locate's keys carry it (a test checks).
+func HashTag(rule, key string) string {
+	sum := sha256.Sum256([]byte(compositeKey(rule, key)))
+	return hex.EncodeToString(sum[:])[:32]
 }
 
 // KeyLocation is where a quota key's state lives, for evidence.

@@ -116,6 +116,10 @@ func TestSubjectsLandOnSeveralShards(t *testing.T) {
 			if ledger.HashSlot(k) != loc.Slot {
 				t.Fatalf("%s: key %s is not in slot %d", subject, k, loc.Slot)
 			}
+			// The harness's evidence maps keys to subjects by this tag (qualify).
+			if tag := "{" + ledger.HashTag(q.Rule, subject) + "}"; !strings.Contains(k, tag) {
+				t.Fatalf("%s: key %s does not carry HashTag's %s", subject, k, tag)
+			}
 		}
 		// the reserve wrote the reservation hash (the bucket hashes wait for usage)
 		n, err := valkeyproc.Do(ctx, loc.Node, clusterPassword, "EXISTS", loc.Keys[0])

@@ -43,13 +43,15 @@ type Options struct {
 	// StoreReplication: how the gateways write to the replicated store group in the failover
 	// scenarios: acknowledged (default) or async (shows the double spend it allows).
 	StoreReplication string
-	Binary           string               // the quotaqual binary to run as gateway and provider; default os.Executable
-	EngineWhy        string               // why auto chose the engine, for the manifest and progress
-	ValkeyImage      string               // docker: the Valkey image (default: built locally from the host's valkey-server)
-	Image            string               // docker, kind: the quotaqual image (default: built from the running binary)
-	GatewayImage     string               // docker, kind: the gateway under test's image (default: its profile's launch.image, else Image)
-	Kind             topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
-	Reporter         Reporter             // progress; nil: silent
+	// Store is the store's shape: single (default, one Valkey) or cluster (a Valkey Cluster).
+	Store        string
+	Binary       string               // the quotaqual binary to run as gateway and provider; default os.Executable
+	EngineWhy    string               // why auto chose the engine, for the manifest and progress
+	ValkeyImage  string               // docker: the Valkey image (default: built locally from the host's valkey-server)
+	Image        string               // docker, kind: the quotaqual image (default: built from the running binary)
+	GatewayImage string               // docker, kind: the gateway under test's image (default: its profile's launch.image, else Image)
+	Kind         topology.KindOptions // kind: node image, or an existing cluster by kubeconfig/context
+	Reporter     Reporter             // progress; nil: silent
 	// Gateway is the gateway profile to qualify (--gateway): a profile file, or the name of a
 	// shipped one (undertest.ShippedNames); empty: quotaqual's own gateway.
 	Gateway string
@@ -111,6 +113,18 @@ func (o *Options) Validate() error {
 	if _, err := topology.ValidateGateways(o.Gateways); err != nil {
 		return &UsageError{err}
 	}
+	switch o.Store {
+	case "":
+		o.Store = topology.StoreSingle
+	case topology.StoreSingle, topology.StoreCluster:
+	default:
+		return &UsageError{fmt.Errorf("--store %q is not a store shape; use %s (one Valkey) or %s (a Valkey Cluster of %d primaries)", o.Store, topology.StoreSingle, topology.StoreCluster, topology.ClusterPrimaries)}
+	}
+	if o.Topology != "" && o.Topology != topology.EngineAuto {
+		if err := topology.CheckStore(o.Topology, o.Store); err != nil {
+			return &UsageError{err}
+		}
+	}
 	if o.DenyMode != "" && !topology.ValidDenyMode(o.DenyMode) {
 		return &UsageError{fmt.Errorf("--deny-mode %q is not a mode; use reject (fast) or drop (as most CNIs do)", o.DenyMode)}
 	}
@@ -128,6 +142,9 @@ func (o *Options) Validate() error {
 			return &UsageError{fmt.Errorf("--gateway: %w", err)}
 		}
 		o.gateway = gw
+		if o.Store == topology.StoreCluster && !gw.Caps.StoreCluster {
+			return &UsageError{fmt.Errorf("--gateway %s with --store cluster: the profile does not declare capabilities.store_cluster (its config takes one store address, not a cluster's nodes): use --store single", gw.Name)}
+		}
 	}
 	if o.GatewayImage != "" && (o.Topology == topology.EngineNetns || o.Topology == topology.EngineProcess) {
 		return &UsageError{fmt.Errorf("--gateway-image %s: the %s topology runs the gateway's argv on this host, not an image: use --topology docker or kind", o.GatewayImage, o.Topology)}
@@ -233,6 +250,7 @@ func Run(ctx context.Context, o Options) Outcome {
 		DenyMode:         o.DenyMode,
 		Gateways:         o.Gateways,
 		StoreReplication: o.StoreReplication,
+		Store:            o.Store,
 		ValkeyImage:      o.ValkeyImage,
 		QuotaqualImage:   o.Image,
 		GatewayImage:     o.GatewayImage,
@@ -286,10 +304,17 @@ func Run(ctx context.Context, o Options) Outcome {
 	// Scenarios that pull no lever run side by side, the others alone; each is reported as it
 	// finishes, and the results come back in the scenarios' order. scenarios.Run turns a
 	// cancelled ctx into "interrupted" skips for whatever has not started.
+	var watch *clusterWatch
+	if o.Store == topology.StoreCluster {
+		watch = watchCluster(ctx, topo, deployment) // where the keys lie (cluster_evidence.go)
+	}
 	rep.Step(scenarioStep(list))
 	results := scenarios.Run(ctx, env, list)
 	rep.Done(runVerdict(results), "")
 	out.Results = results
+
+	// Where the run's quota state lies on a cluster store, while the nodes are still up.
+	placementFailed := recordPlacement(ctx, rep, watch, deployment, writer, &manifest)
 
 	// Collect what the bundle needs while the components are still up.
 	rep.Step("collect metrics, configs and logs")
@@ -316,6 +341,10 @@ func Run(ctx context.Context, o Options) Outcome {
 		if r.Status == evidence.Failed {
 			manifest.Outcome, code = "failed", wire.ExitFailed
 		}
+	}
+	if placementFailed != nil {
+		manifest.Outcome, code = "failed", wire.ExitFailed
+		out.Err = placementFailed
 	}
 	if ctx.Err() != nil {
 		manifest.Outcome, code = "interrupted", wire.ExitFailed

@@ -25,6 +25,7 @@ type Base struct {
 	Mu                sync.Mutex            // guards the fields below
 	comps             map[string]*Component // gateways and providers by host
 	ValkeyServer      *valkeyproc.Server    // the run's single Valkey (LaunchValkey)
+	ValkeyCluster     *valkeyproc.Cluster   // or its Valkey Cluster (LaunchCluster, cluster.go)
 	GatewayEndpoints  map[string]GatewayEndpoint
 	ProviderEndpoints map[string]ProviderEndpoint
 	ValkeyAt          string // host:port as the gateways reach it
@@ -126,8 +127,11 @@ func (b *Base) LaunchValkey(ctx context.Context, opts valkeyproc.Options) error 
 
 func (b *Base) StopValkey(ctx context.Context) error {
 	b.Mu.Lock()
-	s := b.ValkeyServer
+	s, c := b.ValkeyServer, b.ValkeyCluster
 	b.Mu.Unlock()
+	if c != nil {
+		return stopCluster(c)
+	}
 	if s == nil {
 		return errors.New("valkey is not running: bring the topology up first")
 	}
@@ -136,8 +140,11 @@ func (b *Base) StopValkey(ctx context.Context) error {
 
 func (b *Base) StartValkey(ctx context.Context) error {
 	b.Mu.Lock()
-	s := b.ValkeyServer
+	s, c := b.ValkeyServer, b.ValkeyCluster
 	b.Mu.Unlock()
+	if c != nil {
+		return startCluster(ctx, c, b.InValkeyNet)
+	}
 	if s == nil {
 		return errors.New("valkey was never started: bring the topology up first")
 	}
@@ -210,6 +217,10 @@ func (b *Base) StopAll(ctx context.Context, td *Teardown) {
 		}
 	}
 	s := b.ValkeyServer
+	var cluster []*valkeyproc.Server
+	if b.ValkeyCluster != nil {
+		cluster = b.ValkeyCluster.Nodes
+	}
 	b.Mu.Unlock()
 	var mu sync.Mutex
 	stopGroup := func(cs []*Component) {
@@ -249,6 +260,22 @@ func (b *Base) StopAll(ctx context.Context, td *Teardown) {
 			}
 		}()
 	}
+	for i, n := range cluster {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pid, running := n.PID(), n.Running()
+			if err := n.Stop(); err != nil {
+				mu.Lock()
+				td.Errors = append(td.Errors, ClusterNodeName(i)+": "+err.Error())
+				mu.Unlock()
+			} else if running {
+				mu.Lock()
+				td.Removed = append(td.Removed, fmt.Sprintf("process %s pid %d", ClusterNodeName(i), pid))
+				mu.Unlock()
+			}
+		}()
+	}
 	stopGroup(others)
 	wg.Wait()
 }
@@ -280,8 +307,9 @@ func (b *Base) BaseFacts() map[string]any {
 	for k, v := range b.ProviderEndpoints {
 		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
 	}
-	return map[string]any{
+	f := map[string]any{
 		"engine":         b.engine,
+		"store":          b.Spec.Store,
 		"run_id":         b.Spec.RunID,
 		"valkey_addr":    b.ValkeyAt,
 		"valkey_version": valkeyproc.Version(""),
@@ -293,6 +321,10 @@ func (b *Base) BaseFacts() map[string]any {
 			"valkey": b.PortNumbers.Valkey,
 		},
 	}
+	if b.ValkeyCluster != nil {
+		f["store_cluster"] = ClusterFacts(b.ValkeyCluster)
+	}
+	return f
 }
 
 // elapsedSince is a small helper for teardown timing.

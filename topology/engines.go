@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -38,6 +39,10 @@ type Engine struct {
 	// Entered, set with Enter, reports whether this process is one Enter started, with the
 	// run id the outer process chose.
 	Entered func() (runID string, ok bool)
+	// Cluster reports that the engine runs the store as a Valkey Cluster on request
+	// (Spec.Store == StoreCluster); NoCluster says why not when it does not.
+	Cluster   bool
+	NoCluster string
 }
 
 var (
@@ -89,7 +94,31 @@ func New(engine string, spec Spec) (Topology, error) {
 	if !ok {
 		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
 	}
+	if err := CheckStore(engine, spec.Store); err != nil {
+		return nil, err
+	}
 	return e.New(spec)
+}
+
+// CheckStore refuses a store shape the engine does not run, saying why and where it runs.
+func CheckStore(engine, store string) error {
+	e, ok := engineNamed(engine)
+	if !ok || store == "" || store == StoreSingle || e.Cluster {
+		return nil
+	}
+	var have []string
+	enginesMu.RLock()
+	for _, n := range slices.Sorted(maps.Keys(engines)) {
+		if engines[n].Cluster {
+			have = append(have, n)
+		}
+	}
+	enginesMu.RUnlock()
+	why := e.NoCluster
+	if why == "" {
+		why = "it does not run a Valkey Cluster"
+	}
+	return fmt.Errorf("--store %s: the %s topology cannot run it: %s; use --topology %s", store, engine, why, strings.Join(have, " or --topology "))
 }
 
 // NeedsEntering reports whether a command must Enter engine before New builds its topology.

@@ -19,6 +19,17 @@ const (
 	EngineProcess = "process"
 )
 
+// Store shapes (Spec.Store, --store).
+const (
+	StoreSingle  = "single"  // one Valkey (with AOF) that every gateway shares
+	StoreCluster = "cluster" // a Valkey Cluster: the subjects' keys spread over its shards
+)
+
+// ClusterPrimaries is how many primaries a --store cluster run starts (no replicas: failover
+// is the Sentinel store group's scenario, valkey-failover; the cluster is here for scale, and
+// a replica would only add a second copy the levers must stop too).
+const ClusterPrimaries = 3
+
 // EnvRunID is set in the environment of every process a run starts (the re-executed harness
 // inside the namespace, gateways, providers, Valkey), so `quotaqual down --run-id` can find
 // exactly that run's leftovers and nothing else.
@@ -46,6 +57,10 @@ type Spec struct {
 	// failover scenario puts them on it: deployment.ReplicationAcknowledged (default) or
 	// deployment.ReplicationAsync (to see the double spend it allows).
 	StoreReplication string
+
+	// Store is the shape of the store the gateways share: StoreSingle (default, one Valkey) or
+	// StoreCluster (a Valkey Cluster of ClusterPrimaries primaries, on engines that run one).
+	Store string
 
 	// Docker engine only: images to run instead of the ones it builds when missing (see
 	// package topology/images), e.g. ValkeyImage "valkey/valkey:8" where a registry is available.
@@ -83,6 +98,21 @@ func (s *Spec) validate() error {
 	case deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
 	default:
 		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
+	}
+	switch s.Store {
+	case "":
+		s.Store = StoreSingle
+	case StoreSingle, StoreCluster:
+	default:
+		return fmt.Errorf("store %q is unknown: use %q (one Valkey) or %q (a Valkey Cluster of %d primaries)", s.Store, StoreSingle, StoreCluster, ClusterPrimaries)
+	}
+	if s.Store == StoreCluster {
+		if gw := GatewayProfile(*s); !gw.Caps.StoreCluster {
+			return fmt.Errorf("store %s: gateway profile %s does not declare capabilities.store_cluster (its config takes one store address, not a cluster's nodes): use store %s for it", s.Store, gw.Name, StoreSingle)
+		}
+		if s.Deployment.Backend == deployment.BackendMemory {
+			return fmt.Errorf("store %s: the deployment's gateways run the memory backend, which uses no store: use store %s", s.Store, StoreSingle)
+		}
 	}
 	mode, err := denyMode(s.DenyMode)
 	if err != nil {

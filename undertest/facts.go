@@ -51,6 +51,9 @@ type Store struct {
 	Timeout     time.Duration
 	// Group, when set, is the replicated store group the gateway is to use instead of Addr.
 	Group *Group
+	// Cluster, when set, lists the nodes (host:port) of the Valkey Cluster the gateway is to
+	// use instead of Addr; the password is in PasswordEnv, as for every node.
+	Cluster []string
 }
 
 // Group is the replicated store group (through its Sentinels).
@@ -141,6 +144,20 @@ func FactsFor(d *deployment.Deployment, name string, a deployment.Addresses, p d
 			}
 		}
 		f.Store.Group = &g
+	}
+	if len(a.Cluster) > 0 {
+		if backend != deployment.BackendValkey {
+			return fail(fmt.Errorf("the Valkey Cluster needs the valkey backend"))
+		}
+		if a.Store != nil {
+			return fail(fmt.Errorf("a gateway uses either the replicated store group or the Valkey Cluster, not both"))
+		}
+		for _, n := range a.Cluster {
+			if err := hostport.Check("cluster node address", n); err != nil {
+				return fail(err)
+			}
+		}
+		f.Store.Cluster = append([]string(nil), a.Cluster...)
 	}
 	return f, nil
 }

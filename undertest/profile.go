@@ -173,6 +173,9 @@ type Capabilities struct {
 	SharedStore bool `yaml:"shared_store"`
 	// StoreGroup: the template renders the replicated store group (Facts.Store.Group).
 	StoreGroup bool `yaml:"store_group"`
+	// StoreCluster: the template renders a Valkey Cluster (Facts.Store.Cluster), so the
+	// gateway can run on `--store cluster`. A gateway that takes one store address cannot.
+	StoreCluster bool `yaml:"store_cluster"`
 	// ScenarioRules: the template renders the scenarios' own rules (Facts.ScenarioRules).
 	ScenarioRules bool `yaml:"scenario_rules"`
 	// PolicyChange: the gateway can be restarted on another budget (rolling-upgrade).

@@ -85,6 +85,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.IntVar(&o.Gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
 	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "how the gateways write to the replicated store in valkey-failover: acknowledged (a replica confirms each write) or async (Valkey's default: a failover can spend a budget twice)")
+	f.StringVar(&o.Store, "store", "single", "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns, process and docker)")
 	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")
 	f.StringVar(&o.Image, "image", "", "docker: quotaqual image to run (default: built from this binary)")
 	f.StringVar(&o.GatewayImage, "gateway-image", "", "docker, kind: image of the gateway under test, present locally (docker load; nothing is pulled) (default: the profile's launch.image, else the quotaqual image)")

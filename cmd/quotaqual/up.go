@@ -53,7 +53,7 @@ func newUpCmd() *cobra.Command { return upCommand(false) }
 func newDemoCmd() *cobra.Command { return upCommand(true) }
 
 func upCommand(demoCmd bool) *cobra.Command {
-	var engine, profile, runID, denyMode string
+	var engine, profile, runID, denyMode, store string
 	var gateways int
 	demo := demoCmd
 	cmd := &cobra.Command{
@@ -110,10 +110,16 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 			case !topology.IsEngine(engine) || engine == topology.EngineKind: // up serves no kind topology
 				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
 			}
+			if store != topology.StoreSingle && store != topology.StoreCluster {
+				return withCode(wire.ExitUsage, fmt.Errorf("--store %q is unknown: use %s (one Valkey) or %s (a Valkey Cluster)", store, topology.StoreSingle, topology.StoreCluster))
+			}
+			if err := topology.CheckStore(engine, store); err != nil {
+				return withCode(wire.ExitUsage, err)
+			}
 			if topology.NeedsEntering(engine) && !entered {
 				return upReexec(engine, runID, gateways)
 			}
-			return upServe(cmd, engine, prof, runID, denyMode, gateways, demo)
+			return upServe(cmd, engine, prof, runID, denyMode, store, gateways, demo)
 		},
 	}
 	if demoCmd {
@@ -125,6 +131,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
 	cmd.Flags().IntVar(&gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
+	cmd.Flags().StringVar(&store, "store", topology.StoreSingle, "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns, process and docker)")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
 }
@@ -161,7 +168,7 @@ func upReexec(engine, runID string, gateways int) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode string, gateways int, demo bool) error {
+func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode, store string, gateways int, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -181,7 +188,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		return withCode(wire.ExitUsage, err)
 	}
 	topo, err := topology.New(engine, topology.Spec{
-		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Gateways: gateways, Stdout: errw,
+		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Gateways: gateways, Stdout: errw, Store: store,
 	})
 	if err != nil {
 		return withCode(wire.ExitTopology, err)

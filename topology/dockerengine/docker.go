@@ -148,7 +148,8 @@ type dockerTopo struct {
 	pubHost    string                    // host of published ports
 	valkeyVer  string                    // from Valkey's start-up log
 	down       topology.DownGuard
-	store      dockerStore // the replicated store group (docker_store.go)
+	store      dockerStore   // the replicated store group (docker_store.go)
+	vc         dockerCluster // the store as a Valkey Cluster (docker_cluster.go)
 
 	client   *http.Client
 	observer *http.Client
@@ -199,6 +200,7 @@ func init() {
 		New:     func(s topology.Spec) (topology.Topology, error) { return newDocker(s) },
 		Answers: Ping,
 		Cleanup: Cleanup,
+		Cluster: true,
 	})
 }
 
@@ -341,7 +343,7 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	// its methods wait for the start (Down too, before it removes anything).
 	t.startStoreInBackground(ctx)
 	// Valkey first: the gateways need it to be ready.
-	if err := t.startValkeyContainer(ctx); err != nil {
+	if err := t.startValkeyStore(ctx); err != nil {
 		return err
 	}
 	// Providers, the client and the gateways in parallel.
@@ -481,6 +483,7 @@ func (t *dockerTopo) gatewayAddrs(host string, provs []deployment.ProviderAddr) 
 		DataListen:  ":" + strconv.Itoa(dockerPorts.GatewayData),
 		AdminListen: net.JoinHostPort(host+"-admin", strconv.Itoa(dockerPorts.GatewayAdmin)),
 		ValkeyAddr:  t.ValkeyAddr(),
+		Cluster:     t.clusterAddrs(),
 		Providers:   provs,
 	}
 }
@@ -751,6 +754,9 @@ func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, 
 }
 
 func (t *dockerTopo) StopValkey(ctx context.Context) error {
+	if t.cluster() != nil {
+		return t.stopCluster(ctx)
+	}
 	c := t.ctr(topology.HostValkey)
 	if c == nil {
 		return errors.New("valkey is not running: bring the topology up first")
@@ -763,6 +769,9 @@ func (t *dockerTopo) StopValkey(ctx context.Context) error {
 }
 
 func (t *dockerTopo) StartValkey(ctx context.Context) error {
+	if t.cluster() != nil {
+		return t.startCluster(ctx)
+	}
 	c := t.ctr(topology.HostValkey)
 	if c == nil {
 		return errors.New("valkey was never started: bring the topology up first")
@@ -1099,7 +1108,11 @@ func (t *dockerTopo) CollectLogs(dir string) error {
 		return err
 	}
 	var errs []error
-	for _, h := range append(topology.ComponentHosts(t.Gateways()), topology.StoreHosts...) {
+	hosts := append(topology.ComponentHosts(t.Gateways()), topology.StoreHosts...)
+	for i := range topology.ClusterPrimaries {
+		hosts = append(hosts, topology.ClusterNodeName(i))
+	}
+	for _, h := range hosts {
 		b, err := os.ReadFile(filepath.Join(t.logDir(), h+".log"))
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -1223,6 +1236,7 @@ func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID 
 }
 
 func (t *dockerTopo) Facts() map[string]any {
+	cluster := t.clusterFacts()
 	var storeFacts any = "not running: " + t.StoreGroupReason()
 	if t.StoreGroupReason() == "" {
 		storeFacts = t.storeFacts()
@@ -1274,9 +1288,11 @@ func (t *dockerTopo) Facts() map[string]any {
 			"provider_data": dockerPorts.ProviderData, "provider_admin": dockerPorts.ProviderAdmin,
 			"valkey": dockerPorts.Valkey,
 		},
-		"isolation":   "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
-		"deny_mode":   "docker (no route between networks: dropped or unreachable)",
-		"store_group": storeFacts,
+		"isolation":     "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
+		"deny_mode":     "docker (no route between networks: dropped or unreachable)",
+		"store_group":   storeFacts,
+		"store":         t.spec.Store,
+		"store_cluster": cluster,
 	}
 }
 

@@ -89,6 +89,9 @@ func (t *dockerTopo) StoreGroupReason() string {
 	if t.spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
 	}
+	if t.spec.Store == topology.StoreCluster {
+		return topology.ClusterNoStoreGroup
+	}
 	return ""
 }
 

@@ -153,6 +153,9 @@ func init() {
 	topology.Register(topology.EngineKind, topology.Engine{
 		New:     func(s topology.Spec) (topology.Topology, error) { return newKind(s) },
 		Cleanup: Cleanup,
+		// One Valkey Deployment and Service in the manifests; a cluster there would need a
+		// StatefulSet whose pods announce their own addresses, not built yet.
+		NoCluster: "its manifests deploy one Valkey (a cluster on Kubernetes is not built yet)",
 	})
 }
 

@@ -14,5 +14,6 @@ func init() {
 		// a command enters them by running again in there (topology/reexec.go).
 		Enter:   topology.ReexecIntoNamespace,
 		Entered: func() (string, bool) { return topology.InsideRunID(), topology.Inside() },
+		Cluster: true,
 	})
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/quotaqual/quotaqual/deployment"
-	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/topology"
 )
 
@@ -119,6 +118,9 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},
 	}
+	if spec.Store == topology.StoreCluster {
+		t.policy = withClusterPolicy(t.policy)
+	}
 	if spec.AdjustPolicy != nil {
 		t.policy = spec.AdjustPolicy(t.policy)
 	}
@@ -191,14 +193,9 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	}
 	t.Spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(t.hosts()), bridgeName, bridgeSubnet, t.Spec.DenyMode, topology.ElapsedSince(start))
 
-	if err := t.LaunchValkey(ctx, valkeyproc.Options{
-		Host: t.hostAddr(topology.HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(topology.HostValkey),
-	}); err != nil {
-		return fmt.Errorf("starting valkey: %w", err)
+	if err := t.launchValkey(ctx); err != nil {
+		return err
 	}
-	t.Mu.Lock()
-	t.ValkeyAt = net.JoinHostPort(t.hostAddr(topology.HostValkey), strconv.Itoa(netnsPorts.Valkey))
-	t.Mu.Unlock()
 
 	if err := t.startStore(ctx); err != nil {
 		return fmt.Errorf("starting the replicated store group: %w", err)
@@ -226,6 +223,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 			DataListen:  ":" + strconv.Itoa(netnsPorts.GatewayData),
 			AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin),
 			ValkeyAddr:  t.ValkeyAt,
+			Cluster:     t.ClusterAddrs(),
 			Providers:   provAddrs,
 		}
 		l, err := t.LaunchGateway(host, host, addrs, t.Spec.Deployment.Profile, t.wrap(host))

@@ -6,7 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +42,9 @@ func (t *netnsTopo) storeNodeOptions(host string, port int) valkeyproc.Options {
 // Sentinels with quorum 2 that deem a node down after 1 s. It does not wait for the Sentinels
 // to find each other (WaitStoreReady does, where a scenario needs it).
 func (t *netnsTopo) startStore(ctx context.Context) error {
+	if t.Spec.Store == topology.StoreCluster {
+		return nil // see StoreGroupReason
+	}
 	sentinels := make([]valkeyproc.Options, len(topology.StoreSentinels))
 	for i, h := range topology.StoreSentinels {
 		sentinels[i] = t.storeNodeOptions(h, topology.SentinelPort)
@@ -95,6 +101,9 @@ func (t *netnsTopo) storeGatewayConfig(gateway string, a deployment.Addresses) e
 func (t *netnsTopo) StoreGroupReason() string {
 	if t.Spec.Deployment.Backend == deployment.BackendMemory {
 		return "the gateways run the memory backend: they use no store"
+	}
+	if t.Spec.Store == topology.StoreCluster {
+		return topology.ClusterNoStoreGroup
 	}
 	return ""
 }
@@ -156,3 +165,59 @@ func (t *netnsTopo) storeFacts() map[string]any {
 }
 
 var _ topology.StoreGroup = (*netnsTopo)(nil)
+
+// The store as a Valkey Cluster (--store cluster): every node a real valkey-server in the
+// valkey namespace, node i on port 6379+i (its cluster bus on port+10000, over the namespace's
+// loopback). All in one namespace rather than one each, because the cluster stands where the
+// single Valkey stands: the partition lever gateway↔valkey then cuts a gateway off from every
+// node, as valkey-partition means, and the policy's "only the gateways reach valkey" holds for
+// every node port; a namespace per node would add nothing the scenarios look at (no lever cuts
+// one shard off). The harness asks the nodes its questions from inside the namespace, as it
+// does the single Valkey.
+
+// clusterPort is node i's port.
+func clusterPort(i int) int { return netnsPorts.Valkey + i }
+
+// launchValkey starts the run's store where the gateways reach "valkey": the single Valkey, or
+// the Valkey Cluster.
+func (t *netnsTopo) launchValkey(ctx context.Context) error {
+	if t.Spec.Store != topology.StoreCluster {
+		if err := t.LaunchValkey(ctx, valkeyproc.Options{
+			Host: t.hostAddr(topology.HostValkey), Port: netnsPorts.Valkey, Wrap: t.wrap(topology.HostValkey),
+		}); err != nil {
+			return fmt.Errorf("starting valkey: %w", err)
+		}
+		t.Mu.Lock()
+		t.ValkeyAt = net.JoinHostPort(t.hostAddr(topology.HostValkey), strconv.Itoa(netnsPorts.Valkey))
+		t.Mu.Unlock()
+		return nil
+	}
+	start := time.Now()
+	nodes := make([]valkeyproc.Options, topology.ClusterPrimaries)
+	for i := range nodes {
+		nodes[i] = valkeyproc.Options{
+			Host: t.hostAddr(topology.HostValkey), Port: clusterPort(i),
+			Dir:  filepath.Join(t.Spec.WorkDir, "valkey", topology.ClusterNodeName(i)),
+			Wrap: t.wrap(topology.HostValkey),
+		}
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		return t.dialFrom(ctx, topology.HostValkey, "tcp", addr, time.Second)
+	}
+	if err := t.LaunchCluster(ctx, nodes, dial); err != nil {
+		return fmt.Errorf("starting the valkey cluster: %w", err)
+	}
+	t.Spec.Progress("valkey cluster up: %d primaries on %s in %s", topology.ClusterPrimaries, strings.Join(t.ClusterAddrs(), ", "), topology.ElapsedSince(start))
+	return nil
+}
+
+// withClusterPolicy lets the gateways reach the cluster's other node ports as they reach the
+// single Valkey's (node 0 keeps its port, 6379, and its rule).
+func withClusterPolicy(p topology.Policy) topology.Policy {
+	p.Rules = append([]topology.PolicyRule(nil), p.Rules...)
+	for i := 1; i < topology.ClusterPrimaries; i++ {
+		p.Rules = append(p.Rules, topology.PolicyRule{Name: topology.ClusterNodeName(i) + "-from-gateways",
+			Host: topology.HostValkey, Port: clusterPort(i), From: []string{topology.HostGatewayA, topology.HostGatewayB}})
+	}
+	return p
+}

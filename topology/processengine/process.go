@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +23,8 @@ import (
 
 func init() {
 	topology.Register(topology.EngineProcess, topology.Engine{
-		New: func(s topology.Spec) (topology.Topology, error) { return newProcess(s), nil },
+		New:     func(s topology.Spec) (topology.Topology, error) { return newProcess(s), nil },
+		Cluster: true,
 	})
 }
 
@@ -58,14 +61,9 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 			_, _ = t.Down(context.Background())
 		}
 	}()
-	if err := t.LaunchValkey(ctx, valkeyproc.Options{Host: "127.0.0.1"}); err != nil {
-		return fmt.Errorf("starting valkey: %w", err)
+	if err := t.launchValkey(ctx); err != nil {
+		return err
 	}
-	t.Mu.Lock()
-	t.ValkeyAt = t.ValkeyServer.Addr()
-	t.PortNumbers.Valkey = t.ValkeyServer.Port()
-	t.Mu.Unlock()
-	t.Spec.Progress("valkey ready on %s", t.ValkeyAt)
 
 	// Providers, then gateways: each group in parallel, each member retried with fresh ports
 	// if another process took a picked port before it could bind it.
@@ -98,7 +96,7 @@ func (t *processTopo) Up(ctx context.Context) (err error) {
 		return t.startWithFreePorts(ctx, host, func(data, admin int) (*topology.Component, error) {
 			l, err := t.LaunchGateway(host, host, deployment.Addresses{
 				DataListen: loop(data), AdminListen: loop(admin),
-				ValkeyAddr: t.ValkeyAt, Providers: provAddrs,
+				ValkeyAddr: t.ValkeyAt, Cluster: t.ClusterAddrs(), Providers: provAddrs,
 			}, t.Spec.Deployment.Profile, nil)
 			if err != nil {
 				return nil, err
@@ -253,4 +251,33 @@ func eachAtOnce(hosts []string, start func(host string) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// launchValkey starts the run's store on loopback: the single Valkey, or (--store cluster) a
+// Valkey Cluster whose nodes each take a free port pair (client port, cluster bus).
+func (t *processTopo) launchValkey(ctx context.Context) error {
+	if t.Spec.Store == topology.StoreCluster {
+		nodes := make([]valkeyproc.Options, topology.ClusterPrimaries)
+		for i := range nodes {
+			nodes[i] = valkeyproc.Options{Host: "127.0.0.1", Dir: filepath.Join(t.Spec.WorkDir, "valkey", topology.ClusterNodeName(i))}
+		}
+		if err := t.LaunchCluster(ctx, nodes, nil); err != nil {
+			return fmt.Errorf("starting the valkey cluster: %w", err)
+		}
+		t.Mu.Lock()
+		_, port, _ := net.SplitHostPort(t.ValkeyAt)
+		t.PortNumbers.Valkey, _ = strconv.Atoi(port)
+		t.Mu.Unlock()
+		t.Spec.Progress("valkey cluster ready on %s", strings.Join(t.ClusterAddrs(), ", "))
+		return nil
+	}
+	if err := t.LaunchValkey(ctx, valkeyproc.Options{Host: "127.0.0.1"}); err != nil {
+		return fmt.Errorf("starting valkey: %w", err)
+	}
+	t.Mu.Lock()
+	t.ValkeyAt = t.ValkeyServer.Addr()
+	t.PortNumbers.Valkey = t.ValkeyServer.Port()
+	t.Mu.Unlock()
+	t.Spec.Progress("valkey ready on %s", t.ValkeyAt)
+	return nil
 }
