@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/quotaqual/quotaqual/internal/testlock"
 	"io"
 	"net/http"
 	"os"
@@ -521,6 +522,7 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
+	testlock.Docker(t)
 	removeOwnImageAfterwards(t)
 	evDir := t.TempDir()
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json", "--evidence-dir", evDir)
@@ -562,6 +564,7 @@ func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
+	testlock.Docker(t)
 	removeOwnImageAfterwards(t)
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json",
 		"--evidence-dir", t.TempDir(), "--scenario", "valkey-failover", "--store-replication", "async")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/quotaqual/quotaqual/internal/testlock"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,6 +134,7 @@ func TestRunDockerOnAClusterStore(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
+	testlock.Docker(t)
 	removeOwnImageAfterwards(t)
 	evDir := t.TempDir()
 	stdout, stderr, code := quotaqual(t, 6*time.Minute, "run", "--topology", "docker", "--store", "cluster", "--json", "--evidence-dir", evDir,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/quotaqual/quotaqual/internal/testlock"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,7 @@ func TestAltGatewayVerdictsOnDocker(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
+	testlock.Docker(t)
 	removeOwnImageAfterwards(t)
 	args := []string{"run", "--gateway", shippedProfile("altgateway"), "--topology", "docker", "--json", "--evidence-dir", t.TempDir()}
 	for _, s := range altGatewayOnDocker {
@@ -99,6 +101,7 @@ func TestMissingGatewayImageStopsTheRun(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
+	testlock.Docker(t)
 	for _, c := range []struct{ profile, image string }{
 		{"praxis", "praxis-ai:dev"},
 		{"litellm", "ghcr.io/berriai/litellm:main-stable"},
@@ -166,6 +169,7 @@ func TestProfileEnvCopiesASecretIntoTheContainer(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
 	}
+	testlock.Docker(t)
 	removeOwnImageAfterwards(t)
 	y, err := os.ReadFile(shippedProfile("altgateway"))
 	if err != nil {

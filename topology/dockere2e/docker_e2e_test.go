@@ -9,6 +9,7 @@ package dockere2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/quotaqual/quotaqual/internal/testlock"
 	"io"
 	"net/http"
 	"os"
@@ -55,6 +56,7 @@ func requireDocker(t *testing.T) {
 	if !dockerengine.Available() {
 		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be tested here")
 	}
+	testlock.Docker(t)
 }
 
 // ensureImages builds both images when missing and removes, at the end of the test, the ones this
@@ -529,7 +531,10 @@ func TestDockerTopologyWithThreeGateways(t *testing.T) {
 		{topology.HostClient, "gateway-c", P.GatewayAdmin, false},
 		{"gateway-c", topology.HostValkey, P.Valkey, true},
 		{"gateway-c", topology.HostProviderEast, P.ProviderData, true},
-		{topology.HostProviderEast, "gateway-c", P.GatewayData, false},
+		// Network membership is coarser than the policy here (the package doc of dockerengine,
+		// pinned by its docker_test.go): a provider shares the provider network with every
+		// gateway and reaches its data port, gateway-c's as gateway-a's.
+		{topology.HostProviderEast, "gateway-c", P.GatewayData, true},
 	} {
 		if r := topo.Probe(ctx, p.from, p.to, p.port); !r.Supported || r.Reached != p.want {
 			t.Errorf("%s → %s:%d: reached %v (%s, supported %v), want %v", p.from, p.to, p.port, r.Reached, r.Error, r.Supported, p.want)

@@ -12,6 +12,7 @@ package kinde2e_test
 import (
 	"context"
 	"fmt"
+	"github.com/quotaqual/quotaqual/internal/testlock"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,6 +73,7 @@ func nodeImage(t *testing.T) string {
 		t.Skipf("no kind node image present locally (%s): a kind cluster cannot start on this machine; build one (make kind-node-image: %s) or load one (docker load) and set %s to it",
 			img, kindengine.LocalNodeImage, kindengine.EnvNodeImage)
 	}
+	testlock.Docker(t) // kind's nodes are Docker containers: one docker topology at a time
 	return img
 }
 
