@@ -63,19 +63,32 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("waiting for the held request to reach a provider: %w", err))
 	}
 	env.Progressf("killing gateway-a with a request in flight")
+	// The engine restarts gateway-a while the burst below goes to the surviving replicas: how
+	// long a restart takes (a container start on a loaded docker daemon took 7–17 s) must not
+	// push the burst out of the window the crashed request was charged in.
 	crashAt := time.Now()
 	endCrash := env.Fault("crash", gwA)
-	err := env.Topo.CrashGateway(ctx, gwA)
-	endCrash()
-	if err != nil {
-		<-held
-		return r.Error(fmt.Errorf("crashing gateway-a: %w", err))
-	}
-	r.Fact("crash_and_restart_ms", ms(time.Since(crashAt)))
-	env.Topo.Client().CloseIdleConnections()
-	env.Topo.Observer().CloseIdleConnections()
-	o := <-held
-	env.ShareTopology()
+	restarted := make(chan error, 1)
+	var restartTook time.Duration // written before the send on restarted, read after the receive
+	go func() {
+		err := env.Topo.CrashGateway(ctx, gwA)
+		restartTook = time.Since(crashAt)
+		if err == nil {
+			env.Topo.Client().CloseIdleConnections()
+			env.Topo.Observer().CloseIdleConnections()
+			env.ShareTopology()
+		}
+		restarted <- err
+	}()
+	// Every path out waits for the restart: the next scenario must find gateway-a serving.
+	awaitRestart := sync.OnceValue(func() error {
+		err := <-restarted
+		endCrash()
+		r.Fact("crash_and_restart_ms", ms(restartTook))
+		return err
+	})
+	defer awaitRestart()
+	o := <-held // ends when the kill cuts its connection (no transport retry)
 	r.Fact("held_request", fmt.Sprintf("status %d, error %v", o.Status, o.Err))
 	if o.Status != 0 {
 		return r.Error(fmt.Errorf("the held request was answered %d before the crash: nothing was left in flight", o.Status))
@@ -97,17 +110,18 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	burst := make([]Outcome, n)
 	var answered atomic.Int64
 	var wg sync.WaitGroup
+	survivors := env.othersThan(gwA)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			burst[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("fill-after-crash-%d", i+1), Subject: appA, Hold: hold})
+			burst[i] = env.Chat(ctx, ChatCall{Gateway: survivors[i%len(survivors)], Label: fmt.Sprintf("fill-after-crash-%d", i+1), Subject: appA, Hold: hold})
 			answered.Add(1)
 		}()
 	}
 	// Decided once every request is either answered (denied) or held at a provider.
 	var inFlight int64
-	_, err = poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
 		s, err := env.ProviderCalls(ctx)
 		if err != nil {
 			return false, err
@@ -169,6 +183,9 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 		}
 	}
 
+	if err := awaitRestart(); err != nil {
+		return r.Error(fmt.Errorf("crashing gateway-a: %w", err))
+	}
 	// Released: within a window of the lease the subject is admitted again.
 	var again Outcome
 	var tries int
