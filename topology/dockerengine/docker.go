@@ -126,6 +126,9 @@ const (
 	dockerValkeyConf    = "/etc/valkey/valkey.conf"
 	valkeyReadyLogLine  = "Ready to accept connections"
 	dockerRelayDeadline = 10 * time.Second // exec relay set-up
+	// dockerRelayConnect bounds the relay's own dial inside the container, name lookup through
+	// Docker's embedded DNS included, which a loaded daemon answers slowly (2 s was seen to run out).
+	dockerRelayConnect = 5 * time.Second
 )
 
 type dockerTopo struct {
@@ -933,7 +936,10 @@ func (t *dockerTopo) probeFromObserver(ctx context.Context, to string, port int)
 		if topology.IsGateway(to) && port == dockerPorts.GatewayData {
 			alias = to
 		}
-		conn, err = t.relayDial(pctx, to, net.JoinHostPort(alias, strconv.Itoa(port)))
+		// The probe's 1 s is for the connect, not for starting the relay: a docker exec on a
+		// loaded daemon takes longer than that (a CI run saw i/o timeouts). The relay dials the
+		// container's own port from inside it, bounded by dockerRelayDeadline.
+		conn, err = t.relayDial(ctx, to, net.JoinHostPort(alias, strconv.Itoa(port)))
 	} else {
 		var p network.Port
 		p, err = c.MappedPort(pctx, strconv.Itoa(port)+"/tcp")
@@ -1017,7 +1023,7 @@ func (t *dockerTopo) relayDial(ctx context.Context, host, addr string) (net.Conn
 	ctx, cancel := context.WithTimeout(ctx, dockerRelayDeadline)
 	defer cancel()
 	ex, err := t.cli.ExecCreate(ctx, c.GetContainerID(), client.ExecCreateOptions{
-		Cmd:         []string{images.QuotaqualInContainer, "relay", "--to", addr},
+		Cmd:         []string{images.QuotaqualInContainer, "relay", "--to", addr, "--timeout", dockerRelayConnect.String()},
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
