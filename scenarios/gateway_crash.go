@@ -64,29 +64,9 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	}
 
 	env.Progressf("killing gateway-a with a request in flight")
-	// The lease runs out in the store whether or not gateway-a is back, so the survivors are
-	// watched while the engine restarts it: how long a restart takes (a container start on a
-	// loaded docker daemon took 7–17 s, past lease and window) must not decide what is seen of
-	// the lease. The topology is shared again once gateway-a serves.
-	crashAt := time.Now()
-	restarted := make(chan error, 1)
-	var restartTook time.Duration // written before the send on restarted, read after the receive
-	go func() {
-		err := env.Topo.CrashGateway(ctx, gwA)
-		restartTook = time.Since(crashAt)
-		if err == nil {
-			env.Topo.Client().CloseIdleConnections()
-			env.Topo.Observer().CloseIdleConnections()
-			env.ShareTopology()
-		}
-		restarted <- err
-	}()
-	// Every path out waits for the restart: the next scenario must find gateway-a serving.
-	awaitRestart := sync.OnceValue(func() error {
-		err := <-restarted
-		r.Fact("crash_and_restart_ms", ms(restartTook))
-		return err
-	})
+	// The lease runs out in the store whether or not gateway-a is back: the survivors are
+	// watched while the engine restarts it.
+	crashAt, awaitRestart := env.crashInBackground(ctx, r)
 	defer awaitRestart()
 	o := <-held // ends when the kill cuts its connection (no transport retry: nothing to settle)
 	r.Fact("held_request", fmt.Sprintf("status %d after %d attempt(s)", o.Status, o.Attempts))
@@ -126,10 +106,43 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	r.Check("the expired reservation is charged at its estimate (settled == estimate)", p.Estimate, idle.Settled(), idle.Settled() == p.Estimate)
 
 	if err := awaitRestart(); err != nil {
-		return r.Error(fmt.Errorf("crashing gateway-a: %w", err))
+		return r.Error(err)
 	}
 	other := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "after-crash-other", Subject: appB})
 	r.Check("another subject admitted on the restarted gateway-a", http.StatusOK, other.Status, other.Admitted())
 	r.Key("killed with 1 request in flight; its hold released %.1fs later (lease %s), settled %d", seconds(releasedAt.Sub(crashAt)), p.Lease, idle.Settled())
 	return r
+}
+
+// crashInBackground kills gateway-a and has the engine start it again while the scenario goes
+// on watching the surviving replicas: how long a restart takes (a container start on a loaded
+// docker daemon took 7–17 s, past lease and window) must not decide what is seen of the dead
+// gateway's lease, nor push a burst out of the window its request was charged in. The topology
+// is shared again once gateway-a serves. await waits for the restart (once; later calls return
+// the same error) and records how long it took: every path out of the scenario calls it, so the
+// next scenario finds gateway-a serving.
+func (env *Env) crashInBackground(ctx context.Context, r *Result) (crashAt time.Time, await func() error) {
+	crashAt = time.Now()
+	endCrash := env.Fault("crash", gwA)
+	restarted := make(chan error, 1)
+	var took time.Duration // written before the send on restarted, read after the receive
+	go func() {
+		err := env.Topo.CrashGateway(ctx, gwA)
+		took = time.Since(crashAt)
+		if err == nil {
+			env.Topo.Client().CloseIdleConnections()
+			env.Topo.Observer().CloseIdleConnections()
+			env.ShareTopology()
+		}
+		restarted <- err
+	}()
+	return crashAt, sync.OnceValue(func() error {
+		err := <-restarted
+		endCrash()
+		r.Fact("crash_and_restart_ms", ms(took))
+		if err != nil {
+			return fmt.Errorf("crashing gateway-a: %w", err)
+		}
+		return nil
+	})
 }

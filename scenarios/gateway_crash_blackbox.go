@@ -63,30 +63,8 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("waiting for the held request to reach a provider: %w", err))
 	}
 	env.Progressf("killing gateway-a with a request in flight")
-	// The engine restarts gateway-a while the burst below goes to the surviving replicas: how
-	// long a restart takes (a container start on a loaded docker daemon took 7–17 s) must not
-	// push the burst out of the window the crashed request was charged in.
-	crashAt := time.Now()
-	endCrash := env.Fault("crash", gwA)
-	restarted := make(chan error, 1)
-	var restartTook time.Duration // written before the send on restarted, read after the receive
-	go func() {
-		err := env.Topo.CrashGateway(ctx, gwA)
-		restartTook = time.Since(crashAt)
-		if err == nil {
-			env.Topo.Client().CloseIdleConnections()
-			env.Topo.Observer().CloseIdleConnections()
-			env.ShareTopology()
-		}
-		restarted <- err
-	}()
-	// Every path out waits for the restart: the next scenario must find gateway-a serving.
-	awaitRestart := sync.OnceValue(func() error {
-		err := <-restarted
-		endCrash()
-		r.Fact("crash_and_restart_ms", ms(restartTook))
-		return err
-	})
+	// The engine restarts gateway-a while the burst below goes to the surviving replicas.
+	crashAt, awaitRestart := env.crashInBackground(ctx, r)
 	defer awaitRestart()
 	o := <-held // ends when the kill cuts its connection (no transport retry)
 	r.Fact("held_request", fmt.Sprintf("status %d, error %v", o.Status, o.Err))
@@ -184,7 +162,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	}
 
 	if err := awaitRestart(); err != nil {
-		return r.Error(fmt.Errorf("crashing gateway-a: %w", err))
+		return r.Error(err)
 	}
 	// Released: within a window of the lease the subject is admitted again.
 	var again Outcome
