@@ -71,6 +71,9 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	o := <-held // ends when the kill cuts its connection (no transport retry: nothing to settle)
 	r.Fact("held_request", fmt.Sprintf("status %d after %d attempt(s)", o.Status, o.Attempts))
 	if o.Admitted() {
+		if err := awaitRestart(); err != nil { // no crash lever here (kind): skipped with the reason
+			return r.Error(err)
+		}
 		return r.Error(errors.New("the held request completed before the crash: nothing was left in flight"))
 	}
 

@@ -69,6 +69,9 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	o := <-held // ends when the kill cuts its connection (no transport retry)
 	r.Fact("held_request", fmt.Sprintf("status %d, error %v", o.Status, o.Err))
 	if o.Status != 0 {
+		if err := awaitRestart(); err != nil { // no crash lever here (kind): skipped with the reason
+			return r.Error(err)
+		}
 		return r.Error(fmt.Errorf("the held request was answered %d before the crash: nothing was left in flight", o.Status))
 	}
 	// The dead gateway's call to the provider ends with its connection; the burst below is
