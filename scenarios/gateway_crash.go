@@ -66,14 +66,14 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	env.Progressf("killing gateway-a with a request in flight")
 	// The lease runs out in the store whether or not gateway-a is back: the survivors are
 	// watched while the engine restarts it.
-	crashAt, awaitRestart := env.crashInBackground(ctx, r)
+	crashAt, awaitRestart, restartDone := env.crashInBackground(ctx, r)
 	defer awaitRestart()
-	o := <-held // ends when the kill cuts its connection (no transport retry: nothing to settle)
+	o, err := heldThroughCrash(held, restartDone, awaitRestart) // cut by the kill (no transport retry: nothing to settle)
+	if err != nil {
+		return r.Error(err)
+	}
 	r.Fact("held_request", fmt.Sprintf("status %d after %d attempt(s)", o.Status, o.Attempts))
 	if o.Admitted() {
-		if err := awaitRestart(); err != nil { // no crash lever here (kind): skipped with the reason
-			return r.Error(err)
-		}
 		return r.Error(errors.New("the held request completed before the crash: nothing was left in flight"))
 	}
 
@@ -124,10 +124,11 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 // is shared again once gateway-a serves. await waits for the restart (once; later calls return
 // the same error) and records how long it took: every path out of the scenario calls it, so the
 // next scenario finds gateway-a serving.
-func (env *Env) crashInBackground(ctx context.Context, r *Result) (crashAt time.Time, await func() error) {
+func (env *Env) crashInBackground(ctx context.Context, r *Result) (crashAt time.Time, await func() error, done <-chan struct{}) {
 	crashAt = time.Now()
 	endCrash := env.Fault("crash", gwA)
 	restarted := make(chan error, 1)
+	finished := make(chan struct{})
 	var took time.Duration // written before the send on restarted, read after the receive
 	go func() {
 		err := env.Topo.CrashGateway(ctx, gwA)
@@ -138,6 +139,7 @@ func (env *Env) crashInBackground(ctx context.Context, r *Result) (crashAt time.
 			env.ShareTopology()
 		}
 		restarted <- err
+		close(finished)
 	}()
 	return crashAt, sync.OnceValue(func() error {
 		err := <-restarted
@@ -147,5 +149,21 @@ func (env *Env) crashInBackground(ctx context.Context, r *Result) (crashAt time.
 			return fmt.Errorf("crashing gateway-a: %w", err)
 		}
 		return nil
-	})
+	}), finished
+}
+
+// heldThroughCrash is the held request's outcome once the crash has cut it, or the crash's
+// error when the engine has no crash lever (kind refuses at once: the scenario is skipped with
+// the reason instead of failing on a request that was never cut).
+func heldThroughCrash(held <-chan Outcome, done <-chan struct{}, await func() error) (Outcome, error) {
+	select {
+	case o := <-held:
+		return o, nil
+	case <-done:
+		if err := await(); err != nil {
+			<-held
+			return Outcome{}, err
+		}
+		return <-held, nil
+	}
 }

@@ -64,14 +64,14 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	}
 	env.Progressf("killing gateway-a with a request in flight")
 	// The engine restarts gateway-a while the burst below goes to the surviving replicas.
-	crashAt, awaitRestart := env.crashInBackground(ctx, r)
+	crashAt, awaitRestart, restartDone := env.crashInBackground(ctx, r)
 	defer awaitRestart()
-	o := <-held // ends when the kill cuts its connection (no transport retry)
+	o, err := heldThroughCrash(held, restartDone, awaitRestart) // cut by the kill (no transport retry)
+	if err != nil {
+		return r.Error(err)
+	}
 	r.Fact("held_request", fmt.Sprintf("status %d, error %v", o.Status, o.Err))
 	if o.Status != 0 {
-		if err := awaitRestart(); err != nil { // no crash lever here (kind): skipped with the reason
-			return r.Error(err)
-		}
 		return r.Error(fmt.Errorf("the held request was answered %d before the crash: nothing was left in flight", o.Status))
 	}
 	// The dead gateway's call to the provider ends with its connection; the burst below is
@@ -102,7 +102,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	}
 	// Decided once every request is either answered (denied) or held at a provider.
 	var inFlight int64
-	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
+	_, err = poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
 		s, err := env.ProviderCalls(ctx)
 		if err != nil {
 			return false, err
