@@ -121,20 +121,10 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	if found {
 		generating = pr.Time.Add(time.Duration(pr.DurationMS * float64(time.Millisecond)))
 	}
-	var probeStatuses []int
-	var deniedProbes, afterLease, sampled, sampledAfterLease, held, heldAfterLease, sampleErrs, late int
-	for _, pb := range probes {
-		if !pb.sent.Before(generating) {
-			late++
-			continue
-		}
-		probeStatuses = append(probeStatuses, pb.status)
-		if pb.status == http.StatusTooManyRequests {
-			deniedProbes++
-		}
-		if pb.pastLease {
-			afterLease++
-		}
+	t := tallyProbes(probes, generating)
+	probeStatuses, deniedProbes, afterLease, late := t.statuses, t.denied, t.afterLease, t.late
+	var sampled, sampledAfterLease, held, heldAfterLease, sampleErrs int
+	for _, pb := range t.concurrent {
 		if !pb.sampled.Before(generating) {
 			continue
 		}
@@ -183,4 +173,32 @@ type concurrentProbe struct {
 	status          int
 	pastLease       bool
 	held, sampleErr bool
+}
+
+// probeTally is what the probes sent before a moment show: the generation still held its
+// budget then.
+type probeTally struct {
+	concurrent               []concurrentProbe // the probes sent before the moment
+	statuses                 []int             // their statuses, in order
+	denied, afterLease, late int               // 429s and probes past the lease among them; probes sent after
+}
+
+// tallyProbes counts the probes sent before until; the ones sent later are only counted as late.
+func tallyProbes(probes []concurrentProbe, until time.Time) probeTally {
+	var t probeTally
+	for _, pb := range probes {
+		if !pb.sent.Before(until) {
+			t.late++
+			continue
+		}
+		t.concurrent = append(t.concurrent, pb)
+		t.statuses = append(t.statuses, pb.status)
+		if pb.status == http.StatusTooManyRequests {
+			t.denied++
+		}
+		if pb.pastLease {
+			t.afterLease++
+		}
+	}
+	return t
 }

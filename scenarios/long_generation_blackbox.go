@@ -129,21 +129,8 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 			}
 		}
 	}
-	var probeStatuses []int
-	var denied, afterLease, late int
-	for _, pb := range probes {
-		if !pb.sent.Before(heldUntil) {
-			late++
-			continue
-		}
-		probeStatuses = append(probeStatuses, pb.status)
-		if pb.status == http.StatusTooManyRequests {
-			denied++
-		}
-		if pb.pastLease {
-			afterLease++
-		}
-	}
+	t := tallyProbes(probes, heldUntil)
+	probeStatuses, denied, afterLease, late := t.statuses, t.denied, t.afterLease, t.late
 	r.Fact("fill_statuses", statuses(fills))
 	r.Fact("probes_after_the_budget_was_freed", late)
 	r.Fact("long_status", long.Status)
