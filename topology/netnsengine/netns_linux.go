@@ -443,6 +443,8 @@ func (t *netnsTopo) Down(ctx context.Context) (topology.Teardown, error) {
 
 // teardown stops every process, then deletes the run's namespaces, veths and bridge.
 func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
+	// Before the drains: a parked client connection would hold a gateway's drain (StopAll).
+	t.client.CloseIdleConnections()
 	t.StopAll(ctx, td)
 	t.stopStore(td)
 
