@@ -251,10 +251,12 @@ func Run(ctx context.Context, o Options) Outcome {
 		Gateways:         o.Gateways,
 		StoreReplication: o.StoreReplication,
 		Store:            o.Store,
-		ValkeyImage:      o.ValkeyImage,
-		QuotaqualImage:   o.Image,
-		GatewayImage:     o.GatewayImage,
-		Kind:             o.Kind,
+		// The store group starts only for a scenario that puts gateways on it.
+		WithoutStoreGroup: !scenarios.UseStoreGroup(list),
+		ValkeyImage:       o.ValkeyImage,
+		QuotaqualImage:    o.Image,
+		GatewayImage:      o.GatewayImage,
+		Kind:              o.Kind,
 	})
 	if err == nil {
 		out.Engine = topo.Engine()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
 )
 
@@ -59,18 +60,33 @@ func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 	return int64(best) * estimate, at
 }
 
+// concurrencyRule is the rule concurrency's burst runs under, its lease and how long the
+// providers hold each admitted request: the scenario's own rule (the shortest lease with
+// renewal) when the gateway renders scenario rules, else the run's rule; either way the holds
+// outlast the lease (deployment.Profile.ConcurrencyHold).
+func concurrencyRule(env *Env) (rule string, lease, hold time.Duration) {
+	own := env.gateway().Caps.ScenarioRules
+	lease, hold = env.Profile.ConcurrencyHold(own)
+	if own {
+		return deployment.ConcurrencyRule, lease, hold
+	}
+	return RuleName, lease, hold
+}
+
 func runConcurrency(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
 	if p.Estimate <= 0 || p.Burst <= 0 {
 		return r.Error(fmt.Errorf("profile %s has estimate %d and burst %d: both must be positive", p.Name, p.Estimate, p.Burst))
 	}
+	rule, lease, hold := concurrencyRule(env)
 	allowed := p.Capacity / p.Estimate
+	r.Fact("rule", rule)
 	r.Fact("burst", p.Burst)
-	r.Fact("hold", p.HoldFor.String())
-	r.Fact("lease", p.Lease.String())
+	r.Fact("hold", hold.String())
+	r.Fact("lease", lease.String())
 	r.Fact("allowed_by_capacity", allowed)
-	if p.HoldFor <= 0 {
+	if hold <= 0 {
 		r.Fact("note", "the profile holds no request at the provider: admissions may settle before the burst is decided")
 	}
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
@@ -82,7 +98,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
-	sampler := env.sampleLedger(ctx, appA, quotaSampleInterval)
+	sampler := env.sampleLedgerOf(ctx, rule, p.Window, appA, quotaSampleInterval)
 
 	// The burst, released together through a barrier, going round every gateway replica.
 	outs := make([]Outcome, p.Burst)
@@ -95,7 +111,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 			defer done.Done()
 			ready.Done()
 			<-release
-			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("burst-%d", i+1), Subject: appA, Hold: p.HoldFor})
+			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("burst-%d", i+1), Subject: appA, Hold: hold})
 		}(i)
 	}
 	ready.Wait()
@@ -104,7 +120,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	done.Wait()
 	burstEnd := time.Now()
 	// Keep sampling until the reservations have settled, then stop.
-	idle, idleErr := env.waitIdle(ctx, gwA, appA)
+	idle, idleErr := env.waitIdleOf(ctx, gwA, rule, appA)
 	samples, sampleErrs := sampler.Stop(env, r, appA)
 
 	after, err := env.settledProviders(ctx)
@@ -186,7 +202,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 	r.Check("no denied request reached a provider (provider calls == admitted)", admitted, d, d == int64(admitted))
 	if inspected {
-		checkHeldInFlight(r, samples, outs, p.HoldFor)
+		checkHeldInFlight(r, samples, outs, hold)
 	} else {
 		r.NotMade("peak reserved sampled from the ledger; every admitted request keeps its reservation while in flight; settled == reported usage",
 			"no quota inspection: the peak is reconstructed from the request history only")

@@ -113,7 +113,7 @@ func (env *Env) record(rec evidence.RequestRecord) {
 // requestTimeout bounds one chat request: the provider's longest hold plus generous slack for
 // the store and the machine.
 func requestTimeout(p deployment.Profile) time.Duration {
-	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + p.HoldFor
+	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + p.LongestHold()
 }
 
 // adminTimeout bounds one admin request (quota inspection, provider call log, probes).

@@ -63,17 +63,17 @@ func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
 // waited on from outside: until no provider has a request in flight; the state returned is
 // then not inspected: every figure is zero.
 func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.QuotaState, error) {
+	return env.waitIdleOf(ctx, gateway, RuleName, subject)
+}
+
+// waitIdleOf is waitIdle for subject's key under rule.
+func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
 	if !env.inspects() {
 		if _, err := env.settledProviders(ctx); err != nil {
 			return wire.QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
 		}
 		return wire.QuotaState{}, nil
 	}
-	return env.waitIdleOf(ctx, gateway, RuleName, subject)
-}
-
-// waitIdleOf is waitIdle for subject's key under rule.
-func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
 	var q wire.QuotaState
 	var unanswered error // the last read the store did not answer: retried until the deadline
 	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
@@ -104,10 +104,14 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 // its middle; it records how long it waited. For a sliding window it returns at once: any
 // sequence shorter than the window fits.
 func (env *Env) fixedWindowStart(ctx context.Context, r *Result, offset time.Duration) error {
+	return env.fixedWindowStartOf(ctx, r, env.Profile.Window, offset)
+}
+
+// fixedWindowStartOf is fixedWindowStart for a rule whose window is w.
+func (env *Env) fixedWindowStartOf(ctx context.Context, r *Result, w, offset time.Duration) error {
 	if env.gateway().Expect.Admission.Window != undertest.WindowFixed {
 		return nil
 	}
-	w := env.Profile.Window
 	wait := (w - time.Duration(time.Now().UnixNano()%int64(w)) + offset) % w
 	r.Fact("waited_for_a_fixed_window_start_ms", ms(wait))
 	t := time.NewTimer(wait)
@@ -139,6 +143,11 @@ type exhaustion struct {
 // gateways[0]) until the first non-200 answer or maxAttempts. After each admitted request it
 // waits until the reservation has settled, so the next decision sees settled usage only.
 func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gateways []string, maxAttempts int) (exhaustion, error) {
+	return env.exhaustOf(ctx, RuleName, subject, labelPrefix, gateways, maxAttempts)
+}
+
+// exhaustOf is exhaust for a subject under rule (whose settled usage it reads).
+func (env *Env) exhaustOf(ctx context.Context, rule, subject, labelPrefix string, gateways []string, maxAttempts int) (exhaustion, error) {
 	var ex exhaustion
 	for i := 0; i < maxAttempts; i++ {
 		gw := gateways[i%len(gateways)]
@@ -149,7 +158,7 @@ func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gatewa
 			return ex, nil
 		}
 		ex.Admitted++
-		q, err := env.waitIdle(ctx, gw, subject)
+		q, err := env.waitIdleOf(ctx, gw, rule, subject)
 		if err != nil {
 			return ex, err
 		}
@@ -173,6 +182,28 @@ func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gatewa
 type exchange struct {
 	Admitted bool
 	Charge   int64 // what an admitted request settled at (its usage total)
+}
+
+// checkPredictedAdmissions checks a sequential exhaustion within one window against the rule
+// replayed on the responses' own usage: admitted while settled + estimate ≤ capacity, and
+// every decision as the replay says. It returns the predicted admissions.
+func checkPredictedAdmissions(r *Result, ex exhaustion, p deployment.Profile) int {
+	obs := make([]exchange, len(ex.Outcomes))
+	for i, o := range ex.Outcomes {
+		obs[i] = exchange{Admitted: o.Admitted(), Charge: charge(o, p.Estimate)}
+	}
+	pred, predicted := predictAdmissions(p.Capacity, p.Estimate, chatUsage(p, 1).TotalTokens, obs)
+	var wrong []string
+	for i := range obs {
+		if pred[i] != obs[i].Admitted {
+			wrong = append(wrong, fmt.Sprintf("#%d predicted admitted=%v observed status %d", i+1, pred[i], ex.Outcomes[i].Status))
+		}
+	}
+	r.Fact("predicted_admitted", predicted)
+	r.Fact("observed_admitted", ex.Admitted)
+	r.Check("admitted == predicted from settled usage (settled + estimate ≤ capacity)", predicted, ex.Admitted, ex.Admitted == predicted)
+	r.Check("every decision matches the rule replayed on the observed usage", "no mismatch", wrong, len(wrong) == 0)
+	return predicted
 }
 
 // predictAdmissions replays a sequential run against the rule within one window: a request is
@@ -265,7 +296,7 @@ func (env *Env) readProviders(ctx context.Context, r *Result, what string) (Prov
 // is in the logs) and returns the snapshot.
 func (env *Env) settledProviders(ctx context.Context) (ProviderSnapshot, error) {
 	var s ProviderSnapshot
-	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+env.Profile.HoldFor, func(ctx context.Context) (bool, error) {
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+env.Profile.LongestHold(), func(ctx context.Context) (bool, error) {
 		var err error
 		s, err = env.ProviderCalls(ctx)
 		if err != nil {

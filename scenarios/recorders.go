@@ -37,12 +37,18 @@ type ledgerSampler struct {
 	done    chan struct{}
 	samples []evidence.LedgerSample
 	errs    int
+	window  time.Duration // the sampled rule's, for the report
 }
 
-// sampleLedger starts sampling subject's quota every interval until Stop.
+// sampleLedger starts sampling subject's quota under the run's rule every interval until Stop.
 func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.Duration) *ledgerSampler {
+	return env.sampleLedgerOf(ctx, RuleName, env.Profile.Window, subject, interval)
+}
+
+// sampleLedgerOf is sampleLedger for subject's key under rule, whose window is window.
+func (env *Env) sampleLedgerOf(ctx context.Context, rule string, window time.Duration, subject string, interval time.Duration) *ledgerSampler {
 	sctx, stop := context.WithCancel(ctx)
-	s := &ledgerSampler{stop: stop, done: make(chan struct{})}
+	s := &ledgerSampler{stop: stop, done: make(chan struct{}), window: window}
 	if !env.inspects() {
 		close(s.done) // nothing to sample: the trace stays empty
 		return s
@@ -51,7 +57,7 @@ func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.
 		defer close(s.done)
 		for i := 0; ; i++ {
 			sent := time.Now().UTC()
-			q, err := env.Quota(sctx, env.alternate(i), subject)
+			q, err := env.QuotaOf(sctx, env.alternate(i), rule, subject)
 			if sctx.Err() != nil {
 				return
 			}
@@ -79,7 +85,7 @@ func (s *ledgerSampler) Stop(env *Env, r *Result, subject string) ([]evidence.Le
 	s.stop()
 	<-s.done
 	r.Fact(evidence.LedgerSamplesFact, evidence.LedgerSeries{Subject: subject, Capacity: env.Profile.Capacity,
-		Estimate: env.Profile.Estimate, WindowMS: env.Profile.Window.Milliseconds(),
+		Estimate: env.Profile.Estimate, WindowMS: s.window.Milliseconds(),
 		Samples: append([]evidence.LedgerSample{}, s.samples...)})
 	return s.samples, s.errs
 }

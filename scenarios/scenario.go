@@ -115,6 +115,17 @@ func All() []Scenario {
 	}
 }
 
+// UseStoreGroup reports whether any scenario of list needs or prefers the replicated store
+// group: a run of none leaves the group out (topology.Spec.WithoutStoreGroup).
+func UseStoreGroup(list []Scenario) bool {
+	for _, sc := range list {
+		if slices.Contains(sc.Needs, NeedStoreGroup) || slices.Contains(sc.Prefers, NeedStoreGroup) {
+			return true
+		}
+	}
+	return false
+}
+
 // ForProfile is Select for a run of profile: no names means the scenarios of that profile's
 // default run (those whose Profiles are empty or name it).
 func ForProfile(profile string, names []string) ([]Scenario, error) {

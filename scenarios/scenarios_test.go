@@ -529,3 +529,27 @@ func TestFaultWindowsAreRecordedAsAFactOnEveryPath(t *testing.T) {
 		}
 	}
 }
+
+// TestUseStoreGroup: only a selection with valkey-failover (the one scenario that puts
+// gateways on the replicated store group) asks for the group; "today's ten" do not.
+func TestUseStoreGroup(t *testing.T) {
+	all, err := Select(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !UseStoreGroup(all) {
+		t.Error("the whole list (with valkey-failover) does not use the store group")
+	}
+	ten, err := Select([]string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
+		"window-expiry", "gateway-restart", "valkey-outage", "network-policy", "valkey-partition"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if UseStoreGroup(ten) {
+		t.Error("today's ten use the store group")
+	}
+	failover, _ := Select([]string{"valkey-failover"})
+	if !UseStoreGroup(failover) {
+		t.Error("valkey-failover alone does not use the store group")
+	}
+}

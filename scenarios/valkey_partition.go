@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/topology"
 )
 
-// partitionRequests is how many requests the cut-off gateway gets while partitioned.
+// partitionRequests is how many requests the cut-off gateway gets at once while partitioned.
 const partitionRequests = 3
 
 // valkeyPartition cuts one gateway off from Valkey while the other keeps its link: the case an
@@ -75,10 +76,22 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		}
 	}()
 
+	// The cut-off requests go at once: on a silent network each waits out the store timeout,
+	// and one after another they would only add up those waits. Each is still decided within
+	// the bound on its own, the one that finds a pooled connection and those that must dial.
 	slo := p.StoreTimeout + p.OutageSLO
+	cut := make([]Outcome, partitionRequests)
+	var wg sync.WaitGroup
+	for i := range cut {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cut[i] = env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA})
+		}()
+	}
+	wg.Wait()
 	var dec decisions
-	for i := 0; i < partitionRequests; i++ {
-		o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA})
+	for i, o := range cut {
 		dec.checkFailClosed(env, r, fmt.Sprintf("cut-off gateway-a request %d", i+1), o, slo)
 	}
 	dec.record(r)

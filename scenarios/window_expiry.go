@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotaqual/quotaqual/deployment"
 )
 
 func windowExpiry() Scenario {
@@ -56,21 +58,33 @@ func planRecovery(starts, ends []time.Time, charges []int64, capacity, estimate 
 	return recoveryPlan{}, false
 }
 
+// windowExpiryRule is the rule window-expiry's subjects are under and its window: the
+// scenario's own (the profile's WindowExpiryWindow) when the gateway renders scenario rules,
+// else the run's rule and window.
+func windowExpiryRule(env *Env) (string, time.Duration) {
+	if env.gateway().Caps.ScenarioRules {
+		return deployment.WindowExpiryRule, env.Profile.WindowExpiryWindow
+	}
+	return RuleName, env.Profile.Window
+}
+
 func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	bucket := env.bucketWidth(p.Window)
-	interval := min(100*time.Millisecond, max(10*time.Millisecond, p.Window/40))
+	rule, window := windowExpiryRule(env)
+	bucket := env.bucketWidth(window)
+	interval := min(100*time.Millisecond, max(10*time.Millisecond, window/40))
 	margin := interval + p.StoreTimeout + 250*time.Millisecond
+	r.Fact("rule", fmt.Sprintf("%s: capacity %d per %s, %d tokens reserved", rule, p.Capacity, window, p.Estimate))
 
 	// The ledger's trace for the report: settled usage rising, then leaving the window.
-	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
+	defer env.sampleLedgerOf(ctx, rule, window, appA, ledgerTraceInterval).Stop(env, r, appA)
 	// On a fixed window the charges land mid-window: usage that leaves at the next boundary
 	// then leaves half a window early, far beyond the poll's resolution.
-	if err := env.fixedWindowStart(ctx, r, p.Window/2); err != nil {
+	if err := env.fixedWindowStartOf(ctx, r, window, window/2); err != nil {
 		return r.Error(err)
 	}
-	ex, err := env.exhaust(ctx, appA, "exhaust", env.gateways(), exhaustCap)
+	ex, err := env.exhaustOf(ctx, rule, appA, "exhaust", env.gateways(), exhaustCap)
 	if err != nil {
 		return r.Error(err)
 	}
@@ -88,9 +102,12 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 		return r.Error(errors.New("could not exhaust the budget: nothing to wait out"))
 	}
 	exhaustedAt := ex.Outcomes[len(ex.Outcomes)-1].End
-	r.Check("exhausted within one window of the first charge", fmt.Sprintf("< %s", p.Window),
-		exhaustedAt.Sub(starts[0]).Round(time.Millisecond).String(), exhaustedAt.Sub(starts[0]) < p.Window)
-	plan, ok := planRecovery(starts, ends, charges, p.Capacity, p.Estimate, p.Window, bucket, margin)
+	r.Check("exhausted within one window of the first charge", fmt.Sprintf("< %s", window),
+		exhaustedAt.Sub(starts[0]).Round(time.Millisecond).String(), exhaustedAt.Sub(starts[0]) < window)
+	// Every gateway counts every charge of the window: a replica on its own clock, ahead by
+	// more than the window, never sees the others' charges and admits past the budget.
+	checkPredictedAdmissions(r, ex, p)
+	plan, ok := planRecovery(starts, ends, charges, p.Capacity, p.Estimate, window, bucket, margin)
 	if !ok {
 		return r.Error(fmt.Errorf("charges %v never leave room for an estimate of %d in a capacity of %d", charges, p.Estimate, p.Capacity))
 	}
@@ -104,7 +121,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	r.Fact("theoretical_latest_s_after_last_charge", rel(plan.Latest))
 	r.Fact("expected_bucket_aligned_s_after_last_charge", []float64{rel(plan.ExpectedLo), rel(plan.ExpectedHi)})
 
-	env.Progressf("waiting for usage to leave the %s window (up to %s)", p.Window, p.RecoveryMax)
+	env.Progressf("waiting for usage to leave the %s window (up to %s)", window, p.RecoveryMax)
 	var recovered Outcome
 	var polls, denials int
 	var unexpected []int

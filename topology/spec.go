@@ -58,6 +58,12 @@ type Spec struct {
 	// deployment.ReplicationAsync (to see the double spend it allows).
 	StoreReplication string
 
+	// WithoutStoreGroup leaves the replicated store group out where an engine would run it
+	// beside the single Valkey (netns): none of the run's scenarios puts a gateway on it, so
+	// its six processes (and their namespaces) would only cost start-up and teardown time.
+	// The zero value runs it (`quotaqual up`, tests, engines that always do).
+	WithoutStoreGroup bool
+
 	// Store is the shape of the store the gateways share: StoreSingle (default, one Valkey) or
 	// StoreCluster (a Valkey Cluster of ClusterPrimaries primaries, on engines that run one).
 	Store string

@@ -145,7 +145,14 @@ func (t *netnsTopo) Engine() string            { return topology.EngineNetns }
 func (t *netnsTopo) Client() *http.Client      { return t.client }
 func (t *netnsTopo) nsName(host string) string { return t.prefix + host }
 func (t *netnsTopo) nsPath(host string) string { return "/run/netns/" + t.nsName(host) }
-func (t *netnsTopo) hosts() []string           { return netnsHosts(t.Gateways()) }
+
+// hosts are the run's hosts: netnsHosts, less the store group's when the run leaves it out.
+func (t *netnsTopo) hosts() []string {
+	if t.Spec.WithoutStoreGroup {
+		return topology.ComponentHosts(t.Gateways())
+	}
+	return netnsHosts(t.Gateways())
+}
 func (t *netnsTopo) hostAddr(host string) string {
 	return netnsAddrs[host]
 }
@@ -443,6 +450,8 @@ func (t *netnsTopo) Down(ctx context.Context) (topology.Teardown, error) {
 
 // teardown stops every process, then deletes the run's namespaces, veths and bridge.
 func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
+	// Before the drains: a parked client connection would hold a gateway's drain (StopAll).
+	t.client.CloseIdleConnections()
 	t.StopAll(ctx, td)
 	t.stopStore(td)
 

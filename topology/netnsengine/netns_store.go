@@ -42,7 +42,7 @@ func (t *netnsTopo) storeNodeOptions(host string, port int) valkeyproc.Options {
 // Sentinels with quorum 2 that deem a node down after 1 s. It does not wait for the Sentinels
 // to find each other (WaitStoreReady does, where a scenario needs it).
 func (t *netnsTopo) startStore(ctx context.Context) error {
-	if t.Spec.Store == topology.StoreCluster {
+	if t.Spec.Store == topology.StoreCluster || t.Spec.WithoutStoreGroup {
 		return nil // see StoreGroupReason
 	}
 	sentinels := make([]valkeyproc.Options, len(topology.StoreSentinels))
@@ -105,6 +105,9 @@ func (t *netnsTopo) StoreGroupReason() string {
 	if t.Spec.Store == topology.StoreCluster {
 		return topology.ClusterNoStoreGroup
 	}
+	if t.Spec.WithoutStoreGroup {
+		return topology.NoStoreGroupSelected
+	}
 	return ""
 }
 
@@ -157,6 +160,9 @@ func (t *netnsTopo) UseReplicatedStore(ctx context.Context, gateway string, on b
 }
 
 func (t *netnsTopo) storeFacts() map[string]any {
+	if t.Spec.WithoutStoreGroup {
+		return map[string]any{"started": false, "reason": topology.NoStoreGroupSelected}
+	}
 	addrs := map[string]string{}
 	for _, h := range topology.StoreHosts {
 		addrs[h] = t.hostAddr(h)

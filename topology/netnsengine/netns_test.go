@@ -349,3 +349,53 @@ func TestNetnsEngineWithFourGateways(t *testing.T) {
 		t.Errorf("processes of run %s alive after Down: %v", spec.RunID, live)
 	}
 }
+
+// TestNetnsEngineWithoutStoreGroup: a run none of whose scenarios uses the replicated store
+// group (Spec.WithoutStoreGroup) starts neither its processes nor their namespaces, says why,
+// and still serves and tears down the rest.
+func TestNetnsEngineWithoutStoreGroup(t *testing.T) {
+	requireNetns(t)
+	spec := enginetest.NewSpec(t, topology.DenyReject)
+	spec.WithoutStoreGroup = true
+	ctx := context.Background()
+	topo, _ := enginetest.UpTopology(t, topology.EngineNetns, spec)
+	g, ok := topo.(topology.StoreGroup)
+	if !ok {
+		t.Fatal("the netns engine does not implement topology.StoreGroup")
+	}
+	if reason := g.StoreGroupReason(); reason != topology.NoStoreGroupSelected {
+		t.Errorf("StoreGroupReason = %q, want %q", reason, topology.NoStoreGroupSelected)
+	}
+	if err := g.WaitStoreReady(ctx); err == nil {
+		t.Error("WaitStoreReady succeeded without a store group")
+	}
+	for _, h := range topology.StoreHosts {
+		if _, err := os.Stat(filepath.Join("/run/netns", topo.(*netnsTopo).nsName(h))); err == nil {
+			t.Errorf("namespace of %s exists without a store group", h)
+		}
+	}
+	if sg, _ := topo.Facts()["store_group"].(map[string]any); sg["started"] != false {
+		t.Errorf("facts store_group = %v, want started false with the reason", sg)
+	}
+	for _, gw := range topo.Gateways() {
+		if code, _ := enginetest.Chat(t, topo, gw, spec.Deployment); code != http.StatusOK {
+			t.Errorf("chat via %s: %d", gw, code)
+		}
+	}
+	td, err := topo.Down(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(enginetest.PIDsFromTeardown(td)); n != 6 {
+		t.Errorf("teardown stopped %d processes, want the 6 components: %v", n, td.Removed)
+	}
+	var nsRemoved int
+	for _, r := range td.Removed {
+		if strings.HasPrefix(r, "netns ") {
+			nsRemoved++
+		}
+	}
+	if want := len(topology.ComponentHosts(topo.Gateways())); nsRemoved != want {
+		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, want, td.Removed)
+	}
+}
