@@ -5,6 +5,22 @@
 -- usage at most its estimate, or never seen: then a tombstone refuses a later reserve of the id).
 local id = ARGV[base + 1]
 
+-- unpend adds a width's pending tokens b (a string, or false) to their bucket h (its index, a
+-- string) in the width's hash key, saturating, when now's bucket is newer than h (the fast
+-- paths below). A new bucket (counts are positive) renews the hash's TTL. An existing bucket
+-- was created under a TTL that covers it (a flush at a time >= its start, or a rebuild that
+-- renewed every hash), and no other quota has written since ('v').
+local function unpend(key, h, b)
+  if b and b ~= '0' then
+    local n = redis.pcall('HINCRBY', key, h, b)
+    if type(n) ~= 'number' or n > MAXT then
+      redis.call('HSET', key, h, idx(MAXT))
+    elseif n == b + 0 then
+      extend(key, ARGV[1])
+    end
+  end
+end
+
 -- Fast path of the usual layout (one width, one window): the totals are current and the
 -- reservation is live — current's tests and otherwidths (below), written out. It reads the
 -- fields state(id, 'M', true) reads, in its order (ARGV[4] width_ms, ARGV[7] window_ms), so the
@@ -32,15 +48,7 @@ if nwd == 1 and nwin == 1 then
       if c == 0 then
         redis.call('HSET', A, '#', held)
       elseif cur > hn then
-        -- the pending tokens go to their bucket first (see the fast path below)
-        if b and b ~= '0' then
-          local n = redis.pcall('HINCRBY', KEYS[2], h, b)
-          if type(n) ~= 'number' or n > MAXT then
-            redis.call('HSET', KEYS[2], h, idx(MAXT))
-          elseif n == b + 0 then
-            extend(KEYS[2], ARGV[1])
-          end
-        end
+        unpend(KEYS[2], h, b)
         redis.call('HSET', A, '#', held, hf, idx(cur), bf, idx(math.min(c, MAXT)), tf, idx(tw + c))
       else
         redis.call('HSET', A, '#', held, bf, idx(math.min((b or 0) + c, MAXT)), tf, idx(tw + c))
@@ -88,17 +96,7 @@ if not r1 and est and not otherwidths and current(r) then
         -- Now's bucket is newer than the pending one: the pending tokens go to their bucket in
         -- the width's hash (every window still counts it: no watermark moved since it was
         -- charged, since only the general path moves them, and it flushes first).
-        if b and b ~= '0' then
-          local v = redis.pcall('HINCRBY', KEYS[1 + i], r[3 + i], b)
-          if type(v) ~= 'number' or v > MAXT then
-            redis.call('HSET', KEYS[1 + i], r[3 + i], idx(MAXT))
-          elseif v == b + 0 then
-            -- A new bucket (counts are positive): renew the hash's TTL. An existing bucket was
-            -- created under a TTL that covers it (a flush at a time >= its start, or a rebuild
-            -- that renewed every hash), and no other quota has written since ('v').
-            extend(KEYS[1 + i], ARGV[1])
-          end
-        end
+        unpend(KEYS[1 + i], r[3 + i], b)
         f[#f + 1], f[#f + 2] = names[3 + i], idx(cur)
         f[#f + 1], f[#f + 2] = names[ob + i], idx(math.min(c, MAXT))
       else
