@@ -25,7 +25,7 @@ type rewrite struct{ old, new string }
 var rewrites = map[mutant.Name]rewrite{
 	// The store's TIME replaced by the clock the gateway passes as the last argument.
 	mutant.GatewayClock: {
-		old: "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n",
+		old: "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + floor(t[2] / 1000)\n",
 		new: "local now = tonumber(ARGV[#ARGV])\n",
 	},
 	// The expiry sweep charges into a key next to the bucket hash, which admission never reads

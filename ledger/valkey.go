@@ -22,9 +22,10 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// loadScript assembles a script: scripts/head.lua (clock, state read), then the script, with
+// loadScript assembles a script: scripts/head.lua (clock, layout), then the script, with
+// scripts/state.lua (the state read of the general layout) in place of its "-- @state" line and
 // scripts/common.lua (the general machinery) in place of its "-- @common" line, so that a fast
-// path returning before that line never builds it.
+// path returning before either line never builds what follows.
 func loadScript(name string) *valkey.Lua {
 	read := func(f string) string {
 		b, err := scriptFS.ReadFile("scripts/" + f + ".lua")
@@ -34,10 +35,14 @@ func loadScript(name string) *valkey.Lua {
 		return string(b)
 	}
 	body := read(name)
-	if strings.Count(body, "\n-- @common\n") != 1 {
-		panic("ledger: scripts/" + name + ".lua must have exactly one -- @common line")
+	for _, part := range []string{"state", "common"} {
+		marker := "\n-- @" + part + "\n"
+		if strings.Count(body, marker) != 1 {
+			panic("ledger: scripts/" + name + ".lua must have exactly one -- @" + part + " line")
+		}
+		body = strings.Replace(body, marker, "\n"+read(part)+"\n", 1)
 	}
-	src := read("head") + "\n" + strings.Replace(body, "\n-- @common\n", "\n"+read("common")+"\n", 1)
+	src := read("head") + "\n" + body
 	return registerScriptText(valkey.NewLuaScript(src), src)
 }
 

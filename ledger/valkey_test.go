@@ -182,7 +182,7 @@ func TestValkeyKeysShareOneHashTagAndCarryTTLs(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The fast paths renew a TTL with a slack (an eighth of ttl, at most a minute: see
-		// ledger/scripts/head.lua), so that a key in steady use is not touched on every call.
+		// ledger/scripts/reserve.lua), so that a key in steady use is not touched on every call.
 		if pttl <= 0 || time.Duration(pttl)*time.Millisecond > ttl+min(ttl/8, time.Minute) {
 			t.Fatalf("key %q PTTL %dms; want positive and at most %v (longest window + lease + bucket) plus its slack", k, pttl, ttl)
 		}

@@ -519,22 +519,36 @@ func Run(t *testing.T, newLedger func(t *testing.T) ledger.Ledger) {
 		h.deny(q, "k", 1, ledger.ReasonWindowCapacity)
 	})
 
-	t.Run("a settle that finds the lease run out itself charges the usage above the estimate", func(t *testing.T) {
-		h := setup(t, ledger.Limits{})
-		const lease = time.Second
-		q := quota("lost-lease-late", lease, 30*time.Second, 100)
-		r := h.admit(q, "k", 20)
-		// No call in between: the settle's own expiry sweep ends the reservation.
-		sleepUntil(time.Now().Add(lease + 300*time.Millisecond))
-		if s := h.settle(r, ledger.Usage{Tokens: 70, Known: true}); s != (ledger.Settlement{Applied: true, Charged: 50, Overage: 50}) {
-			t.Fatalf("settle of 70 after the lease of 20 ran out = %+v; want the 50 over charged", s)
-		}
-		h.expectState(q, "k", 0, 0, 70)
-		if s := h.settle(r, ledger.Usage{Tokens: 70, Known: true}); s != (ledger.Settlement{}) {
-			t.Fatalf("second settle = %+v; want a no-op", s)
-		}
-		h.expectState(q, "k", 0, 0, 70)
-	})
+	// The second case keeps the settle on the store's fast path: with a one-hour window (one-minute
+	// buckets) no window moves within the lease, so only the lease's own deadline tells the
+	// settle that the reservation ended.
+	for _, c := range []struct {
+		name   string
+		window time.Duration
+	}{{"", 30 * time.Second}, {", also while no window moves", time.Hour}} {
+		t.Run("a settle that finds the lease run out itself charges the usage above the estimate"+c.name, func(t *testing.T) {
+			h := setup(t, ledger.Limits{})
+			const lease = time.Second
+			q := quota("lost-lease-late", lease, c.window, 100)
+			if w := ledger.BucketWidth(c.window); w > 2*lease {
+				// not across a bucket boundary: start just after one when one is near
+				if next := time.Now().Truncate(w).Add(w); time.Until(next) < lease+time.Second {
+					sleepUntil(next.Add(50 * time.Millisecond))
+				}
+			}
+			r := h.admit(q, "k", 20)
+			// No call in between: the settle's own expiry sweep ends the reservation.
+			sleepUntil(time.Now().Add(lease + 300*time.Millisecond))
+			if s := h.settle(r, ledger.Usage{Tokens: 70, Known: true}); s != (ledger.Settlement{Applied: true, Charged: 50, Overage: 50}) {
+				t.Fatalf("settle of 70 after the lease of 20 ran out = %+v; want the 50 over charged", s)
+			}
+			h.expectState(q, "k", 0, 0, 70)
+			if s := h.settle(r, ledger.Usage{Tokens: 70, Known: true}); s != (ledger.Settlement{}) {
+				t.Fatalf("second settle = %+v; want a no-op", s)
+			}
+			h.expectState(q, "k", 0, 0, 70)
+		})
+	}
 
 	t.Run("sliding recovery: usage leaves the window late, never early", func(t *testing.T) {
 		h := setup(t, ledger.Limits{})

@@ -1,5 +1,6 @@
 -- quotaqual ledger: the general machinery of every script (ledger/valkey.go puts it where a
--- script says "-- @common", after head.lua, which reads the clock and the state).
+-- script says "-- @common", after head.lua, which reads the clock, and state.lua, which reads
+-- the state).
 --
 -- Keys of one quota key, all under one hash tag <ns>:{<hash>} so they live in one slot:
 --   KEYS[1]   <p>:r          hash  reservation id -> "<estimate> <deadline>" (the lease deadline,
@@ -203,8 +204,8 @@ local function load(r, extra)
     end
   end
   local x = nil
-  if extra and r[rm - 2] then
-    x = estof(r[rm - 2])
+  if extra and r[rx] then
+    x = estof(r[rx])
   end
   return valid, x
 end
@@ -274,6 +275,15 @@ local function tombof(v)
     return nil
   end
   return c
+end
+
+-- tombstone is the value of the call's id's tombstone field (r[rt]: false when absent), read now
+-- when state left it for later (settle's fast path needs none).
+local function tombstone(r)
+  if r[rt] == nil then
+    r[rt] = redis.call('HGET', A, '~' .. names[rx])
+  end
+  return r[rt]
 end
 
 -- entomb writes tombstones (list: id, charged, id, charged, ...) expiring in ttl, after

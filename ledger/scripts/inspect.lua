@@ -1,6 +1,9 @@
 -- inspect: ARGV[base+1] nbudgets, then per budget: window slot.
 -- Returns {active reservations, reserved tokens, settled_1, settled_2, ...}.
 local nb = tonumber(ARGV[base + 1])
+
+-- @state
+
 local r = state(nil)
 
 -- @common

@@ -1,6 +1,9 @@
 -- renew: ARGV[base+1] id, [base+2] lease_ms. Returns {1, deadline_ms} or {0}.
 local id = ARGV[base + 1]
 local lease = tonumber(ARGV[base + 2])
+
+-- @state
+
 local r = state(id)
 
 -- @common

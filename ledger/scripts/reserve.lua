@@ -11,17 +11,68 @@ local est = ARGV[base + 1] + 0
 local lease = ARGV[base + 2] + 0
 local id = ARGV[base + 3]
 local nb = ARGV[base + 4] + 0
-local r = state(id, 'xa')
 
--- Fast path: the totals are current and the id is new. Admit when the estimate fits every
--- window; a denial (which needs the buckets for its retry-after) takes the general path.
--- The fast path renews KEYS[1]'s TTL only when it could run out within ttl: its field 'xa' is
--- a lower bound of its expiry (store clock, ms). A renewal sets the TTL to ttl plus a slack (an
--- eighth of ttl, at most a minute) and records the new bound, so a key in steady use gets one
--- PEXPIRE per slack instead of one per call, and lives at least ttl after every reserve (at
--- most ttl plus the slack). 'xa' lives in the hash it describes: it goes when the hash goes.
-local e = current(r)
-if e and not r[rm - 2] and not r[rm - 1] then
+-- hold writes an admission on a fast path: the reservation's field, '#' (held: the tokens held
+-- with it), 'e' when its deadline is earlier than e (the current 'e'), and KEYS[1]'s TTL when
+-- it could run out within ttl: its field 'xa' (xa) is a lower bound of its expiry (store clock,
+-- ms). A renewal sets the TTL to ttl plus a slack (an eighth of ttl, at most a minute) and
+-- records the new bound, so a key in steady use gets one PEXPIRE per slack instead of one per
+-- call, and lives at least ttl after every reserve (at most ttl plus the slack). 'xa' lives in
+-- the hash it describes: it goes when the hash goes.
+local function hold(held, e, xa)
+  local dl = now + lease
+  local dls = idx(dl)
+  local ttl = ARGV[1] + 0
+  local renew = (xa or 0) + 0 < now + ttl
+  if dl >= e and not renew then
+    -- the usual write, without building a table for it
+    redis.call('HSET', A, id, ARGV[base + 1] .. ' ' .. dls, '#', idx(held))
+    return
+  end
+  local f = { id, ARGV[base + 1] .. ' ' .. dls, '#', idx(held) }
+  if dl < e then
+    f[5], f[6] = 'e', dls
+  end
+  if renew then
+    local ext = ttl + math.min(floor(ttl / 8), 60000)
+    extend(A, ext)
+    f[#f + 1], f[#f + 2] = 'xa', idx(now + ext - 10) -- 10 ms below: PEXPIRE counts from the call's start
+  end
+  redis.call('HSET', A, unpack(f))
+end
+
+-- Fast path of the usual layout (one width, one window, one budget): the totals are current
+-- and the id is new (neither live nor tombstoned) — current's tests, written out — and the
+-- estimate fits. It reads the fields state(id, 'xa') reads, in its order (ARGV[4] width_ms,
+-- ARGV[7] window_ms, ARGV[base + 6] the capacity), so the general path below reuses the read.
+local r1
+if nwd == 1 and nwin == 1 and nb == 1 then
+  local w, ws = ARGV[4], ARGV[7]
+  r1 = redis.call('HMGET', A, '#', 'e', 'v', 'h' .. w, 't' .. ws, 'l' .. ws, 'b' .. w, id, 'xa', '~' .. id)
+  local e, h, tw, l = r1[2], r1[4], r1[5], r1[6]
+  if r1[3] == ARGV[2] and e and h and tw and l and not r1[8] and not r1[10] then
+    local wn, win = w + 0, ws + 0
+    local cur = floor(now / wn)
+    local held = (r1[1] or 0) + est
+    local remaining = ARGV[base + 6] - tw - held
+    e = e + 0
+    if e > now and h + 0 <= cur and l + 0 == floor((now - win) / wn) and remaining >= 0 then
+      hold(held, e, r1[9])
+      -- live reservations count as usage settled now: the newest bucket is now's
+      return { 1, 0, 0, remaining, (cur + 1) * wn + win - now }
+    end
+  end
+end
+
+-- @state
+
+local r = state(id, 'xa', false, r1)
+
+-- Fast path of every other layout: the totals are current and the id is new. Admit when the
+-- estimate fits every window; a denial (which needs the buckets for its retry-after) takes the
+-- general path.
+local e = not r1 and current(r)
+if e and not r[rx] and not r[rt] then
   local held = (r[1] or 0) + est
   local o = 3 + nwd
   local out = { 1, 0, 0 }
@@ -39,19 +90,7 @@ if e and not r[rm - 2] and not r[rm - 1] then
     out[2 + 2 * i], out[3 + 2 * i] = remaining, jreset[j]
   end
   if out then
-    local dl = now + lease
-    local dls = idx(dl)
-    local f = { id, ARGV[base + 1] .. ' ' .. dls, '#', idx(held) }
-    if dl < e then
-      f[5], f[6] = 'e', dls
-    end
-    local ttl = ARGV[1] + 0
-    if (r[rm] or 0) + 0 < now + ttl then
-      local ext = ttl + math.min(floor(ttl / 8), 60000)
-      extend(A, ext)
-      f[#f + 1], f[#f + 2] = 'xa', idx(now + ext - 10) -- 10 ms below: PEXPIRE counts from the call's start
-    end
-    redis.call('HSET', A, unpack(f))
+    hold(held, e, r[rm])
     return out
   end
 end
@@ -59,7 +98,7 @@ end
 -- @common
 
 local held_before, swept = prepare(r, id)
-if not held_before and ((gone and gone[id]) or tombof(r[rm - 1])) then
+if not held_before and ((gone and gone[id]) or tombof(r[rt])) then
   commit(swept, false)
   return { -1 }
 end

@@ -4,12 +4,68 @@
 -- above that estimate: only the overage is charged; {0} otherwise (settled before, expired with
 -- usage at most its estimate, or never seen: then a tombstone refuses a later reserve of the id).
 local id = ARGV[base + 1]
-local r = state(id, 'M')
 
--- Fast path: the totals are current and the reservation is live. Charge the bucket of now of
--- every width (pending in KEYS[1], see common.lua) and every window's total (each window's
--- watermark is its low end, at or before now's bucket): one write to KEYS[1].
-local est = estof(r[rm - 2])
+-- unpend adds a width's pending tokens b (a string, or false) to their bucket h (its index, a
+-- string) in the width's hash key, saturating, when now's bucket is newer than h (the fast
+-- paths below). A new bucket (counts are positive) renews the hash's TTL. An existing bucket
+-- was created under a TTL that covers it (a flush at a time >= its start, or a rebuild that
+-- renewed every hash), and no other quota has written since ('v').
+local function unpend(key, h, b)
+  if b and b ~= '0' then
+    local n = redis.pcall('HINCRBY', key, h, b)
+    if type(n) ~= 'number' or n > MAXT then
+      redis.call('HSET', key, h, idx(MAXT))
+    elseif n == b + 0 then
+      extend(key, ARGV[1])
+    end
+  end
+end
+
+-- Fast path of the usual layout (one width, one window): the totals are current and the
+-- reservation is live — current's tests and otherwidths (below), written out. It reads the
+-- fields state(id, 'M', true) reads, in its order (ARGV[4] width_ms, ARGV[7] window_ms), so the
+-- general path below reuses the read; it writes what the fast path of every other layout
+-- writes.
+local r1
+if nwd == 1 and nwin == 1 then
+  local w, ws = ARGV[4], ARGV[7]
+  local hf, tf, bf = 'h' .. w, 't' .. ws, 'b' .. w
+  r1 = redis.call('HMGET', A, '#', 'e', 'v', hf, tf, 'l' .. ws, bf, id, 'M')
+  local v, e, h, tw, l, M = r1[8], r1[2], r1[4], r1[5], r1[6], r1[9]
+  if v and r1[3] == ARGV[2] and e and h and tw and l and not (M and string.find(M, ',', 1, true)) then
+    local wn, win = w + 0, ws + 0
+    local cur, hn = floor(now / wn), h + 0
+    if e + 0 > now and hn <= cur and l + 0 == floor((now - win) / wn) then
+      redis.call('HDEL', A, id)
+      local est = estof(v)
+      local charged = est
+      if ARGV[base + 2] == '1' then
+        charged = ARGV[base + 3]
+      end
+      local c, ee = charged + 0, est + 0
+      local held = idx((r1[1] or 0) - ee)
+      local b = r1[7]
+      if c == 0 then
+        redis.call('HSET', A, '#', held)
+      elseif cur > hn then
+        unpend(KEYS[2], h, b)
+        redis.call('HSET', A, '#', held, hf, idx(cur), bf, idx(math.min(c, MAXT)), tf, idx(tw + c))
+      else
+        redis.call('HSET', A, '#', held, bf, idx(math.min((b or 0) + c, MAXT)), tf, idx(tw + c))
+      end
+      return { 1, c, ee }
+    end
+  end
+end
+
+-- @state
+
+local r = state(id, 'M', true, r1)
+
+-- Fast path of every other layout: the totals are current and the reservation is live. Charge
+-- the bucket of now of every width (pending in KEYS[1], see common.lua) and every window's total
+-- (each window's watermark is its low end, at or before now's bucket): one write to KEYS[1].
+local est = estof(r[rx])
 
 -- otherwidths: another policy for this rule declared a bucket width this quota lacks ('M', see
 -- common.lua): then the charge must go there too, on the general path. With the totals this
@@ -25,7 +81,7 @@ if r[rm] then
   otherwidths = n > nwd
 end
 
-if est and not otherwidths and current(r) then
+if not r1 and est and not otherwidths and current(r) then
   redis.call('HDEL', A, id)
   local charged = est
   if ARGV[base + 2] == '1' then
@@ -40,17 +96,7 @@ if est and not otherwidths and current(r) then
         -- Now's bucket is newer than the pending one: the pending tokens go to their bucket in
         -- the width's hash (every window still counts it: no watermark moved since it was
         -- charged, since only the general path moves them, and it flushes first).
-        if b and b ~= '0' then
-          local v = redis.pcall('HINCRBY', KEYS[1 + i], r[3 + i], b)
-          if type(v) ~= 'number' or v > MAXT then
-            redis.call('HSET', KEYS[1 + i], r[3 + i], idx(MAXT))
-          elseif v == b + 0 then
-            -- A new bucket (counts are positive): renew the hash's TTL. An existing bucket was
-            -- created under a TTL that covers it (a flush at a time >= its start, or a rebuild
-            -- that renewed every hash), and no other quota has written since ('v').
-            extend(KEYS[1 + i], ARGV[1])
-          end
-        end
+        unpend(KEYS[1 + i], r[3 + i], b)
         f[#f + 1], f[#f + 2] = names[3 + i], idx(cur)
         f[#f + 1], f[#f + 2] = names[ob + i], idx(math.min(c, MAXT))
       else
@@ -73,7 +119,7 @@ end
 local swept
 est, swept = prepare(r, id)
 if not est then
-  local tomb = (gone and gone[id]) or tombof(r[rm - 1])
+  local tomb = (gone and gone[id]) or tombof(tombstone(r))
   local over = 0
   if tomb == nil then
     entomb({ id, '-' })
@@ -82,7 +128,7 @@ if not est then
     if ARGV[base + 2] == '1' then
       over = math.max(0, tonumber(ARGV[base + 3]) - tonumber(tomb))
     end
-    local exp = string.match(r[rm - 1] or '', ':(%d+)$') or idx(now + tonumber(ttl))
+    local exp = string.match(r[rt] or '', ':(%d+)$') or idx(now + tonumber(ttl))
     redis.call('HSET', A, '~' .. id, '-:' .. exp)
     if over > 0 then
       for _, wd in ipairs(widths) do
