@@ -277,7 +277,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}
 	key := rule.Key(subject, model)
 	t0 := time.Now()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
+	// Not the request's context: a client that leaves mid-reserve must not make the reserve's
+	// outcome ambiguous.
+	rctx, cancel := s.storeCall()
 	dec, err := s.led.Reserve(rctx, rule.Quota, key, est)
 	cancel()
 	backend := s.led.Backend()
