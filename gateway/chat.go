@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/ledger"
 	"github.com/quotaqual/quotaqual/wire"
@@ -155,15 +157,14 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.subject = ledger.SubjectKey(subject)
-	release, ok := s.inFlight.acquire(subject)
-	if !ok {
+	if !s.inFlight.acquire(subject) {
 		w.Header().Set(wire.RetryAfterHeader, "1")
 		s.deny(w, rec, http.StatusTooManyRequests, resultDenied, wire.CodeSubjectInFlight,
 			wire.TypeRateLimit, wire.CodeSubjectInFlight, fmt.Sprintf(
 				"this caller already has %d requests in flight on this gateway (server.max_in_flight_per_subject); retry when one finishes", s.inFlight.max))
 		return
 	}
-	defer release()
+	defer s.inFlight.release(subject)
 	if s.draining.Load() {
 		w.Header().Set("Connection", "close")
 		w.Header().Set(wire.RetryAfterHeader, "1")
@@ -276,7 +277,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}
 	key := rule.Key(subject, model)
 	t0 := time.Now()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
+	// Not the request's context: a client that leaves mid-reserve must not make the reserve's
+	// outcome ambiguous.
+	rctx, cancel := s.storeCall()
 	dec, err := s.led.Reserve(rctx, rule.Quota, key, est)
 	cancel()
 	backend := s.led.Backend()
@@ -294,10 +297,12 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		s.denyQuota(w, rec, rule, est, dec.Denial)
 		return
 	}
-	s.m.admission.WithLabelValues(backend, resultAdmitted).Observe(time.Since(t0).Seconds())
-	s.m.requests.WithLabelValues(rule.Name, resultAdmitted, "").Inc()
-	s.m.tokensReserved.WithLabelValues(rule.Name).Add(float64(est))
-	s.m.inFlight.WithLabelValues(rule.Name).Inc()
+	s.admittedSeconds.get(func() prometheus.Observer { return s.m.admission.WithLabelValues(backend, resultAdmitted) }).
+		Observe(time.Since(t0).Seconds())
+	rs := s.seriesOf(rule.Name)
+	rs.requestsAdmitted().Inc()
+	rs.tokensReserved().Add(float64(est))
+	rs.reservationsInFlight().Inc()
 	rec.decision = resultAdmitted
 	res := dec.Reservation
 
@@ -311,7 +316,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		// hold that the renewer would keep alive for the life of the process.
 		if !queued {
 			rec.latency = time.Since(rec.start)
-			s.settler.enqueue(settleJob{res: res, usage: ledger.Usage{}, rec: rec, rn: rn})
+			s.settler.enqueue(settleJob{res: res, usage: ledger.Usage{}, rec: rec, rn: rn, series: rs})
 		}
 	}()
 	m := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
@@ -322,7 +327,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	rec.known, rec.floor = m.reported(), !m.reported() && usage.Known
 	rec.latency = time.Since(rec.start)
 	queued = true
-	s.settler.enqueue(settleJob{res: res, usage: usage, rec: rec, rn: rn})
+	s.settler.enqueue(settleJob{res: res, usage: usage, rec: rec, rn: rn, series: rs})
 }
 
 // denyQuota writes the 429 (or the 400 for an estimate no window can ever hold).
@@ -517,7 +522,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	rec.site = p.site
 	rec.stream = cr.Stream != nil && *cr.Stream
 	start := time.Now()
-	defer func() { s.m.upstream.WithLabelValues(p.site).Observe(time.Since(start).Seconds()) }()
+	defer func() { p.series.upstreamSeconds().Observe(time.Since(start).Seconds()) }()
 
 	upBody, dropUsage := upstreamBody(body, cr)
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.upstreamTimeout)
@@ -552,7 +557,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 		return m
 	}
 	defer resp.Body.Close()
-	s.m.upstreamRequests.WithLabelValues(p.site, statusClass(resp.StatusCode)).Inc()
+	p.series.upstreamRequests(resp.StatusCode).Inc()
 
 	// Response headers: the provider's minus hop-by-hop, plus attribution and quota headers.
 	h := w.Header()

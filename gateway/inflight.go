@@ -16,21 +16,24 @@ func newSubjectLimiter(max int) *subjectLimiter {
 }
 
 // acquire counts one more request of subject, or reports false when it already has max in
-// flight. release must be called exactly once after a true.
-func (l *subjectLimiter) acquire(subject string) (release func(), ok bool) {
+// flight. release(subject) must be called exactly once after a true.
+func (l *subjectLimiter) acquire(subject string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n[subject] >= l.max {
-		return nil, false
+		return false
 	}
 	l.n[subject]++
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.n[subject] <= 1 {
-			delete(l.n, subject)
-		} else {
-			l.n[subject]--
-		}
-	}, true
+	return true
+}
+
+// release ends one request of subject that acquire counted.
+func (l *subjectLimiter) release(subject string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[subject] <= 1 {
+		delete(l.n, subject)
+	} else {
+		l.n[subject]--
+	}
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -111,4 +113,99 @@ func (m *metrics) registerReleases(l releaseReporter) {
 			ConstLabels: prometheus.Labels{"result": res.result},
 		}, func() float64 { return float64(res.value(l.Releases())) }))
 	}
+}
+
+// bound is one series of a vector, looked up on its first use and kept, so that counting it
+// again costs no label hashing and no vector lock (WithLabelValues takes both, on every call).
+// On first use rather than in advance: a series still appears in /metrics only once something
+// counted it, as with WithLabelValues.
+type bound[T any] struct {
+	once sync.Once
+	v    T
+}
+
+func (b *bound[T]) get(lookup func() T) T {
+	b.once.Do(func() { b.v = lookup() })
+	return b.v
+}
+
+// ruleSeries are the series of one rule that every admitted request counts (a denial's are
+// looked up per request: its reasons are many and its path is not the one measured).
+type ruleSeries struct {
+	m    *metrics
+	name string
+
+	admitted, reserved, inFlight, usageKnown, usageUnknown bound[prometheus.Counter]
+	applied, charged, refunded, overage                    bound[prometheus.Counter]
+	inFlightGauge                                          bound[prometheus.Gauge]
+}
+
+// rules binds the series of each rule name. Rule names are configured, so the set is fixed.
+func (m *metrics) rules(names []string) map[string]*ruleSeries {
+	out := make(map[string]*ruleSeries, len(names))
+	for _, n := range names {
+		out[n] = &ruleSeries{m: m, name: n}
+	}
+	return out
+}
+
+func (r *ruleSeries) requestsAdmitted() prometheus.Counter {
+	return r.admitted.get(func() prometheus.Counter { return r.m.requests.WithLabelValues(r.name, resultAdmitted, "") })
+}
+
+func (r *ruleSeries) tokensReserved() prometheus.Counter {
+	return r.reserved.get(func() prometheus.Counter { return r.m.tokensReserved.WithLabelValues(r.name) })
+}
+
+func (r *ruleSeries) reservationsInFlight() prometheus.Gauge {
+	return r.inFlightGauge.get(func() prometheus.Gauge { return r.m.inFlight.WithLabelValues(r.name) })
+}
+
+// usage counts a settled request's usage reading: known, or unknown.
+func (r *ruleSeries) usage(known bool) prometheus.Counter {
+	if known {
+		return r.usageKnown.get(func() prometheus.Counter { return r.m.usage.WithLabelValues(r.name, "known") })
+	}
+	return r.usageUnknown.get(func() prometheus.Counter { return r.m.usage.WithLabelValues(r.name, "unknown") })
+}
+
+func (r *ruleSeries) settlementsApplied() prometheus.Counter {
+	return r.applied.get(func() prometheus.Counter { return r.m.settlements.WithLabelValues(r.name, "applied") })
+}
+
+func (r *ruleSeries) tokensCharged() prometheus.Counter {
+	return r.charged.get(func() prometheus.Counter { return r.m.tokensCharged.WithLabelValues(r.name) })
+}
+
+func (r *ruleSeries) tokensRefunded() prometheus.Counter {
+	return r.refunded.get(func() prometheus.Counter { return r.m.tokensRefunded.WithLabelValues(r.name) })
+}
+
+func (r *ruleSeries) tokensOverage() prometheus.Counter {
+	return r.overage.get(func() prometheus.Counter { return r.m.tokensOverage.WithLabelValues(r.name) })
+}
+
+// siteSeries are the series of one provider site that every forwarded request counts.
+type siteSeries struct {
+	m    *metrics
+	site string
+
+	seconds bound[prometheus.Observer]
+	classes [4]bound[prometheus.Counter] // 2xx, 3xx, 4xx, 5xx
+}
+
+func (ss *siteSeries) upstreamSeconds() prometheus.Observer {
+	return ss.seconds.get(func() prometheus.Observer { return ss.m.upstream.WithLabelValues(ss.site) })
+}
+
+// upstreamRequests counts a response of status code by its class (statusClass).
+func (ss *siteSeries) upstreamRequests(code int) prometheus.Counter {
+	i := 3 // as statusClass: anything but 2xx, 3xx and 4xx counts as 5xx
+	switch code / 100 {
+	case 2, 3, 4:
+		i = code/100 - 2
+	}
+	return ss.classes[i].get(func() prometheus.Counter {
+		return ss.m.upstreamRequests.WithLabelValues(ss.site, statusClass(code))
+	})
 }

@@ -108,7 +108,7 @@ func topLevelFields(doc []byte) (map[string]json.RawMessage, error) {
 		return decodeTopLevelFields(doc)
 	}
 	fields := make(map[string]json.RawMessage, 8)
-	isObject, err := walkObject(doc, func(key string, raw json.RawMessage) error { return addField(fields, key, raw) })
+	isObject, err := walkObject(doc, func(key []byte, raw json.RawMessage) error { return addField(fields, string(key), raw) })
 	if !isObject {
 		return decodeTopLevelFields(doc) // words the refusal as it always has ("1E700" is out of range)
 	}
@@ -122,8 +122,10 @@ func topLevelFields(doc []byte) (map[string]json.RawMessage, error) {
 }
 
 // walkObject calls fn with each member of doc, in order, until fn fails; doc must be valid
-// JSON (json.Valid). It reports whether doc is an object at all.
-func walkObject(doc []byte, fn func(key string, raw json.RawMessage) error) (isObject bool, err error) {
+// JSON (json.Valid). It reports whether doc is an object at all. A key is passed as the text
+// jsonKey reads, in place in doc when it is plain (no copy: a response's usage is found
+// without a string per member); fn must not keep it.
+func walkObject(doc []byte, fn func(key []byte, raw json.RawMessage) error) (isObject bool, err error) {
 	i := skipSpace(doc, 0)
 	if doc[i] != '{' {
 		return false, nil
@@ -164,13 +166,13 @@ func addField(fields map[string]json.RawMessage, key string, raw json.RawMessage
 // jsonKey is the text of a valid JSON string: its bytes between the quotes when they are plain
 // ASCII, else as encoding/json reads it ("mod\u0065l" is "model", and so must be for the
 // gateway; invalid UTF-8 becomes U+FFFD).
-func jsonKey(quoted []byte) (string, error) {
+func jsonKey(quoted []byte) ([]byte, error) {
 	if plainASCII(quoted) {
-		return string(quoted[1 : len(quoted)-1]), nil
+		return quoted[1 : len(quoted)-1], nil
 	}
 	var key string
 	err := json.Unmarshal(quoted, &key)
-	return key, err
+	return []byte(key), err
 }
 
 // plainASCII: b has no escape and no byte outside ASCII, so a JSON string of it reads as it is.

@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quotaqual/quotaqual/ledger"
@@ -48,10 +49,15 @@ type Server struct {
 	m            *metrics
 	settler      *settler
 	storeTimeout time.Duration
-	renew        bool
-	inFlight     *subjectLimiter
-	idPrefix     string
-	idSeq        atomic.Uint64
+	ruleSeries   map[string]*ruleSeries // by rule name
+	// admittedSeconds is admission_seconds{backend, result="admitted"}.
+	admittedSeconds bound[prometheus.Observer]
+	// selfBounded: the ledger bounds each call by the store timeout itself (see storeCall).
+	selfBounded bool
+	renew       bool
+	inFlight    *subjectLimiter
+	idPrefix    string
+	idSeq       atomic.Uint64
 
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -66,6 +72,7 @@ type Server struct {
 type upstream struct {
 	site    string
 	chatURL string // base URL + /v1/chat/completions
+	series  *siteSeries
 }
 
 // Options tune a Server beyond its Config; the zero value is the production setting.
@@ -98,6 +105,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		led:          led,
 		auth:         cfg.auth,
 		storeTimeout: cfg.compiled.Backend.Timeout.D(),
+		selfBounded:  opts.Ledger == nil,
 		renew:        mutateRenew(cfg.LeaseRenewalEnabled()),
 		inFlight:     newSubjectLimiter(cfg.Server.MaxInFlightPerSubject),
 		serveErr:     make(chan error, 2),
@@ -128,11 +136,40 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 	}
 	s.settler = newSettler(s, settleQueueSize, settleWorkers)
 	s.m = newMetrics(func() float64 { return float64(len(s.settler.ch)) })
+	names := make([]string, len(s.policy.Rules))
+	for i, r := range s.policy.Rules {
+		names[i] = r.Name
+	}
+	s.ruleSeries = s.m.rules(names)
+	for _, p := range s.providers {
+		p.series = &siteSeries{m: s.m, site: p.site}
+	}
 	if v, ok := led.(releaseReporter); ok {
 		s.m.registerReleases(v)
 	}
 	s.settler.start()
 	return s, nil
+}
+
+// seriesOf returns the bound series of a rule. A name outside the policy (none is) gets series
+// of its own, counted under the same labels.
+func (s *Server) seriesOf(rule string) *ruleSeries {
+	if rs, ok := s.ruleSeries[rule]; ok {
+		return rs
+	}
+	return &ruleSeries{m: s.m, name: rule}
+}
+
+// storeCall is the context of one reserve, renew or settle. The ledgers ledger.Open builds
+// bound every call by the store timeout themselves (Valkey: each script call, connecting
+// included; memory: no I/O), so a second deadline here would only add a timer, a cancel
+// context and their allocations to every call. A ledger given in Options may not: it is
+// bounded here.
+func (s *Server) storeCall() (context.Context, context.CancelFunc) {
+	if s.selfBounded {
+		return context.Background(), func() {}
+	}
+	return context.WithTimeout(context.Background(), s.storeTimeout)
 }
 
 // Start binds the data and admin listeners and serves them in the background. When it

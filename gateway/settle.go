@@ -35,6 +35,8 @@ type settleJob struct {
 	// could run out while the job waits in the queue or retries against a slow store, and the
 	// ledger would then charge the estimate and lose any overage.
 	rn *renewer
+	// series are the request's rule's bound series.
+	series *ruleSeries
 }
 
 type settler struct {
@@ -80,7 +82,7 @@ func (st *settler) enqueue(j settleJob) {
 	}
 	s := st.s
 	s.m.settlements.WithLabelValues(j.res.Quota.Rule, "dropped").Inc()
-	s.m.inFlight.WithLabelValues(j.res.Quota.Rule).Dec()
+	j.series.reservationsInFlight().Dec()
 	s.log.Warn("settlement dropped: queue full or closed; the lease will expire and charge the estimate",
 		"request_id", j.rec.id, "rule", j.res.Quota.Rule)
 	s.logRequest(j.rec, settlementAttr("dropped"))
@@ -118,7 +120,7 @@ func (st *settler) settle(j settleJob) {
 		if attempt > 0 {
 			time.Sleep(settleBackoff[min(attempt-1, len(settleBackoff)-1)])
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+		ctx, cancel := s.storeCall()
 		out, err = s.led.Settle(ctx, j.res, j.usage)
 		cancel()
 		if err == nil {
@@ -129,14 +131,10 @@ func (st *settler) settle(j settleJob) {
 			break // applied on the primary; a retry could not make it more durable
 		}
 	}
-	s.m.inFlight.WithLabelValues(rule).Dec()
+	j.series.reservationsInFlight().Dec()
 	// "known": the provider's reported usage; "unknown": a floor of what was seen, or the
 	// estimate (serveChat sets rec.known).
-	if j.rec.known {
-		s.m.usage.WithLabelValues(rule, "known").Inc()
-	} else {
-		s.m.usage.WithLabelValues(rule, "unknown").Inc()
-	}
+	j.series.usage(j.rec.known).Inc()
 	j.rec.actual = j.usage.Tokens
 	if errors.Is(err, ledger.ErrNotAcknowledged) && out.Applied {
 		// Charged on the primary, not yet on enough replicas: if the primary is lost, the
@@ -159,13 +157,13 @@ func (st *settler) settle(j settleJob) {
 		s.logRequest(j.rec, settlementAttr("noop"))
 		return
 	}
-	s.m.settlements.WithLabelValues(rule, "applied").Inc()
-	s.m.tokensCharged.WithLabelValues(rule).Add(float64(out.Charged))
+	j.series.settlementsApplied().Inc()
+	j.series.tokensCharged().Add(float64(out.Charged))
 	if out.Refund > 0 {
-		s.m.tokensRefunded.WithLabelValues(rule).Add(float64(out.Refund))
+		j.series.tokensRefunded().Add(float64(out.Refund))
 	}
 	if out.Overage > 0 {
-		s.m.tokensOverage.WithLabelValues(rule).Add(float64(out.Overage))
+		j.series.tokensOverage().Add(float64(out.Overage))
 	}
 	s.logRequest(j.rec, settlementAttr("applied"), slog.Int64("charged", out.Charged), slog.Int64("refund", out.Refund), slog.Int64("overage", out.Overage))
 }
@@ -184,7 +182,7 @@ func (s *Server) startRenewal(res ledger.Reservation) *renewer {
 	rule := res.Quota.Rule
 	var fire func()
 	fire = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+		ctx, cancel := s.storeCall()
 		live, err := s.led.Renew(ctx, res)
 		cancel()
 		switch {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 
 	"github.com/quotaqual/quotaqual/ledger"
 )
@@ -153,6 +152,14 @@ func usageFromTail(tail []byte) (int64, bool) {
 	return 0, false
 }
 
+// The usage members, matched case-insensitively as encoding/json matches them.
+var (
+	usageKey            = []byte("usage")
+	promptTokensKey     = []byte("prompt_tokens")
+	completionTokensKey = []byte("completion_tokens")
+	totalTokensKey      = []byte("total_tokens")
+)
+
 // parseUsageJSON reads the usage of a non-streaming chat completion response body. Missing or
 // garbled usage reports ok false: the request is then charged its estimate.
 //
@@ -165,8 +172,8 @@ func parseUsageJSON(body []byte) (tokens int64, ok bool) {
 		return 0, false
 	}
 	var u *usageJSON
-	isObject, err := walkObject(body, func(key string, raw json.RawMessage) error {
-		if !strings.EqualFold(key, "usage") {
+	isObject, err := walkObject(body, func(key []byte, raw json.RawMessage) error {
+		if !bytes.EqualFold(key, usageKey) {
 			return nil
 		}
 		return decodeUsage(raw, &u)
@@ -187,13 +194,13 @@ func decodeUsage(raw json.RawMessage, u **usageJSON) error {
 	if *u == nil {
 		*u = &usageJSON{}
 	}
-	_, err := walkObject(raw, func(key string, v json.RawMessage) error {
+	_, err := walkObject(raw, func(key []byte, v json.RawMessage) error {
 		switch {
-		case strings.EqualFold(key, "prompt_tokens"):
+		case bytes.EqualFold(key, promptTokensKey):
 			return decodeValue(v, &(*u).PromptTokens)
-		case strings.EqualFold(key, "completion_tokens"):
+		case bytes.EqualFold(key, completionTokensKey):
 			return decodeValue(v, &(*u).CompletionTokens)
-		case strings.EqualFold(key, "total_tokens"):
+		case bytes.EqualFold(key, totalTokensKey):
 			return decodeValue(v, &(*u).TotalTokens)
 		}
 		return nil
