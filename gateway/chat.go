@@ -277,9 +277,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}
 	key := rule.Key(subject, model)
 	t0 := time.Now()
-	// Not the request's context: a client that leaves mid-reserve must not make the reserve's
-	// outcome ambiguous.
-	rctx, cancel := s.storeCall()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
 	dec, err := s.led.Reserve(rctx, rule.Quota, key, est)
 	cancel()
 	backend := s.led.Backend()

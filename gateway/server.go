@@ -52,12 +52,10 @@ type Server struct {
 	ruleSeries   map[string]*ruleSeries // by rule name
 	// admittedSeconds is admission_seconds{backend, result="admitted"}.
 	admittedSeconds bound[prometheus.Observer]
-	// selfBounded: the ledger bounds each call by the store timeout itself (see storeCall).
-	selfBounded bool
-	renew       bool
-	inFlight    *subjectLimiter
-	idPrefix    string
-	idSeq       atomic.Uint64
+	renew           bool
+	inFlight        *subjectLimiter
+	idPrefix        string
+	idSeq           atomic.Uint64
 
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -105,7 +103,6 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		led:          led,
 		auth:         cfg.auth,
 		storeTimeout: cfg.compiled.Backend.Timeout.D(),
-		selfBounded:  opts.Ledger == nil,
 		renew:        mutateRenew(cfg.LeaseRenewalEnabled()),
 		inFlight:     newSubjectLimiter(cfg.Server.MaxInFlightPerSubject),
 		serveErr:     make(chan error, 2),
@@ -158,18 +155,6 @@ func (s *Server) seriesOf(rule string) *ruleSeries {
 		return rs
 	}
 	return &ruleSeries{m: s.m, name: rule}
-}
-
-// storeCall is the context of one reserve, renew or settle. The ledgers ledger.Open builds
-// bound every call by the store timeout themselves (Valkey: each script call, connecting
-// included; memory: no I/O), so a second deadline here would only add a timer, a cancel
-// context and their allocations to every call. A ledger given in Options may not: it is
-// bounded here.
-func (s *Server) storeCall() (context.Context, context.CancelFunc) {
-	if s.selfBounded {
-		return context.Background(), func() {}
-	}
-	return context.WithTimeout(context.Background(), s.storeTimeout)
 }
 
 // Start binds the data and admin listeners and serves them in the background. When it

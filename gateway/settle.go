@@ -120,7 +120,7 @@ func (st *settler) settle(j settleJob) {
 		if attempt > 0 {
 			time.Sleep(settleBackoff[min(attempt-1, len(settleBackoff)-1)])
 		}
-		ctx, cancel := s.storeCall()
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 		out, err = s.led.Settle(ctx, j.res, j.usage)
 		cancel()
 		if err == nil {
@@ -182,7 +182,7 @@ func (s *Server) startRenewal(res ledger.Reservation) *renewer {
 	rule := res.Quota.Rule
 	var fire func()
 	fire = func() {
-		ctx, cancel := s.storeCall()
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 		live, err := s.led.Renew(ctx, res)
 		cancel()
 		switch {
