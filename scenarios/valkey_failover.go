@@ -145,12 +145,15 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 		send(gwA, fmt.Sprintf("before-split-%d", i+1), failoverHold)
 	}
 	var offsetsBefore []topology.StoreNodeState
+	seen := quotaRead{gateway: gwA, since: time.Now()}
 	if _, err := poll(ctx, 20*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
 		q, err := env.QuotaOf(ctx, gwA, deployment.ValkeyFailoverRule, appA)
+		seen.record(q, err)
 		offsetsBefore = storeOffsets(ctx, sg)
 		return err == nil && q.ReservedTokens == 2*p.Estimate && inSync(offsetsBefore), nil
 	}); err != nil {
-		r.Check("before the split: 2 requests held and replicated to every replica", "within "+p.RecoveryMax.String(), fmt.Sprint(offsetsBefore), false)
+		r.Check("before the split: 2 requests held and replicated to every replica", fmt.Sprintf("%d tokens reserved, every replica at the primary's offset, within %s", 2*p.Estimate, p.RecoveryMax),
+			fmt.Sprintf("%s; replication offsets %v", seen, offsetsBefore), false)
 	}
 	r.Fact("replication_before", offsetsBefore)
 
@@ -285,6 +288,35 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	hmu.Unlock()
 	judgeFailover(r, p.Capacity, p.Estimate, hist, held, qerr, inspectAt)
 	return r
+}
+
+// quotaRead is the last quota read of a wait, kept so that a wait that ran out says what it
+// saw last: the state or the error, from which gateway, when (also as time into the wait, to
+// set beside the holds), and of how many reads.
+type quotaRead struct {
+	gateway string
+	since   time.Time // the wait's start
+	reads   int
+	at      time.Time
+	q       wire.QuotaState
+	err     error
+}
+
+func (s *quotaRead) record(q wire.QuotaState, err error) {
+	s.reads++
+	s.at, s.q, s.err = time.Now(), q, err
+}
+
+func (s quotaRead) String() string {
+	if s.reads == 0 {
+		return "no quota read from " + s.gateway
+	}
+	head := fmt.Sprintf("last of %d quota reads from %s, at %s (+%.1f s into the wait): ", s.reads, s.gateway,
+		s.at.UTC().Format("15:04:05.000"), s.at.Sub(s.since).Seconds())
+	if s.err != nil {
+		return head + s.err.Error()
+	}
+	return head + fmt.Sprintf("%d tokens reserved by %d active reservations", s.q.ReservedTokens, s.q.ActiveReservations)
 }
 
 // inSync reports whether every replica has the primary's replication offset.
