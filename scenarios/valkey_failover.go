@@ -144,15 +144,15 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	for i := range 2 {
 		send(gwA, fmt.Sprintf("before-split-%d", i+1), failoverHold)
 	}
-	var offsetsBefore []topology.StoreNodeState
-	if _, err := poll(ctx, 20*time.Millisecond, p.RecoveryMax, func(ctx context.Context) (bool, error) {
-		q, err := env.QuotaOf(ctx, gwA, deployment.ValkeyFailoverRule, appA)
-		offsetsBefore = storeOffsets(ctx, sg)
-		return err == nil && q.ReservedTokens == 2*p.Estimate && inSync(offsetsBefore), nil
-	}); err != nil {
-		r.Check("before the split: 2 requests held and replicated to every replica", "within "+p.RecoveryMax.String(), fmt.Sprint(offsetsBefore), false)
+	before := awaitHeldAndReplicated(ctx, env, sg, oldPrimary, 2*p.Estimate)
+	if !before.ok {
+		r.Check("before the split: 2 requests held and replicated to every replica",
+			fmt.Sprintf("%d tokens reserved, then every replica at or past the primary's offset, within %s", 2*p.Estimate, p.RecoveryMax), before.String(), false)
 	}
-	r.Fact("replication_before", offsetsBefore)
+	r.Fact("before_split_held_ms", ms(before.held))
+	r.Fact("before_split_replicated_ms", ms(before.replicated))
+	r.Fact("primary_offset_when_held", before.target)
+	r.Fact("replication_before", before.nodes)
 
 	env.Progressf("split brain: %s cut off from the replicas, the Sentinels and gateway-b", oldPrimary)
 	var cut []string
@@ -287,23 +287,116 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	return r
 }
 
-// inSync reports whether every replica has the primary's replication offset.
-func inSync(nodes []topology.StoreNodeState) bool {
-	var primary int64 = -1
-	for _, n := range nodes {
-		if n.Error != "" {
-			return false
+// quotaRead is the last quota read of a wait, kept so that a wait that ran out says what it
+// saw last: the state or the error, from which gateway, when (also as time into the wait, to
+// set beside the holds), and of how many reads.
+type quotaRead struct {
+	gateway string
+	since   time.Time // the wait's start
+	reads   int
+	at      time.Time
+	q       wire.QuotaState
+	err     error
+}
+
+func (s *quotaRead) record(q wire.QuotaState, err error) {
+	s.reads++
+	s.at, s.q, s.err = time.Now(), q, err
+}
+
+func (s quotaRead) String() string {
+	if s.reads == 0 {
+		return "no quota read from " + s.gateway
+	}
+	head := fmt.Sprintf("last of %d quota reads from %s, at %s (+%.1f s into the wait): ", s.reads, s.gateway,
+		s.at.UTC().Format("15:04:05.000"), s.at.Sub(s.since).Seconds())
+	if s.err != nil {
+		return head + s.err.Error()
+	}
+	return head + fmt.Sprintf("%d tokens reserved by %d active reservations", s.q.ReservedTokens, s.q.ActiveReservations)
+}
+
+// heldAndReplicated is what awaitHeldAndReplicated saw.
+type heldAndReplicated struct {
+	ok         bool
+	quota      quotaRead
+	primary    string
+	target     int64 // the primary's offset read once the holds showed; -1 until read
+	nodes      []topology.StoreNodeState
+	held       time.Duration // from the start of the wait until the quota showed the holds
+	replicated time.Duration // until every replica had the target offset
+}
+
+func (h heldAndReplicated) String() string {
+	if h.held == 0 {
+		return h.quota.String()
+	}
+	s := fmt.Sprintf("held after %.1f s; ", h.held.Seconds())
+	if h.target < 0 {
+		return s + fmt.Sprintf("the primary %s's offset not read: %v", h.primary, h.nodes)
+	}
+	return s + fmt.Sprintf("the primary %s then at offset %d; last offsets read: %v", h.primary, h.target, h.nodes)
+}
+
+// awaitHeldAndReplicated waits, within the profile's recovery bound, until gateway-a's quota
+// shows want tokens reserved, then reads the primary's replication offset once and waits until
+// every replica has reached it: the reservations' writes, which came before that offset, are
+// then on every replica.
+//
+// The two are waited for one after the other. Seeing the holds and equal offsets in one round
+// misses on a loaded machine: the holds end after failoverHold (then no read can show them
+// again), while the Sentinels' hello messages move the primary's offset a few times a second,
+// and the three INFO reads (docker execs on the docker engine, 1-2 s per round under load)
+// rarely land between two of them — every round of the holds can see the primary, read first,
+// behind replicas read later.
+func awaitHeldAndReplicated(ctx context.Context, env *Env, sg topology.StoreGroup, primary string, want int64) heldAndReplicated {
+	start := time.Now()
+	h := heldAndReplicated{quota: quotaRead{gateway: gwA, since: start}, primary: primary, target: -1}
+	limit := env.Profile.RecoveryMax
+	if _, err := poll(ctx, 20*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
+		q, err := env.QuotaOf(ctx, gwA, deployment.ValkeyFailoverRule, appA)
+		h.quota.record(q, err)
+		return err == nil && q.ReservedTokens == want, nil
+	}); err != nil {
+		return h
+	}
+	h.held = time.Since(start)
+	_, err := poll(ctx, 20*time.Millisecond, max(0, limit-h.held), func(ctx context.Context) (bool, error) {
+		if h.target < 0 {
+			st, err := sg.StoreNode(ctx, primary)
+			if err != nil || st.Role != "master" {
+				h.nodes = []topology.StoreNodeState{st}
+				return false, nil
+			}
+			h.target = st.Offset
 		}
-		if n.Role == "master" {
-			primary = n.Offset
-		}
+		h.nodes = storeOffsets(ctx, sg)
+		return replicatedTo(h.nodes, primary, h.target), nil
+	})
+	h.ok = err == nil
+	if h.ok {
+		h.replicated = time.Since(start)
+	}
+	return h
+}
+
+// replicatedTo reports whether every replica has reached offset, and primary is still the
+// primary. A replica past it is replicated too: the primary's offset moves on between reads.
+func replicatedTo(nodes []topology.StoreNodeState, primary string, offset int64) bool {
+	if len(nodes) == 0 {
+		return false
 	}
 	for _, n := range nodes {
-		if n.Offset != primary {
+		switch {
+		case n.Error != "":
+			return false
+		case n.Host == primary && n.Role != "master":
+			return false
+		case n.Host != primary && n.Offset < offset:
 			return false
 		}
 	}
-	return primary >= 0
+	return true
 }
 
 // judgeFailover decides the scenario from the request history and the promoted primary's

@@ -226,7 +226,7 @@ func newDocker(spec topology.Spec) (*dockerTopo, error) {
 		policy:     topology.DefaultPolicy(dockerPorts, spec.GatewayHosts()),
 		nets:       map[string]string{},
 		netIDs:     map[string]string{},
-		volume:     dockerName(spec.RunID, "valkey-data"),
+		volume:     valkeyVolume(spec),
 		ctrs:       map[string]*testcontainers.DockerContainer{},
 		gateways:   map[string]topology.GatewayEndpoint{},
 		providers:  map[string]topology.ProviderEndpoint{},
@@ -336,11 +336,13 @@ func (t *dockerTopo) Up(ctx context.Context) (err error) {
 	if err := t.createNetworks(ctx); err != nil {
 		return err
 	}
-	if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: t.volume, Labels: t.labels(topology.HostValkey)}); err != nil {
-		return fmt.Errorf("creating volume %s: %w", t.volume, err)
+	if t.volume != "" {
+		if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: t.volume, Labels: t.labels(topology.HostValkey)}); err != nil {
+			return fmt.Errorf("creating volume %s: %w", t.volume, err)
+		}
 	}
 	t.spec.Progress("docker networks %s, %s, %s, %s and volume %s (harness access: %s)",
-		t.nets[dnetEdge], t.nets[dnetBackend], t.nets[dnetProvider], t.nets[dnetAdmin], t.volume, t.access)
+		t.nets[dnetEdge], t.nets[dnetBackend], t.nets[dnetProvider], t.nets[dnetAdmin], cmp.Or(t.volume, "none"), t.access)
 
 	// The replicated store group starts in the background: only valkey-failover uses it, and
 	// its methods wait for the start (Down too, before it removes anything).
@@ -561,11 +563,17 @@ func (t *dockerTopo) startValkeyContainer(ctx context.Context) error {
 	if err := t.waitValkey(ctx, 1); err != nil {
 		return err
 	}
-	v := t.valkeyVersion()
-	t.mu.Lock()
-	t.valkeyVer = v
-	t.mu.Unlock()
+	t.recordValkeyVersion(topology.HostValkey)
 	return nil
+}
+
+// valkeyVolume is the run's volume for the single Valkey's AOF; none on a cluster store,
+// whose nodes keep their data in their own containers (StopValkey stops, never removes them).
+func valkeyVolume(spec topology.Spec) string {
+	if spec.Store == topology.StoreCluster {
+		return ""
+	}
+	return dockerName(spec.RunID, "valkey-data")
 }
 
 // waitValkey waits until Valkey's log says "Ready to accept connections" for the n-th time
@@ -1286,7 +1294,7 @@ func (t *dockerTopo) Facts() map[string]any {
 		"providers":       prs,
 		"containers":      containers,
 		"networks":        membership,
-		"volume":          t.volume,
+		"volume":          cmp.Or(t.volume, "none: the cluster's nodes keep their data in their containers"),
 		"harness_access":  t.access,
 		"network_policy":  rules,
 		"ports": map[string]int{
@@ -1302,19 +1310,26 @@ func (t *dockerTopo) Facts() map[string]any {
 	}
 }
 
-// valkeyVersion reads the version from Valkey's start-up log ("Valkey version=8.0.1").
-func (t *dockerTopo) valkeyVersion() string {
-	c := t.ctr(topology.HostValkey)
-	if c == nil || t.cli == nil {
-		return "unknown"
+// recordValkeyVersion reads the version from the start-up log of host's Valkey container
+// (the single Valkey, or a cluster node: "valkey" is then node 0's holder, which logs none)
+// for the manifest; "unknown" when the log does not say.
+func (t *dockerTopo) recordValkeyVersion(host string) {
+	v := "unknown"
+	if c := t.ctr(host); c != nil && t.cli != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if b, err := t.containerLog(ctx, c.GetContainerID()); err == nil || len(b) > 0 {
+			v = valkeyVersionIn(b)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	b, err := t.containerLog(ctx, c.GetContainerID())
-	if err != nil && len(b) == 0 {
-		return "unknown"
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
+	t.mu.Lock()
+	t.valkeyVer = v
+	t.mu.Unlock()
+}
+
+// valkeyVersionIn finds the version in a Valkey start-up log ("Valkey version=8.0.1, bits=64").
+func valkeyVersionIn(log []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(log))
 	for sc.Scan() {
 		if _, v, ok := strings.Cut(sc.Text(), "version="); ok {
 			if f := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }); len(f) > 0 {

@@ -88,6 +88,7 @@ func (t *dockerTopo) startValkeyStore(ctx context.Context) error {
 	t.mu.Lock()
 	t.ctrs[topology.HostValkey] = t.ctrs[clusterHolder(0)] // "valkey" is node 0's holder
 	t.mu.Unlock()
+	t.recordValkeyVersion(topology.ClusterNodeName(0))
 	t.spec.Progress("valkey cluster up: %s", strings.Join(c.Addrs(), ", "))
 	return nil
 }

@@ -194,3 +194,24 @@ func TestDockerSharedLibraries(t *testing.T) {
 		}
 	})
 }
+
+// TestValkeyVersionAndVolumeFollowTheStore pins what the manifest says of the store: the version
+// from a Valkey start-up log (a cluster run reads node 0's, not its holder's, which has none),
+// and a volume only for the single Valkey, whose AOF it keeps (a cluster run created one that
+// nothing mounted).
+func TestValkeyVersionAndVolumeFollowTheStore(t *testing.T) {
+	log := "1:C 01 Dec 2026 00:01:02.345 * oO0OoO0OoO0Oo Valkey is starting oO0OoO0OoO0Oo\n" +
+		"1:C 01 Dec 2026 00:01:02.345 * Valkey version=8.1.1, bits=64, commit=00000000, modified=0, pid=1, just started\n"
+	if v := valkeyVersionIn([]byte(log)); v != "8.1.1" {
+		t.Errorf("version from a Valkey log: %q, want 8.1.1", v)
+	}
+	if v := valkeyVersionIn([]byte("relay listening\n")); v != "unknown" {
+		t.Errorf("version from a log without one (a cluster node's holder): %q, want unknown", v)
+	}
+	if v := valkeyVolume(topology.Spec{RunID: "r1", Store: topology.StoreSingle}); v != "qq-r1-valkey-data" {
+		t.Errorf("single store's volume %q, want qq-r1-valkey-data", v)
+	}
+	if v := valkeyVolume(topology.Spec{RunID: "r1", Store: topology.StoreCluster}); v != "" {
+		t.Errorf("cluster store's volume %q, want none", v)
+	}
+}
