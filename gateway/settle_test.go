@@ -136,3 +136,30 @@ func TestSustainedConcurrencySettlesEveryRequestAtItsUsage(t *testing.T) {
 		t.Errorf("ledger settled %d tokens, the responses reported %d (%d requests, estimate 50 each)", got, usageSum.Load(), ok.Load())
 	}
 }
+
+// A graceful shutdown waits for the settlements still in progress: every one lands, and the
+// gateway drops none of them, although each takes a while at the store.
+func TestShutdownDrainsPendingSettlements(t *testing.T) {
+	var wrapped *delayedSettle
+	s, url := inProcessGateway(t, memoryPolicy, func(p *ledger.CompiledPolicy) ledger.Ledger {
+		wrapped = &delayedSettle{Ledger: ledger.NewMemory(p.Limits, nil), delay: 300 * time.Millisecond}
+		return wrapped
+	})
+	const n = 8
+	for range n {
+		if r := chat(url, chatOpts{auth: basicAuth("alice", "pw"), body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`}); r.status != 200 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if got := wrapped.applied.Load(); got != n {
+		t.Errorf("%d of %d settlements applied by the end of the shutdown", got, n)
+	}
+	if got := counterValue(s.m.settlements.WithLabelValues("mt", "dropped")); got != 0 {
+		t.Errorf("%v settlements dropped", got)
+	}
+}
