@@ -540,63 +540,14 @@ func scrapeGauge(b *testing.B, url, name string) float64 {
 // request's path; focus the profile on serveChat. The figures (ns/op, allocs/op) include the
 // benchmark's own client.
 func BenchmarkGatewayHotPath(b *testing.B) {
-	vk := valkeytest.Start(b)
-	prov := startProvider(b, "hot", "--completion-tokens", "1")
-	doc := fmt.Sprintf(`
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-auth:
-  basic:
-    - username: bench
-      password_env: QQB_PW
-providers:
-  - site: hot
-    url: http://%s
-quota:
-  backend: {kind: valkey, url: "${QQB_VALKEY}", namespace: qqhot, timeout: 300ms}
-  rules:
-    - name: hot
-      budgets: [{window: 60s, capacity: 1000000000000}]
-      reservation_timeout: 30s
-      reserved_tokens: 10
-`, prov.data)
-	env := map[string]string{"QQB_PW": "pw", "QQB_VALKEY": vk.URL()}
-	cfg, err := ParseConfig([]byte(doc), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		b.Fatal(err)
-	}
 	logf, err := os.Create(b.TempDir() + "/gateway.log")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer logf.Close()
-	s, err := New(cfg, slog.New(slog.NewJSONHandler(logf, nil)).With("component", "gateway"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	url := "http://" + s.DataAddr() + "/v1/chat/completions"
-	auth := basicAuth("bench", "pw")
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 128, DisableCompression: true}}
+	b.Cleanup(func() { logf.Close() }) // after the gateway's shutdown
+	s, client, postOne := startBenchGateway(b, "hot", slog.New(slog.NewJSONHandler(logf, nil)).With("component", "gateway"))
 	defer client.CloseIdleConnections() // before the shutdown, which would wait for them
-	post := func() error {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(benchBody))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", auth)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != 200 {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return err
-	}
+	post := func() error { _, _, err := postOne(); return err }
 	for range 200 {
 		if err := post(); err != nil {
 			b.Fatal(err)
@@ -671,64 +622,17 @@ func (h *settleTimes) Handle(_ context.Context, r slog.Record) error {
 // a real provider stub process). Within that lag a client's next request is admitted against
 // the estimate of the previous one, not its usage (README, known limitations).
 func BenchmarkSettleLag(b *testing.B) {
-	vk := valkeytest.Start(b)
-	prov := startProvider(b, "lag", "--completion-tokens", "1")
-	doc := fmt.Sprintf(`
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-auth:
-  basic:
-    - username: bench
-      password_env: QQB_PW
-providers:
-  - site: lag
-    url: http://%s
-quota:
-  backend: {kind: valkey, url: "${QQB_VALKEY}", namespace: qqlag, timeout: 300ms}
-  rules:
-    - name: lag
-      budgets: [{window: 60s, capacity: 1000000000000}]
-      reservation_timeout: 30s
-      reserved_tokens: 10
-`, prov.data)
-	env := map[string]string{"QQB_PW": "pw", "QQB_VALKEY": vk.URL()}
-	cfg, err := ParseConfig([]byte(doc), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		b.Fatal(err)
-	}
 	logs := &settleTimes{at: map[string]time.Time{}}
-	s, err := New(cfg, slog.New(logs), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	url := "http://" + s.DataAddr() + "/v1/chat/completions"
-	auth := basicAuth("bench", "pw")
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 128, DisableCompression: true}}
+	_, client, postOne := startBenchGateway(b, "lag", slog.New(logs))
 	defer client.CloseIdleConnections()
 	var (
 		mu    sync.Mutex
 		ended = map[string]time.Time{}
 	)
 	post := func() error {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(benchBody))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", auth)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		end := time.Now()
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != 200 {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
+		id, end, err := postOne()
 		mu.Lock()
-		ended[resp.Header.Get(hRequestID)] = end
+		ended[id] = end
 		mu.Unlock()
 		return err
 	}
@@ -782,4 +686,64 @@ quota:
 			b.ReportMetric(q(0.99), "lag-p99-µs")
 		})
 	}
+}
+
+// startBenchGateway starts a gateway in this process (Valkey backend, a real provider stub
+// process; rule, site and namespace named after name) logging to log, and returns it, its
+// client and a post that sends one admitted request and reads the response to its end (the
+// response's request id and when its last byte arrived).
+func startBenchGateway(b *testing.B, name string, log *slog.Logger) (*Server, *http.Client, func() (string, time.Time, error)) {
+	vk := valkeytest.Start(b)
+	prov := startProvider(b, name, "--completion-tokens", "1")
+	doc := fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+auth:
+  basic:
+    - username: bench
+      password_env: QQB_PW
+providers:
+  - site: %[1]s
+    url: http://%[2]s
+quota:
+  backend: {kind: valkey, url: "${QQB_VALKEY}", namespace: qq%[1]s, timeout: 300ms}
+  rules:
+    - name: %[1]s
+      budgets: [{window: 60s, capacity: 1000000000000}]
+      reservation_timeout: 30s
+      reserved_tokens: 10
+`, name, prov.data)
+	env := map[string]string{"QQB_PW": "pw", "QQB_VALKEY": vk.URL()}
+	cfg, err := ParseConfig([]byte(doc), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(cfg, log, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	url := "http://" + s.DataAddr() + "/v1/chat/completions"
+	auth := basicAuth("bench", "pw")
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 128, DisableCompression: true}}
+	post := func() (string, time.Time, error) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(benchBody))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", auth)
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		end := time.Now()
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return resp.Header.Get(hRequestID), end, err
+	}
+	return s, client, post
 }
