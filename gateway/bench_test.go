@@ -540,63 +540,14 @@ func scrapeGauge(b *testing.B, url, name string) float64 {
 // request's path; focus the profile on serveChat. The figures (ns/op, allocs/op) include the
 // benchmark's own client.
 func BenchmarkGatewayHotPath(b *testing.B) {
-	vk := valkeytest.Start(b)
-	prov := startProvider(b, "hot", "--completion-tokens", "1")
-	doc := fmt.Sprintf(`
-listen: 127.0.0.1:0
-admin_listen: 127.0.0.1:0
-auth:
-  basic:
-    - username: bench
-      password_env: QQB_PW
-providers:
-  - site: hot
-    url: http://%s
-quota:
-  backend: {kind: valkey, url: "${QQB_VALKEY}", namespace: qqhot, timeout: 300ms}
-  rules:
-    - name: hot
-      budgets: [{window: 60s, capacity: 1000000000000}]
-      reservation_timeout: 30s
-      reserved_tokens: 10
-`, prov.data)
-	env := map[string]string{"QQB_PW": "pw", "QQB_VALKEY": vk.URL()}
-	cfg, err := ParseConfig([]byte(doc), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		b.Fatal(err)
-	}
 	logf, err := os.Create(b.TempDir() + "/gateway.log")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer logf.Close()
-	s, err := New(cfg, slog.New(slog.NewJSONHandler(logf, nil)).With("component", "gateway"), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Shutdown(context.Background())
-	url := "http://" + s.DataAddr() + "/v1/chat/completions"
-	auth := basicAuth("bench", "pw")
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 128, DisableCompression: true}}
+	b.Cleanup(func() { logf.Close() }) // after the gateway's shutdown
+	s, client, postOne := startBenchGateway(b, "hot", slog.New(slog.NewJSONHandler(logf, nil)).With("component", "gateway"))
 	defer client.CloseIdleConnections() // before the shutdown, which would wait for them
-	post := func() error {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(benchBody))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", auth)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode != 200 {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return err
-	}
+	post := func() error { _, _, err := postOne(); return err }
 	for range 200 {
 		if err := post(); err != nil {
 			b.Fatal(err)
@@ -605,6 +556,11 @@ quota:
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			b.ReportAllocs()
+			// settle-dropped: settlements turned away during this run (each is charged its
+			// estimate when its lease runs out, not the usage seen).
+			dropped := s.m.settlements.WithLabelValues("hot", "dropped")
+			before := counterValue(dropped)
+			defer func() { b.ReportMetric(counterValue(dropped)-before, "settle-dropped") }()
 			if clients == 1 {
 				for b.Loop() {
 					if err := post(); err != nil {
@@ -625,4 +581,169 @@ quota:
 			b.StopTimer() // not the shutdown: it may wait 5 s for a connection the client opened but never used
 		})
 	}
+}
+
+// settleTimes is a slog handler that keeps, per request id, when the request's log line was
+// written: for an admitted request that is when its settlement ended (settle.go logs it then).
+type settleTimes struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (h *settleTimes) Enabled(context.Context, slog.Level) bool { return true }
+func (h *settleTimes) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *settleTimes) WithGroup(string) slog.Handler            { return h }
+func (h *settleTimes) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" {
+		return nil
+	}
+	var id string
+	settled := false
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "request_id":
+			id = a.Value.String()
+		case "settlement":
+			settled = true
+		}
+		return true
+	})
+	if settled {
+		h.mu.Lock()
+		h.at[id] = r.Time
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// BenchmarkSettleLag measures how long after a response ends its settlement lands in the store
+// (the client's time of the response's last byte → the gateway's log line written when the
+// settle call returned), at 1 and 32 clients through a gateway in this process (Valkey backend,
+// a real provider stub process). Within that lag a client's next request is admitted against
+// the estimate of the previous one, not its usage (README, known limitations).
+func BenchmarkSettleLag(b *testing.B) {
+	logs := &settleTimes{at: map[string]time.Time{}}
+	_, client, postOne := startBenchGateway(b, "lag", slog.New(logs))
+	defer client.CloseIdleConnections()
+	var (
+		mu    sync.Mutex
+		ended = map[string]time.Time{}
+	)
+	post := func() error {
+		id, end, err := postOne()
+		mu.Lock()
+		ended[id] = end
+		mu.Unlock()
+		return err
+	}
+	for _, clients := range []int{1, 32} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			mu.Lock()
+			clear(ended)
+			mu.Unlock()
+			per := max(1, b.N/clients)
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						if err := post(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			// Every settlement of this run ends (a condition with a deadline, not a sleep).
+			deadline := time.Now().Add(30 * time.Second)
+			var lags []time.Duration
+			for {
+				lags = lags[:0]
+				mu.Lock()
+				logs.mu.Lock()
+				for id, end := range ended {
+					if at, ok := logs.at[id]; ok {
+						lags = append(lags, max(0, at.Sub(end)))
+					}
+				}
+				logs.mu.Unlock()
+				n := len(ended)
+				mu.Unlock()
+				if len(lags) == n {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("%d of %d settlements did not end within 30 s", n-len(lags), n)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
+			q := func(p float64) float64 { return float64(lags[int(p*float64(len(lags)-1))].Microseconds()) }
+			b.ReportMetric(q(0.5), "lag-p50-µs")
+			b.ReportMetric(q(0.99), "lag-p99-µs")
+		})
+	}
+}
+
+// startBenchGateway starts a gateway in this process (Valkey backend, a real provider stub
+// process; rule, site and namespace named after name) logging to log, and returns it, its
+// client and a post that sends one admitted request and reads the response to its end (the
+// response's request id and when its last byte arrived).
+func startBenchGateway(b *testing.B, name string, log *slog.Logger) (*Server, *http.Client, func() (string, time.Time, error)) {
+	vk := valkeytest.Start(b)
+	prov := startProvider(b, name, "--completion-tokens", "1")
+	doc := fmt.Sprintf(`
+listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+auth:
+  basic:
+    - username: bench
+      password_env: QQB_PW
+providers:
+  - site: %[1]s
+    url: http://%[2]s
+quota:
+  backend: {kind: valkey, url: "${QQB_VALKEY}", namespace: qq%[1]s, timeout: 300ms}
+  rules:
+    - name: %[1]s
+      budgets: [{window: 60s, capacity: 1000000000000}]
+      reservation_timeout: 30s
+      reserved_tokens: 10
+`, name, prov.data)
+	env := map[string]string{"QQB_PW": "pw", "QQB_VALKEY": vk.URL()}
+	cfg, err := ParseConfig([]byte(doc), func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(cfg, log, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	url := "http://" + s.DataAddr() + "/v1/chat/completions"
+	auth := basicAuth("bench", "pw")
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConns: 256, MaxIdleConnsPerHost: 128, DisableCompression: true}}
+	post := func() (string, time.Time, error) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(benchBody))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", auth)
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		end := time.Now()
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return resp.Header.Get(hRequestID), end, err
+	}
+	return s, client, post
 }

@@ -29,7 +29,7 @@ import (
 //	quotaqual_gateway_admission_seconds{backend,result}     time to decide (auth done → decision)
 //	quotaqual_gateway_upstream_seconds{site}                forward start → response fully relayed
 //	quotaqual_gateway_reservations_in_flight{rule}          admitted and not yet settled
-//	quotaqual_gateway_settlement_queue_depth
+//	quotaqual_gateway_settlement_queue_depth                settlements handed over and not yet ended
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -64,7 +64,7 @@ func newMetrics(queueDepth func() float64) *metrics {
 	m.tokensCharged = cv("tokens_charged_total", "Tokens charged at settlement.", "rule")
 	m.tokensRefunded = cv("tokens_refunded_total", "Reserved tokens refunded at settlement.", "rule")
 	m.tokensOverage = cv("tokens_overage_total", "Tokens charged beyond the estimate at settlement.", "rule")
-	m.settlements = cv("settlements_total", "Settlements by result: applied, unacknowledged (applied on the primary, too few replicas confirmed), noop (already settled or expired), failed after retries, dropped (queue full; the lease expires at the estimate).", "rule", "result")
+	m.settlements = cv("settlements_total", "Settlements by result: applied, unacknowledged (applied on the primary, too few replicas confirmed), noop (already settled or expired), failed after retries, dropped (handed over after a shutdown began its drain; the lease expires at the estimate).", "rule", "result")
 	m.usage = cv("usage_total", "Usage reading by result: known, or unknown (charged at the estimate).", "rule", "result")
 	m.renewals = cv("renewals_total", "Lease renewals by result.", "rule", "result")
 	m.backendErrors = cv("backend_errors_total", "Quota store errors by operation.", "backend", "reason")
@@ -82,7 +82,7 @@ func newMetrics(queueDepth func() float64) *metrics {
 		Namespace: ns, Name: "reservations_in_flight", Help: "Admitted requests whose reservation is not yet settled.",
 	}, []string{"rule"})
 	m.queueDepth = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: ns, Name: "settlement_queue_depth", Help: "Settlements waiting for a worker.",
+		Namespace: ns, Name: "settlement_queue_depth", Help: "Settlements not yet ended: waiting for a store slot, in a store call or waiting to retry.",
 	}, queueDepth)
 	m.reg.MustRegister(m.admission, m.upstream, m.inFlight, m.queueDepth,
 		collectors.NewGoCollector(),

@@ -6,7 +6,7 @@
 // Pipeline, in this order: request id → authenticate (401) → read the body (413) and model →
 // match a rule (403) → model allowed (404) → estimate → reserve (503 store error, 429 denial,
 // 400 estimate larger than a window) → route → forward (credentials stripped) → relay → read
-// usage → settle (queued, retried, never delaying or failing the response). Leases of
+// usage → settle (in its own goroutine, retried, never delaying or failing the response). Leases of
 // in-flight requests are renewed every lease/3.
 package gateway
 
@@ -131,8 +131,8 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		// Relay bytes exactly as the provider sends them; usage must be readable.
 		DisableCompression: true,
 	}
-	s.settler = newSettler(s, settleQueueSize, settleWorkers)
-	s.m = newMetrics(func() float64 { return float64(len(s.settler.ch)) })
+	s.settler = newSettler(s, cfg.Server.MaxConnections)
+	s.m = newMetrics(func() float64 { return float64(s.settler.pending.Load()) })
 	names := make([]string, len(s.policy.Rules))
 	for i, r := range s.policy.Rules {
 		names[i] = r.Name
@@ -144,7 +144,6 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 	if v, ok := led.(releaseReporter); ok {
 		s.m.registerReleases(v)
 	}
-	s.settler.start()
 	return s, nil
 }
 

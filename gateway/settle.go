@@ -5,21 +5,24 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotaqual/quotaqual/ledger"
 )
 
-// Settlement runs off the response path: the handler enqueues a job after the response is
-// relayed (or abandoned) and returns. A bounded pool of workers settles each job with bounded
-// retries. When the queue is full or every attempt fails, the failure is logged and counted
-// and nothing else happens: the reservation's lease then runs out and the ledger charges it at
-// its estimate, which is the conservative outcome. Settlement never fails or delays a response.
-const (
-	settleQueueSize = 8192
-	settleWorkers   = 4
-	settleAttempts  = 3
-)
+// Settlement runs off the response path: the handler hands the job over after the response is
+// relayed (or abandoned) and returns. Each job settles in its own goroutine, with bounded
+// retries; its store calls take one of a fixed number of slots, as many as the gateway has data
+// connections (server.max_connections), so settlement may be as concurrent as admission — each
+// admitted request holds one connection and made one store call to be admitted — and keeps up
+// with it instead of backing up behind a few workers. A job waiting for a retry holds no slot.
+// While the gateway runs no job is turned away; only a job handed over after a shutdown began
+// its drain is dropped. When every attempt fails (or the job was dropped), the failure is logged
+// and counted and nothing else happens: the reservation's lease then runs out and the ledger
+// charges it at its estimate, which is the conservative outcome. Settlement never fails or
+// delays a response.
+const settleAttempts = 3
 
 // settleBackoff is the wait before attempt i+1 (25 ms, then 50 ms).
 var settleBackoff = []time.Duration{25 * time.Millisecond, 50 * time.Millisecond}
@@ -31,8 +34,8 @@ type settleJob struct {
 	res   ledger.Reservation
 	usage ledger.Usage
 	rec   *requestRecord
-	// rn keeps the lease renewed until the settlement is done: stopped on enqueue, a lease
-	// could run out while the job waits in the queue or retries against a slow store, and the
+	// rn keeps the lease renewed until the settlement is done: stopped on hand-over, a lease
+	// could run out while the job waits for a slot or retries against a slow store, and the
 	// ledger would then charge the estimate and lose any overage.
 	rn *renewer
 	// series are the request's rule's bound series.
@@ -40,41 +43,33 @@ type settleJob struct {
 }
 
 type settler struct {
-	s       *Server
-	ch      chan settleJob
-	workers int
+	s *Server
+	// slots bounds the settle calls in progress at the store.
+	slots   chan struct{}
+	pending atomic.Int64 // jobs handed over and not yet ended
 	wg      sync.WaitGroup
 
 	mu     sync.RWMutex
 	closed bool
 }
 
-func newSettler(s *Server, size, workers int) *settler {
-	return &settler{s: s, ch: make(chan settleJob, size), workers: workers}
+func newSettler(s *Server, concurrency int) *settler {
+	return &settler{s: s, slots: make(chan struct{}, max(1, concurrency))}
 }
 
-func (st *settler) start() {
-	for range st.workers {
-		st.wg.Add(1)
-		go func() {
-			defer st.wg.Done()
-			for j := range st.ch {
-				st.settle(j)
-			}
-		}()
-	}
-}
-
-// enqueue hands a job to the workers without ever blocking.
+// enqueue starts settling a job without ever blocking.
 func (st *settler) enqueue(j settleJob) {
 	st.mu.RLock()
 	if !st.closed {
-		select {
-		case st.ch <- j:
-			st.mu.RUnlock()
-			return
-		default:
-		}
+		st.wg.Add(1)
+		st.pending.Add(1)
+		st.mu.RUnlock()
+		go func() {
+			defer st.wg.Done()
+			defer st.pending.Add(-1)
+			st.settle(j)
+		}()
+		return
 	}
 	st.mu.RUnlock()
 	if j.rn != nil {
@@ -83,18 +78,15 @@ func (st *settler) enqueue(j settleJob) {
 	s := st.s
 	s.m.settlements.WithLabelValues(j.res.Quota.Rule, "dropped").Inc()
 	j.series.reservationsInFlight().Dec()
-	s.log.Warn("settlement dropped: queue full or closed; the lease will expire and charge the estimate",
+	s.log.Warn("settlement dropped: the gateway is shutting down; the lease will expire and charge the estimate",
 		"request_id", j.rec.id, "rule", j.res.Quota.Rule)
 	s.logRequest(j.rec, settlementAttr("dropped"))
 }
 
-// close stops accepting jobs and waits for the queue to drain, at most until ctx ends.
+// close stops accepting jobs and waits for the pending ones to end, at most until ctx ends.
 func (st *settler) close(ctx context.Context) bool {
 	st.mu.Lock()
-	if !st.closed {
-		st.closed = true
-		close(st.ch)
-	}
+	st.closed = true
 	st.mu.Unlock()
 	done := make(chan struct{})
 	go func() { st.wg.Wait(); close(done) }()
@@ -120,9 +112,11 @@ func (st *settler) settle(j settleJob) {
 		if attempt > 0 {
 			time.Sleep(settleBackoff[min(attempt-1, len(settleBackoff)-1)])
 		}
+		st.slots <- struct{}{}
 		ctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 		out, err = s.led.Settle(ctx, j.res, j.usage)
 		cancel()
+		<-st.slots
 		if err == nil {
 			break
 		}
