@@ -15,6 +15,8 @@ func mutateLedger(l ledger.Ledger, _ *ledger.CompiledPolicy) ledger.Ledger { ret
 
 func mutateRenew(renew bool) bool { return renew }
 
+func mutateDropSettlement(pending int64) bool { return false }
+
 func mutateChallenge(http.Header) {}
 
 func mutateUpstreamHeaders(_, _ http.Header) {}

@@ -26,6 +26,11 @@ import (
 
 func mutateRenew(renew bool) bool { return renew && !mutant.Is(mutant.NoLeaseRenewal) }
 
+// mutateDropSettlement turns a settlement away while another one is in progress.
+func mutateDropSettlement(pending int64) bool {
+	return pending > 0 && mutant.Is(mutant.SettlementBacklogDrops)
+}
+
 func mutateChallenge(h http.Header) {
 	if mutant.Is(mutant.NoWWWAuthenticate) {
 		h.Del("WWW-Authenticate")

@@ -60,7 +60,7 @@ func newSettler(s *Server, concurrency int) *settler {
 // enqueue starts settling a job without ever blocking.
 func (st *settler) enqueue(j settleJob) {
 	st.mu.RLock()
-	if !st.closed {
+	if !st.closed && !mutateDropSettlement(st.pending.Load()) {
 		st.wg.Add(1)
 		st.pending.Add(1)
 		st.mu.RUnlock()

@@ -55,6 +55,7 @@ const (
 	NoRequestBounds          Name = "no-request-bounds"
 	NoWWWAuthenticate        Name = "401-without-www-authenticate"
 	WrongAttributionSite     Name = "wrong-attribution-site"
+	SettlementBacklogDrops   Name = "settlement-backlog-drops"
 )
 
 // Mutant describes one broken variant.
@@ -140,6 +141,9 @@ var Catalogue = []Mutant{
 	{LegacyEstimate, "gateway", "truthful metering",
 		"the estimate reads max_tokens before max_completion_tokens (the bound providers honour) and ignores n",
 		[]string{"usage-accounting"}, ""},
+	{SettlementBacklogDrops, "gateway", "truthful metering",
+		"settlement has room for one job at a time and no queue: a settlement handed over while another is in progress is dropped, so its reservation is charged its estimate when the lease runs out instead of its usage (the bounded settle pool of 2026-11, which dropped thousands of settlements a second at 32 clients, scaled down to what a 2-core qualification can load)",
+		nil, "a gap of the qualification: no scenario makes two settlements overlap reliably (concurrency's admitted requests end milliseconds apart and a settlement takes about one); window-expiry caught it in one of two runs, by timing (a dropped charge held the estimate for a whole lease). The gateway test TestSustainedConcurrencySettlesEveryRequestAtItsUsage catches the unscaled defect"},
 	{NoRequestBounds, "gateway", "bounded resources",
 		"no read deadline on the request body, and a denial lets net/http drain an announced body first: a client that announces a body and never sends it holds a connection and goroutine forever",
 		[]string{"auth-rejection"}, ""},
