@@ -703,16 +703,17 @@ func minRemaining(ws []ledger.WindowState) (int64, bool) {
 	return max(m, 0), true
 }
 
-func statusClass(code int) string {
+// statusClasses are the classes upstream_requests_total counts a response status under.
+var statusClasses = [...]string{"2xx", "3xx", "4xx", "5xx"}
+
+// statusClass is the index in statusClasses of code's class: anything but 2xx, 3xx and 4xx
+// counts as 5xx.
+func statusClass(code int) int {
 	switch code / 100 {
-	case 2:
-		return "2xx"
-	case 3:
-		return "3xx"
-	case 4:
-		return "4xx"
+	case 2, 3, 4:
+		return code/100 - 2
 	default:
-		return "5xx"
+		return 3
 	}
 }
 

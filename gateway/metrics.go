@@ -191,7 +191,7 @@ type siteSeries struct {
 	site string
 
 	seconds bound[prometheus.Observer]
-	classes [4]bound[prometheus.Counter] // 2xx, 3xx, 4xx, 5xx
+	classes [len(statusClasses)]bound[prometheus.Counter]
 }
 
 func (ss *siteSeries) upstreamSeconds() prometheus.Observer {
@@ -200,12 +200,8 @@ func (ss *siteSeries) upstreamSeconds() prometheus.Observer {
 
 // upstreamRequests counts a response of status code by its class (statusClass).
 func (ss *siteSeries) upstreamRequests(code int) prometheus.Counter {
-	i := 3 // as statusClass: anything but 2xx, 3xx and 4xx counts as 5xx
-	switch code / 100 {
-	case 2, 3, 4:
-		i = code/100 - 2
-	}
+	i := statusClass(code)
 	return ss.classes[i].get(func() prometheus.Counter {
-		return ss.m.upstreamRequests.WithLabelValues(ss.site, statusClass(code))
+		return ss.m.upstreamRequests.WithLabelValues(ss.site, statusClasses[i])
 	})
 }
