@@ -41,18 +41,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 		held <- env.Chat(ctx, ChatCall{Gateway: gwA, Label: "held-then-crashed", Subject: appA, Hold: hold, NoTransportRetry: true})
 	}()
 	// Admitted and at the provider: its reservation is in the store.
-	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
-		s, err := env.ProviderCalls(ctx)
-		if err != nil {
-			return false, err
-		}
-		var n int64
-		for _, c := range s.ByHost {
-			n += c.InFlight
-		}
-		return n >= 1, nil
-	})
-	if err != nil {
+	if err := env.waitInFlight(ctx, 1); err != nil {
 		<-held
 		return r.Error(fmt.Errorf("waiting for the held request to reach a provider: %w", err))
 	}

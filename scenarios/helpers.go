@@ -312,6 +312,22 @@ func (env *Env) settledProviders(ctx context.Context) (ProviderSnapshot, error) 
 	return s, err
 }
 
+// waitInFlight waits until the providers hold at least n of this scenario's requests.
+func (env *Env) waitInFlight(ctx context.Context, n int64) error {
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+2*time.Second, func(ctx context.Context) (bool, error) {
+		s, err := env.ProviderCalls(ctx)
+		if err != nil {
+			return false, err
+		}
+		var got int64
+		for _, c := range s.ByHost {
+			got += c.InFlight
+		}
+		return got >= n, nil
+	})
+	return err
+}
+
 // gatewayTally is what one replica answered among a scenario's requests.
 type gatewayTally struct {
 	Sent     int `json:"sent"`

@@ -68,20 +68,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 
 	// Probe on both gateways until the generation ends.
 	var probes []concurrentProbe
-	var long Outcome
-	finished := false
-	for i := 0; !finished; i++ {
-		t := time.NewTimer(longGenerationProbeEvery)
-		select {
-		case long = <-done:
-			finished = true
-			t.Stop()
-			continue
-		case <-ctx.Done():
-			t.Stop()
-			return r.Error(ctx.Err())
-		case <-t.C:
-		}
+	long, err := probeUntil(ctx, done, func(i int) {
 		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
 		pb := concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > p.LongGenerationLease+p.StoreTimeout}
 		// The hold itself, read from the ledger: one live reservation until the end.
@@ -92,6 +79,9 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 			pb.held = hq.ActiveReservations == 1 && hq.ReservedTokens == p.Estimate
 		}
 		probes = append(probes, pb)
+	})
+	if err != nil {
+		return r.Error(err)
 	}
 	q, idleErr := env.waitIdleOf(ctx, gwA, rule, appA)
 	after, err := env.settledProviders(ctx)
@@ -164,6 +154,24 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	r.Key("%s generation, lease %s: %d/%d concurrent requests denied (%d after the lease), settled %d", long.Latency.Round(100*time.Millisecond),
 		p.LongGenerationLease, deniedProbes, len(probeStatuses), afterLease, q.Settled())
 	return r
+}
+
+// probeUntil calls probe(0), probe(1), … every longGenerationProbeEvery until the long
+// generation's outcome arrives on done, and returns it.
+func probeUntil(ctx context.Context, done <-chan Outcome, probe func(i int)) (Outcome, error) {
+	for i := 0; ; i++ {
+		t := time.NewTimer(longGenerationProbeEvery)
+		select {
+		case long := <-done:
+			t.Stop()
+			return long, nil
+		case <-ctx.Done():
+			t.Stop()
+			return Outcome{}, ctx.Err()
+		case <-t.C:
+		}
+		probe(i)
+	}
 }
 
 // concurrentProbe is one request sent while the long generation ran, and the ledger sample

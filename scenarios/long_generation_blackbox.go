@@ -89,24 +89,14 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 	}
 
 	var probes []concurrentProbe
-	var long Outcome
-	for i, finished := 0, false; !finished; i++ {
-		t := time.NewTimer(longGenerationProbeEvery)
-		select {
-		case long = <-done:
-			finished = true
-			t.Stop()
-			continue
-		case <-ctx.Done():
-			t.Stop()
-			wg.Wait()
-			return r.Error(ctx.Err())
-		case <-t.C:
-		}
+	long, err := probeUntil(ctx, done, func(i int) {
 		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
 		probes = append(probes, concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > lease+p.StoreTimeout})
-	}
+	})
 	wg.Wait()
+	if err != nil {
+		return r.Error(err)
+	}
 	after, err := env.settledProviders(ctx)
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call logs after: %w", err))

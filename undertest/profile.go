@@ -268,23 +268,19 @@ func (p *Profile) validate() strictyaml.Errors {
 	} else {
 		p.tmpl = t
 	}
-	switch p.Readiness.Listener {
-	case ListenerData, ListenerAdmin:
-	default:
-		bad("readiness.listener", "%q is unknown: use %s or %s", p.Readiness.Listener, ListenerData, ListenerAdmin)
-	}
-	if !strings.HasPrefix(p.Readiness.Path, "/") {
-		bad("readiness.path", "%q is not an absolute path: give one like /readyz", p.Readiness.Path)
-	}
-	if p.Liveness != (Readiness{}) {
-		switch p.Liveness.Listener {
+	checkProbe := func(path string, r Readiness, examplePath string) {
+		switch r.Listener {
 		case ListenerData, ListenerAdmin:
 		default:
-			bad("liveness.listener", "%q is unknown: use %s or %s", p.Liveness.Listener, ListenerData, ListenerAdmin)
+			bad(path+".listener", "%q is unknown: use %s or %s", r.Listener, ListenerData, ListenerAdmin)
 		}
-		if !strings.HasPrefix(p.Liveness.Path, "/") {
-			bad("liveness.path", "%q is not an absolute path: give one like /healthz", p.Liveness.Path)
+		if !strings.HasPrefix(r.Path, "/") {
+			bad(path+".path", "%q is not an absolute path: give one like %s", r.Path, examplePath)
 		}
+	}
+	checkProbe("readiness", p.Readiness, "/readyz")
+	if p.Liveness != (Readiness{}) {
+		checkProbe("liveness", p.Liveness, "/healthz")
 	}
 	if img := p.Launch.Image; img != "" && !imageRef.MatchString(img) {
 		bad("launch.image", "%q is not an image reference: give one like registry.example/gateway:1.2", img)
