@@ -56,18 +56,7 @@ func TestAltGatewayVerdictsOnDocker(t *testing.T) {
 		t.Fatalf("%d results, want %d", len(out.Results), len(altGatewayOnDocker))
 	}
 	for _, r := range out.Results {
-		want, ok := altGatewayVerdicts[r.Name]
-		if !ok {
-			t.Errorf("%s: no verdict pinned on netns", r.Name)
-			continue
-		}
-		if r.Status != want.status || (want.fragment != "" && !strings.Contains(r.Reason, want.fragment)) {
-			t.Errorf("%s: %s (%s), want %s with %q as on netns", r.Name, r.Status, r.Reason, want.status, want.fragment)
-		}
-		if r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox {
-			t.Errorf("%s: evidence %q, want black-box %v", r.Name, r.Evidence, want.blackBox)
-		}
-		t.Logf("%s: %s %s %s", r.Name, r.Status, firstReason(r), r.Evidence)
+		checkAltGatewayVerdict(t, r)
 	}
 	// The containers ran the altgateway (not quotaqual's gateway) on the profile's config.
 	for _, g := range topology.GatewayNames(2) {
