@@ -137,7 +137,7 @@ func (o *Options) Validate() error {
 		o.EvidenceDir = "quotaqual-evidence"
 	}
 	if o.Gateway != "" {
-		gw, err := loadGateway(o.Gateway)
+		gw, err := LoadGateway(o.Gateway)
 		if err != nil {
 			return &UsageError{fmt.Errorf("--gateway: %w", err)}
 		}
@@ -152,9 +152,9 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// loadGateway reads a gateway profile file or, when no such file exists and the name is one,
-// a shipped profile.
-func loadGateway(s string) (*undertest.Profile, error) {
+// LoadGateway reads a gateway profile file or, when no such file exists and the name is one,
+// a shipped profile (--gateway of run and render).
+func LoadGateway(s string) (*undertest.Profile, error) {
 	if _, err := os.Stat(s); err != nil && slices.Contains(undertest.ShippedNames(), s) {
 		return undertest.Shipped(s)
 	}

@@ -498,6 +498,16 @@ func TestUpServesTheWalkthroughAndCtrlCTearsDown(t *testing.T) {
 	}
 }
 
+// needDocker skips t where no Docker engine answers, else waits its turn at the engine
+// (internal/testlock): one docker topology at a time on this machine.
+func needDocker(t *testing.T) {
+	t.Helper()
+	if !dockerengine.Available() {
+		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
+	}
+	testlock.Docker(t)
+}
+
 // removeOwnImageAfterwards removes, when t ends, the quotaqual image built from this test's
 // binary (quotaqual:bin-<digest>) unless it existed before: exactly that content-addressed
 // image, never another test package's, which may be running at the same moment. The Valkey
@@ -518,10 +528,7 @@ func removeOwnImageAfterwards(t *testing.T) {
 }
 
 func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
-	if !dockerengine.Available() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	testlock.Docker(t)
+	needDocker(t)
 	removeOwnImageAfterwards(t)
 	evDir := t.TempDir()
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json", "--evidence-dir", evDir)
@@ -560,10 +567,7 @@ func TestRunDockerTopologyPassesAllScenarios(t *testing.T) {
 // 1) on exactly that — tokens held beyond the capacity, the lost reservations named, porcupine
 // Illegal.
 func TestRunDockerValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
-	if !dockerengine.Available() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	testlock.Docker(t)
+	needDocker(t)
 	removeOwnImageAfterwards(t)
 	stdout, stderr, code := quotaqual(t, 5*time.Minute, "run", "--topology", "docker", "--json",
 		"--evidence-dir", t.TempDir(), "--scenario", "valkey-failover", "--store-replication", "async")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/quotaqual/quotaqual/internal/testlock"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
-	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -131,10 +129,7 @@ func TestStoreFlagIsValidated(t *testing.T) {
 // past the 4 s window the scenario must check within) — a docker restart's time, not the
 // cluster's.
 func TestRunDockerOnAClusterStore(t *testing.T) {
-	if !dockerengine.Available() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	testlock.Docker(t)
+	needDocker(t)
 	removeOwnImageAfterwards(t)
 	evDir := t.TempDir()
 	stdout, stderr, code := quotaqual(t, 6*time.Minute, "run", "--topology", "docker", "--store", "cluster", "--json", "--evidence-dir", evDir,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/quotaqual/quotaqual/internal/testlock"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
-	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -37,10 +35,7 @@ var altGatewayOnDocker = []string{"valid-auth", "auth-rejection", "shared-budget
 // /ready on the admin listener, the store password copied into its environment) and checks
 // the verdicts are the netns ones.
 func TestAltGatewayVerdictsOnDocker(t *testing.T) {
-	if !dockerengine.Available() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	testlock.Docker(t)
+	needDocker(t)
 	removeOwnImageAfterwards(t)
 	args := []string{"run", "--gateway", shippedProfile("altgateway"), "--topology", "docker", "--json", "--evidence-dir", t.TempDir()}
 	for _, s := range altGatewayOnDocker {
@@ -61,18 +56,7 @@ func TestAltGatewayVerdictsOnDocker(t *testing.T) {
 		t.Fatalf("%d results, want %d", len(out.Results), len(altGatewayOnDocker))
 	}
 	for _, r := range out.Results {
-		want, ok := altGatewayVerdicts[r.Name]
-		if !ok {
-			t.Errorf("%s: no verdict pinned on netns", r.Name)
-			continue
-		}
-		if r.Status != want.status || (want.fragment != "" && !strings.Contains(r.Reason, want.fragment)) {
-			t.Errorf("%s: %s (%s), want %s with %q as on netns", r.Name, r.Status, r.Reason, want.status, want.fragment)
-		}
-		if r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox {
-			t.Errorf("%s: evidence %q, want black-box %v", r.Name, r.Evidence, want.blackBox)
-		}
-		t.Logf("%s: %s %s %s", r.Name, r.Status, firstReason(r), r.Evidence)
+		checkAltGatewayVerdict(t, r)
 	}
 	// The containers ran the altgateway (not quotaqual's gateway) on the profile's config.
 	for _, g := range topology.GatewayNames(2) {
@@ -98,10 +82,7 @@ func TestAltGatewayVerdictsOnDocker(t *testing.T) {
 // exists, with an error naming the image and how to provide it; --gateway-image names the fix
 // too, and is refused where no image is run.
 func TestMissingGatewayImageStopsTheRun(t *testing.T) {
-	if !dockerengine.Available() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	testlock.Docker(t)
+	needDocker(t)
 	for _, c := range []struct{ profile, image string }{
 		{"praxis", "praxis-ai:dev"},
 		{"litellm", "ghcr.io/berriai/litellm:main-stable"},
@@ -166,10 +147,7 @@ func TestRenderGatewayProfile(t *testing.T) {
 // altgateway, told to read its store password from that copy only, admits (it fails closed
 // without the store), and the canary scan finds the secret nowhere in the bundle.
 func TestProfileEnvCopiesASecretIntoTheContainer(t *testing.T) {
-	if !dockerengine.Available() {
-		t.Skip("no Docker engine answers (DOCKER_HOST or /var/run/docker.sock): the docker topology cannot be qualified here")
-	}
-	testlock.Docker(t)
+	needDocker(t)
 	removeOwnImageAfterwards(t)
 	y, err := os.ReadFile(shippedProfile("altgateway"))
 	if err != nil {

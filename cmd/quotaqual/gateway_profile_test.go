@@ -177,18 +177,7 @@ func TestAltGatewayVerdicts(t *testing.T) {
 	var got []string
 	for _, r := range out.Results {
 		got = append(got, r.Name)
-		want, ok := altGatewayVerdicts[r.Name]
-		if !ok {
-			t.Errorf("%s: no pinned verdict", r.Name)
-			continue
-		}
-		if r.Status != want.status || (want.fragment != "" && !strings.Contains(r.Reason, want.fragment)) {
-			t.Errorf("%s: %s (%s), want %s with %q", r.Name, r.Status, r.Reason, want.status, want.fragment)
-		}
-		if r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox {
-			t.Errorf("%s: evidence %q, want black-box %v", r.Name, r.Evidence, want.blackBox)
-		}
-		t.Logf("%s: %s %s %s", r.Name, r.Status, firstReason(r), r.Evidence)
+		checkAltGatewayVerdict(t, r)
 	}
 	if want := defaults; !slices.Equal(got, want) {
 		t.Errorf("results for %v, want %v", got, want)
@@ -203,6 +192,24 @@ func failedOn(r evidence.ScenarioResult, want string) bool {
 		}
 	}
 	return false
+}
+
+// checkAltGatewayVerdict checks r against its verdict pinned in altGatewayVerdicts (the same on
+// every engine): status, reason, and whether its evidence is black-box.
+func checkAltGatewayVerdict(t *testing.T, r evidence.ScenarioResult) {
+	t.Helper()
+	want, ok := altGatewayVerdicts[r.Name]
+	if !ok {
+		t.Errorf("%s: no pinned verdict", r.Name)
+		return
+	}
+	if r.Status != want.status || (want.fragment != "" && !strings.Contains(r.Reason, want.fragment)) {
+		t.Errorf("%s: %s (%s), want %s with %q", r.Name, r.Status, r.Reason, want.status, want.fragment)
+	}
+	if r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox {
+		t.Errorf("%s: evidence %q, want black-box %v", r.Name, r.Evidence, want.blackBox)
+	}
+	t.Logf("%s: %s %s %s", r.Name, r.Status, firstReason(r), r.Evidence)
 }
 
 func firstReason(r evidence.ScenarioResult) string {

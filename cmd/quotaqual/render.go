@@ -2,12 +2,11 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/qualify"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
@@ -58,7 +57,7 @@ placeholders; a run generates fresh ones and never prints them.`,
 			}
 			var gw *undertest.Profile
 			if gatewayName != "" {
-				if gw, err = loadGatewayProfile(gatewayName); err != nil {
+				if gw, err = qualify.LoadGateway(gatewayName); err != nil {
 					return withCode(wire.ExitUsage, fmt.Errorf("--gateway: %w", err))
 				}
 			}
@@ -88,13 +87,4 @@ placeholders; a run generates fresh ones and never prints them.`,
 	f.IntVar(&gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.BoolVar(&storeGroup, "store-group", false, "also render the replicated store group (valkey-1..3, sentinel-1..3, their Secret, ConfigMap and NetworkPolicies)")
 	return cmd
-}
-
-// loadGatewayProfile reads a gateway profile file or, when no such file exists and the name is
-// one, a shipped profile (as run --gateway does).
-func loadGatewayProfile(s string) (*undertest.Profile, error) {
-	if _, err := os.Stat(s); err != nil && slices.Contains(undertest.ShippedNames(), s) {
-		return undertest.Shipped(s)
-	}
-	return undertest.Load(s)
 }
