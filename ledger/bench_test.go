@@ -26,7 +26,9 @@ import (
 // compare with (2 cores): memory ≤ 2 µs per reserve+settle; Valkey reserve p50 ≤ 1.5× the raw
 // EVALSHA p50; ≥ 40,000 reserve+settle pairs/s at 64 goroutines, and (issue 13) those pairs/s
 // ≥ 0.25 × the raw EVALSHA ops/s of the same run: x-evalsha-throughput of
-// throughput/goroutines=64, whose ceiling is 0.5 (a pair is two script calls).
+// throughput/goroutines=64, whose ceiling is 0.5 (a pair is two script calls) in principle;
+// throughput-floor/* measures, in the same run, the lower ceilings the store itself sets for a
+// ledger that makes one script call per reserve and per settle with these keys and arguments.
 //
 // Every key gets a capacity no benchmark can exhaust, so only the admit path is measured, and
 // every goroutine its own key (no contention on one key's hash slot in the script).
@@ -207,11 +209,9 @@ func BenchmarkValkey(b *testing.B) {
 		b.ReportMetric(float64(quantile(set, .99))/float64(bp99), "settle-x-evalsha-p99")
 	})
 
-	// One op: one reserve+settle pair, spread over g goroutines (each on its own key). The
-	// baseline: as many raw EVALSHAs as pairs, over the same g goroutines, in rounds alternating
-	// with the pairs' (so that a machine whose load changes during the run moves both sides
-	// alike). A pair is two script calls, so x-evalsha-throughput near 0.5 means the ledger costs
-	// what two trivial scripts cost. server-µs/script and cmds/script: the ledger's calls only.
+	// One op: one reserve+settle pair, spread over g goroutines (each on its own key). A pair
+	// is two script calls, so x-evalsha-throughput near 0.5 means the ledger costs what two
+	// trivial scripts cost. server-µs/script and cmds/script: the ledger's calls only.
 	for _, g := range []int{1, 64} {
 		b.Run(fmt.Sprintf("throughput/goroutines=%d", g), func(b *testing.B) {
 			v, q := vb.ledger(b, fmt.Sprintf("throughput%d", g)), benchQuota()
@@ -219,48 +219,113 @@ func BenchmarkValkey(b *testing.B) {
 			for w := range keys {
 				keys[w] = fmt.Sprintf("tenant-%d", w)
 			}
-			const rounds = 8
-			n := max(b.N, 2000)
-			var baseTime, pairTime time.Duration
-			var calls, usec, inner float64
-			b.ResetTimer()
-			for i := range rounds {
-				b.StopTimer()
-				t, err := runConcurrent(g, n/rounds, func(int) error { return vb.evalsha(ctx) })
-				if err != nil {
-					b.Fatal(err)
+			vb.throughput(b, g, func(w int) error { return pair(ctx, v, q, keys[w]) })
+		})
+	}
+
+	// The floors of throughput/goroutines=64: what any ledger that makes one script call per
+	// reserve and one per settle, with this ledger's keys and arguments, could reach on this
+	// machine. Two raw script calls per op, straight from valkey-go (none of the ledger's own
+	// Go code): "noop" scripts that only return, called with the reserve's 3 keys and 14
+	// arguments and the settle's 3 keys and 11; "commands" scripts that make exactly the
+	// commands of the ledger's fast paths on the same hash fields and nothing else (reserve:
+	// TIME, an HMGET of 10 fields, an HSET of 2; settle: TIME, an HMGET of 9, an HDEL, an HSET
+	// of 4). The ledger's x-evalsha-throughput can at most reach the commands floor.
+	for _, f := range []struct {
+		name            string
+		reserve, settle *valkey.Lua
+	}{
+		{"noop", trivialScript, trivialScript},
+		{"commands", floorReserveScript, floorSettleScript},
+	} {
+		b.Run("throughput-floor/"+f.name+"/goroutines=64", func(b *testing.B) {
+			keys, ids := floorKeys(fmt.Sprintf("bench-floor-%d", vb.ns.Add(1)), 64), make([]atomic.Int64, 64)
+			vb.throughput(b, 64, func(w int) error {
+				id := fmt.Sprintf("%032x", uint64(w)<<40|uint64(ids[w].Add(1)))
+				rargs := append(slices.Clone(floorLayoutArgs), "10", "60000", id, "1", "1", "1125899906842624")
+				if err := f.reserve.Exec(ctx, vb.raw, keys[w], rargs).Error(); err != nil {
+					return err
 				}
-				baseTime += t
-				c0, u0, i0, err := vb.cmdstats(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				// this round's share of b.N (the shares add up to b.N)
-				t, err = runConcurrent(g, b.N*(i+1)/rounds-b.N*i/rounds, func(w int) error { return pair(ctx, v, q, keys[w]) })
-				b.StopTimer()
-				if err != nil {
-					b.Fatal(err)
-				}
-				pairTime += t
-				c1, u1, i1, err := vb.cmdstats(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				calls, usec, inner = calls+c1-c0, usec+u1-u0, inner+i1-i0
-			}
-			if calls > 0 {
-				b.ReportMetric(usec/calls, "server-µs/script")
-				b.ReportMetric(inner/calls, "cmds/script")
-			}
-			evalshaPerSec := float64(n/rounds*rounds) / baseTime.Seconds()
-			pairsPerSec := float64(b.N) / pairTime.Seconds()
-			b.ReportMetric(pairsPerSec, "pairs/s")
-			b.ReportMetric(evalshaPerSec, "evalsha/s")
-			b.ReportMetric(pairsPerSec/evalshaPerSec, "x-evalsha-throughput")
+				return f.settle.Exec(ctx, vb.raw, keys[w], append(slices.Clone(floorLayoutArgs), id, "1", "7")).Error()
+			})
 		})
 	}
 }
+
+// throughput runs b.N ops (op(w): worker w's next op) spread over g goroutines, and as many raw
+// EVALSHAs over the same g goroutines, in rounds alternating with the ops' (so that a machine
+// whose load changes during the run moves both sides alike), and reports ops/s as pairs/s,
+// the EVALSHAs/s, their ratio, and the server's µs and inner commands per script call of the
+// ops' rounds.
+func (vb *valkeyBench) throughput(b *testing.B, g int, op func(w int) error) {
+	ctx := context.Background()
+	const rounds = 8
+	n := max(b.N, 2000)
+	var baseTime, opTime time.Duration
+	var calls, usec, inner float64
+	b.ResetTimer()
+	for i := range rounds {
+		b.StopTimer()
+		t, err := runConcurrent(g, n/rounds, func(int) error { return vb.evalsha(ctx) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		baseTime += t
+		c0, u0, i0, err := vb.cmdstats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		// this round's share of b.N (the shares add up to b.N)
+		t, err = runConcurrent(g, b.N*(i+1)/rounds-b.N*i/rounds, op)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		opTime += t
+		c1, u1, i1, err := vb.cmdstats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		calls, usec, inner = calls+c1-c0, usec+u1-u0, inner+i1-i0
+	}
+	if calls > 0 {
+		b.ReportMetric(usec/calls, "server-µs/script")
+		b.ReportMetric(inner/calls, "cmds/script")
+	}
+	evalshaPerSec := float64(n/rounds*rounds) / baseTime.Seconds()
+	pairsPerSec := float64(b.N) / opTime.Seconds()
+	b.ReportMetric(pairsPerSec, "pairs/s")
+	b.ReportMetric(evalshaPerSec, "evalsha/s")
+	b.ReportMetric(pairsPerSec/evalshaPerSec, "x-evalsha-throughput")
+}
+
+// The floor benchmarks' keys and arguments: the shapes and lengths of the ledger's (see
+// newQuotaLayout and Valkey.layout) for benchQuota — ttl, signature, one width with its
+// largest window, one window with its width slot.
+var floorLayoutArgs = []string{"120000", "v3:60000", "1", "1000", "60000", "1", "60000", "1"}
+
+func floorKeys(ns string, n int) [][]string {
+	keys := make([][]string, n)
+	for w := range keys {
+		sum := sha256.Sum256([]byte(strconv.Itoa(w)))
+		p := ns + ":{" + hex.EncodeToString(sum[:])[:32] + "}"
+		keys[w] = []string{p + ":r", p + ":s1", p + ":x"}
+	}
+	return keys
+}
+
+var (
+	floorReserveScript = valkey.NewLuaScript(`local t = redis.call('TIME')
+redis.call('HMGET', KEYS[1], '#', 'e', 'v', 'h1000', 't60000', 'l60000', 'b1000', ARGV[11], 'xa', '~' .. ARGV[11])
+redis.call('HSET', KEYS[1], ARGV[11], ARGV[9] .. ' ' .. t[1], '#', '10')
+return { 1, 0, 0, 1, 1 }`)
+	floorSettleScript = valkey.NewLuaScript(`local t = redis.call('TIME')
+redis.call('HMGET', KEYS[1], '#', 'e', 'v', 'h1000', 't60000', 'l60000', 'b1000', ARGV[9], 'M')
+redis.call('HDEL', KEYS[1], ARGV[9])
+redis.call('HSET', KEYS[1], '#', '0', 'b1000', t[1], 't60000', t[2], 'h1000', t[1])
+return { 1, 7, 10 }`)
+)
 
 // cmdstats reads the server's EVALSHA+EVAL call count and total µs, and the number of
 // commands the scripts called (every other command INFO commandstats counts, but the INFO
