@@ -145,7 +145,8 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 const (
 	togetherPerGateway = 8
 	// togetherLead is how long after sending the providers release the responses: room for
-	// every request to be admitted and reach its provider first (a few ms each on 2 cores).
+	// every request to be admitted and reach its provider first (all 16 arrived within 30 ms
+	// of sending on 2 cores, beside the other scenarios).
 	togetherLead = 200 * time.Millisecond
 	// togetherTokens is what each response generates, under a bound (togetherMaxTokens) that
 	// makes the estimate larger: a reservation left to run out would charge more than the
@@ -227,7 +228,6 @@ func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string)
 	var q wire.QuotaState
 	var unanswered error
 	_, err = poll(ctx, 10*time.Millisecond, max(0, time.Until(last.Add(env.Profile.Lease/3))), func(ctx context.Context) (bool, error) {
-		var err error
 		read, err := env.QuotaOf(ctx, gwA, rule, appA)
 		if errors.Is(err, errInspectionUnanswered) {
 			unanswered = err
