@@ -407,6 +407,22 @@ func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 	})
 }
 
+// TestUsageAccountingFailsWhenTheGatewayDropsSettlements proves usage-accounting catches a
+// gateway that drops a settlement handed over while another is in progress (the bounded settle
+// pool that dropped settlements under load, scaled down to one job): the responses that end
+// together leave reservations to their leases instead of settling at their usage.
+func TestUsageAccountingFailsWhenTheGatewayDropsSettlements(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"usage-accounting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.SettlementBacklogDrops, nil, list),
+		"responses-ending-together: settled at what the providers counted")
+}
+
 // TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
 // forwards the clients' output bounds, and the providers' usage exceeds the capacity.
 func TestHardGateFailsUnderMeter(t *testing.T) {

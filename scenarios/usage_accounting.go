@@ -2,21 +2,27 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/wire"
 )
 
 func usageAccounting() Scenario {
 	return Scenario{
 		Name: "usage-accounting",
 		Summary: "requests whose usage the gateway cannot simply read — a stream the client closes mid-generation, a response larger " +
-			"than the usage buffer, provider errors, n > 1 and both output-bound fields — are each charged what the provider generated",
+			"than the usage buffer, provider errors, n > 1 and both output-bound fields — are each charged what the provider generated; " +
+			"so are many responses that end at one instant, their settlements handed over together",
 		Invariant: "meter: each request's settled charge equals what the provider stub counted (prompt + generated tokens), and never less " +
-			"than what it generated; the reservation covers the output bound the provider honours, times n",
+			"than what it generated, also when many settle at once (none dropped to its lease); the reservation covers the output bound " +
+			"the provider honours, times n",
 		// Without the scenario's rule, the one case phrased in admissions on the run's rule
 		// (usage_accounting_blackbox.go).
 		Prefers: []Need{NeedScenarioRules, NeedQuotaInspection},
@@ -125,6 +131,122 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 		summary = append(summary, fmt.Sprintf("%d/%d", charged, consumed))
 		settled = q.Settled()
 	}
-	r.Key("charged/counted at the provider: %v", summary)
+	together := checkSettledTogether(ctx, env, r, rule)
+	r.Key("charged/counted at the provider: %v; %s", summary, together)
 	return r
+}
+
+// Responses ending together: every gateway relays togetherPerGateway responses that the
+// providers release at one instant, so their settlements are handed over at once — what a
+// gateway that settles one job at a time, or through a bounded pool, drops (it lets the lease
+// run out and charge the estimate). The sequential cases above settle one at a time, and
+// concurrency's few admitted requests end milliseconds apart, about as long as one settlement
+// takes: neither makes settlements overlap reliably.
+const (
+	togetherPerGateway = 8
+	// togetherLead is how long after sending the providers release the responses: room for
+	// every request to be admitted and reach its provider first (all 16 arrived within 30 ms
+	// of sending on 2 cores, beside the other scenarios).
+	togetherLead = 200 * time.Millisecond
+	// togetherTokens is what each response generates, under a bound (togetherMaxTokens) that
+	// makes the estimate larger: a reservation left to run out would charge more than the
+	// provider counted.
+	togetherTokens    = 5
+	togetherMaxTokens = 40
+)
+
+// checkSettledTogether sends the responses-ending-together case and checks that each was
+// settled at what its provider counted, before any of their leases could run out. It returns
+// the key fact's part.
+func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string) string {
+	const label = "responses-ending-together"
+	base, err := env.waitIdleOf(ctx, gwA, rule, appA)
+	if err != nil {
+		r.Error(fmt.Errorf("%s: %w", label, err))
+		return label + " not run"
+	}
+	n := togetherPerGateway * len(env.gateways())
+	release := time.Now().Add(togetherLead)
+	md := map[string]string{providerstub.TokensMetadata: strconv.Itoa(togetherTokens),
+		providerstub.ReleaseAtMetadata: release.UTC().Format(time.RFC3339Nano)}
+	outs := make([]Outcome, n)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("%s-%d", label, i+1), Subject: appA,
+				MaxTokens: togetherMaxTokens, Metadata: md})
+		}()
+	}
+	wg.Wait()
+	snap, err := env.settledProviders(ctx)
+	if err != nil {
+		r.Error(fmt.Errorf("%s: reading the provider call logs: %w", label, err))
+		return label + " not decided"
+	}
+
+	var answered, logged, early int
+	var counted int64
+	var lastArrival time.Time
+	first, last := outs[0].End, outs[0].End
+	for _, o := range outs {
+		if o.End.Before(first) {
+			first = o.End
+		}
+		if o.End.After(last) {
+			last = o.End
+		}
+		if o.Status == http.StatusOK {
+			answered++
+		}
+		if _, pr, ok := snap.FindRequest(o.RequestID); ok {
+			logged++
+			counted += pr.Consumed()
+			if pr.Time.Before(release) {
+				early++
+			}
+			if pr.Time.After(lastArrival) {
+				lastArrival = pr.Time
+			}
+		}
+	}
+	r.Check(label+": every request answered 200", n, answered, answered == n)
+	r.Check(label+": the provider logged every request", n, logged, logged == n)
+	r.Fact(label, map[string]any{"requests": n, "per_gateway": togetherPerGateway, "received_before_release": early,
+		"last_received_ms_before_release": ms(release.Sub(lastArrival)),
+		"responses_ended_within_ms":       ms(last.Sub(first)), "counted_at_the_providers": counted})
+	if early < n/2 {
+		r.Error(fmt.Errorf("%s: the providers received only %d of %d requests before the release instant (%s after sending): "+
+			"the responses did not end together, not decided", label, early, n, togetherLead))
+	}
+
+	// Settlement runs off the response path: wait until nothing is held, but only for a third
+	// of the rule's lease after the last response. Every reservation was taken after release −
+	// togetherLead, so a dropped settlement's lease has not run out by then: it shows as held,
+	// not yet as its estimate charged (which this check would also see, as more than counted).
+	var q wire.QuotaState
+	var unanswered error
+	_, err = poll(ctx, 10*time.Millisecond, max(0, time.Until(last.Add(env.Profile.Lease/3))), func(ctx context.Context) (bool, error) {
+		read, err := env.QuotaOf(ctx, gwA, rule, appA)
+		if errors.Is(err, errInspectionUnanswered) {
+			unanswered = err
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		q, unanswered = read, nil
+		return q.ActiveReservations == 0 && q.ReservedTokens == 0, nil
+	})
+	if unanswered != nil || (err != nil && !errors.Is(err, errPollDeadline)) {
+		r.Error(fmt.Errorf("%s: reading the quota after the responses: %w (last unanswered read: %v)", label, err, unanswered))
+		return label + " not decided"
+	}
+	settled := q.Settled() - base.Settled()
+	r.Check(label+": settled at what the providers counted, none left to its lease, within a third of the lease after the last response",
+		fmt.Sprintf("%d settled, no reservation held", counted),
+		fmt.Sprintf("%d settled, %d reservations held (%d tokens)", settled, q.ActiveReservations, q.ReservedTokens),
+		settled == counted && q.ActiveReservations == 0 && q.ReservedTokens == 0)
+	return fmt.Sprintf("%d ending together %d/%d", n, settled, counted)
 }

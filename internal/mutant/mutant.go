@@ -143,7 +143,7 @@ var Catalogue = []Mutant{
 		[]string{"usage-accounting"}, ""},
 	{SettlementBacklogDrops, "gateway", "truthful metering",
 		"settlement has room for one job at a time and no queue: a settlement handed over while another is in progress is dropped, so its reservation is charged its estimate when the lease runs out instead of its usage (the bounded settle pool of 2026-11, which dropped thousands of settlements a second at 32 clients, scaled down to what a 2-core qualification can load)",
-		nil, "a gap of the qualification: no scenario makes two settlements overlap reliably (concurrency's admitted requests end milliseconds apart and a settlement takes about one); window-expiry caught it in one of two runs, by timing (a dropped charge held the estimate for a whole lease). The gateway test TestSustainedConcurrencySettlesEveryRequestAtItsUsage catches the unscaled defect"},
+		[]string{"usage-accounting"}, "by its responses-ending-together case: eight responses per gateway that the providers release at one instant, so their settlements are handed over at once (concurrency's few admitted requests end milliseconds apart, about as long as a settlement takes); the gateway test TestSustainedConcurrencySettlesEveryRequestAtItsUsage catches the unscaled defect"},
 	{NoRequestBounds, "gateway", "bounded resources",
 		"no read deadline on the request body, and a denial lets net/http drain an announced body first: a client that announces a body and never sends it holds a connection and goroutine forever",
 		[]string{"auth-rejection"}, ""},
