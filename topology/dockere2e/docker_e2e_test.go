@@ -130,7 +130,9 @@ func newTopoWith(t *testing.T, qqImage string, gateways int) (topology.Topology,
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, _ = topo.Down(ctx)
+		// Down's own errors are logged; what it leaves behind fails the test below.
+		down, err := topo.Down(ctx)
+		t.Logf("down in %s: %d removed, errors %v (%v)", down.Elapsed, len(down.Removed), down.Errors, err)
 		if td, err := dockerengine.Cleanup(ctx, id); err != nil || len(td.Removed) > 0 {
 			t.Errorf("leftovers of run %s after Down: removed %v, error %v", id, td.Removed, err)
 		}

@@ -1208,47 +1208,6 @@ func Cleanup(ctx context.Context, runID string) (topology.Teardown, error) {
 	return td, nil
 }
 
-func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID string) topology.Teardown {
-	var td topology.Teardown
-	var mu sync.Mutex
-	f := make(client.Filters).Add("label", images.LabelRunID+"="+runID).Add("label", images.LabelManaged+"=true")
-	// A container create whose request was cancelled (a store group still starting when Down
-	// came) may still complete on the daemon after the listing: remove until a listing finds
-	// none (a CI run saw a netfilter sidecar appear after the first pass), a few rounds at most.
-	for round := 0; round < 5; round++ {
-		if round > 0 {
-			time.Sleep(300 * time.Millisecond)
-		}
-		if removeContainers(ctx, cli, f, &td, &mu) == 0 {
-			break
-		}
-	}
-	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
-	if err != nil {
-		td.Errors = append(td.Errors, "listing networks: "+err.Error())
-	}
-	for _, n := range ns.Items {
-		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil {
-			td.Errors = append(td.Errors, "removing network "+n.Name+": "+err.Error())
-		} else {
-			td.Removed = append(td.Removed, "network "+n.Name)
-		}
-	}
-	vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
-	if err != nil {
-		td.Errors = append(td.Errors, "listing volumes: "+err.Error())
-	}
-	for _, v := range vs.Items {
-		if _, err := cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil {
-			td.Errors = append(td.Errors, "removing volume "+v.Name+": "+err.Error())
-		} else {
-			td.Removed = append(td.Removed, "volume "+v.Name)
-		}
-	}
-	slices.Sort(td.Removed)
-	return td
-}
-
 func (t *dockerTopo) Facts() map[string]any {
 	cluster := t.clusterFacts()
 	var storeFacts any = "not running: " + t.StoreGroupReason()
@@ -1338,37 +1297,4 @@ func valkeyVersionIn(log []byte) string {
 		}
 	}
 	return "unknown"
-}
-
-// removeContainers force-removes every container matching f, recording each in td, and
-// returns how many it found.
-func removeContainers(ctx context.Context, cli *testcontainers.DockerClient, f client.Filters, td *topology.Teardown, mu *sync.Mutex) int {
-	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-	if err != nil {
-		mu.Lock()
-		td.Errors = append(td.Errors, "listing containers: "+err.Error())
-		mu.Unlock()
-		return 0
-	}
-	var wg sync.WaitGroup
-	for _, c := range cs.Items {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := c.ID[:12]
-			if len(c.Names) > 0 {
-				name = strings.TrimPrefix(c.Names[0], "/")
-			}
-			_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				td.Errors = append(td.Errors, "removing container "+name+": "+err.Error())
-			} else {
-				td.Removed = append(td.Removed, "container "+name)
-			}
-		}()
-	}
-	wg.Wait()
-	return len(cs.Items)
 }
