@@ -143,9 +143,10 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 // takes: neither makes settlements overlap reliably.
 const (
 	togetherPerGateway = 8
-	// togetherLead is how long after sending the providers release the responses: room for
-	// every request to be admitted and reach its provider first (all 16 arrived within 30 ms
-	// of sending on 2 cores, beside the other scenarios).
+	// togetherLead, plus the store's timeout, is how long after sending the providers release
+	// the responses: room for every request to be admitted and reach its provider first (all
+	// 16 arrived within 30 ms of sending on 2 cores, beside the other scenarios), also when
+	// admission waits on a store slow to answer (up to its timeout; longer is a 503 anyway).
 	togetherLead = 200 * time.Millisecond
 	// togetherTokens is what each response generates, under a bound (togetherMaxTokens) that
 	// makes the estimate larger: a reservation left to run out would charge more than the
@@ -164,7 +165,8 @@ func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string)
 		return label + " not run"
 	}
 	n := togetherPerGateway * len(env.gateways())
-	release := time.Now().Add(togetherLead)
+	lead := togetherLead + env.Profile.StoreTimeout
+	release := time.Now().Add(lead)
 	md := map[string]string{providerstub.TokensMetadata: strconv.Itoa(togetherTokens),
 		providerstub.ReleaseAtMetadata: release.UTC().Format(time.RFC3339Nano)}
 	outs := make([]Outcome, n)
@@ -219,7 +221,7 @@ func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string)
 		"provider_clock_ahead_ms_at_least": ms(clocks.ahead), "provider_clock_behind_ms_at_least": ms(clocks.behind)})
 	if early < n/2 {
 		r.Error(fmt.Errorf("%s: the providers received only %d of %d requests before the release instant (%s after sending): "+
-			"the responses did not end together, not decided%s", label, early, n, togetherLead, clocks.cause()))
+			"the responses did not end together, not decided%s", label, early, n, lead, clocks.cause()))
 	} else if answered < n && clocks.behind > 0 {
 		r.Error(fmt.Errorf("%s: %d of %d requests not answered 200%s", label, n-answered, n, clocks.cause()))
 	}
