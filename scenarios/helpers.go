@@ -68,6 +68,12 @@ func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.Quo
 
 // waitIdleOf is waitIdle for subject's key under rule.
 func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
+	return env.waitIdleWithin(ctx, gateway, rule, subject, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
+}
+
+// waitIdleWithin is waitIdleOf with its own limit. On an error the state returned is the last
+// read the store answered (zero when none was): with errPollDeadline, what was still held.
+func (env *Env) waitIdleWithin(ctx context.Context, gateway, rule, subject string, limit time.Duration) (wire.QuotaState, error) {
 	if !env.inspects() {
 		if _, err := env.settledProviders(ctx); err != nil {
 			return wire.QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
@@ -76,10 +82,8 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 	}
 	var q wire.QuotaState
 	var unanswered error // the last read the store did not answer: retried until the deadline
-	limit := adminTimeout(env.Profile) + env.Profile.StoreTimeout
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
-		var err error
-		q, err = env.QuotaOf(ctx, gateway, rule, subject)
+		read, err := env.QuotaOf(ctx, gateway, rule, subject)
 		if errors.Is(err, errInspectionUnanswered) {
 			unanswered = err
 			return false, nil
@@ -87,6 +91,7 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 		if err != nil {
 			return false, err
 		}
+		q, unanswered = read, nil
 		return q.ActiveReservations == 0 && q.ReservedTokens == 0, nil
 	})
 	if err != nil && unanswered != nil {

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,46 @@ func TestHeldInFlight(t *testing.T) {
 	expired := []evidence.LedgerSample{sample(time.Second, 4), sample(3200*time.Millisecond, 0)}
 	if f := failedChecks(func(r *Result) { checkHeldInFlight(r, expired, outs, hold) }); len(f) != 1 {
 		t.Errorf("holds lost at the lease: failed %v, want one check", f)
+	}
+}
+
+// TestClockDisagreementNamesTheSkewAndTheFix: a provider arrival outside the span the harness
+// sent and read a request in is the providers' clock disagreeing with the harness's, and the
+// release instant's failure names it, the metadata field and the fix; arrivals inside it name
+// nothing.
+func TestClockDisagreementNamesTheSkewAndTheFix(t *testing.T) {
+	sent := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	o := Outcome{Start: sent, End: sent.Add(250 * time.Millisecond), Attempts: 1}
+	at := func(d time.Duration) ProviderRequest { return ProviderRequest{Time: sent.Add(d)} }
+
+	var agree clockDisagreement
+	agree.add(o, at(time.Millisecond))
+	agree.add(o, at(250*time.Millisecond))
+	if agree != (clockDisagreement{}) || agree.cause() != "" {
+		t.Fatalf("arrivals within the request's span: %+v, cause %q", agree, agree.cause())
+	}
+
+	var ahead clockDisagreement
+	ahead.add(o, at(time.Second+250*time.Millisecond))
+	ahead.add(o, at(10*time.Millisecond))
+	if ahead.ahead != time.Second || ahead.behind != 0 {
+		t.Fatalf("arrival 1 s after the answer: %+v, want 1s ahead", ahead)
+	}
+	for _, want := range []string{"at least 1s ahead of the harness's", "metadata.quotaqual_release_at", "synchronise the clocks"} {
+		if !strings.Contains(ahead.cause(), want) {
+			t.Errorf("cause %q does not say %q", ahead.cause(), want)
+		}
+	}
+
+	var behind clockDisagreement
+	behind.add(o, at(-2*time.Second))
+	if behind.behind != 2*time.Second || !strings.Contains(behind.cause(), "at least 2s behind the harness's") {
+		t.Fatalf("arrival 2 s before the send: %+v, cause %q", behind, behind.cause())
+	}
+	// A retried request's log entry may be its first attempt's, sent before o.Start.
+	var retried clockDisagreement
+	retried.add(Outcome{Start: sent, End: sent.Add(time.Second), Attempts: 2}, at(-2*time.Second))
+	if retried != (clockDisagreement{}) {
+		t.Fatalf("a retried request's earlier arrival counted as a clock behind: %+v", retried)
 	}
 }

@@ -18,7 +18,8 @@ import (
 // "has active endpoints". The endpoint here is a live container without the run's labels (so
 // Cleanup does not remove it): a stand-in for the stale endpoint moby keeps when a container
 // is removed while the daemon is still disconnecting it, which no test can produce at will.
-// Both are cleared the same way, by a forced disconnect by the endpoint's name.
+// Both are cleared the same way, by a forced disconnect by the endpoint's name. The run's own
+// container on the network is stopped and removed first, with no error.
 func TestDockerCleanupDisconnectsWhatKeepsARunNetwork(t *testing.T) {
 	requireDocker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -36,13 +37,23 @@ func TestDockerCleanupDisconnectsWhatKeepsARunNetwork(t *testing.T) {
 		_ = exec.Command("docker", "network", "rm", network).Run()
 	})
 	docker(t, "run", "-d", "--name", holder, "--network", network, images.DefaultValkeyImage)
+	// And one of the run's own, running on the network: stopped and removed, with no error.
+	own := "qq-" + id + "-own"
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", own).Run() })
+	docker(t, "run", "-d", "--name", own, "--label", images.LabelRunID+"="+id, "--label", images.LabelManaged+"=true",
+		"--network", network, images.DefaultValkeyImage)
 
 	td, err := dockerengine.Cleanup(ctx, id)
 	if err != nil {
 		t.Fatalf("Cleanup: %v (removed %v)", err, td.Removed)
 	}
-	if !slices.Contains(td.Removed, "network "+network) {
-		t.Errorf("Cleanup removed %v, not network %s", td.Removed, network)
+	for _, want := range []string{"network " + network, "container " + own} {
+		if !slices.Contains(td.Removed, want) {
+			t.Errorf("Cleanup removed %v, not %s", td.Removed, want)
+		}
+	}
+	if out := docker(t, "ps", "-aq", "--filter", "label="+images.LabelRunID+"="+id); out != "" {
+		t.Errorf("containers of run %s after Cleanup: %s", id, out)
 	}
 	if out := docker(t, "network", "ls", "-q", "--filter", "label="+images.LabelRunID+"="+id); out != "" {
 		t.Errorf("networks of run %s after Cleanup: %s", id, out)

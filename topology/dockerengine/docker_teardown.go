@@ -64,12 +64,21 @@ func dockerCleanup(ctx context.Context, cli *testcontainers.DockerClient, runID 
 // create whose request was cancelled (a store group still starting when Down came) may still
 // complete on the daemon after a listing (a CI run saw a netfilter sidecar appear after the
 // first pass), so it lists again every teardownPoll, for teardownContainersWithin at most.
+// Only the last round's errors are the teardown's: a container whose removal failed once and
+// that a later listing no longer finds (removed on a retry, or gone by itself) is not left
+// behind, and one that keeps failing is reported once, not once a round.
 func removeRunContainers(ctx context.Context, cli *testcontainers.DockerClient, f client.Filters, td *topology.Teardown) {
-	var mu sync.Mutex
 	deadline := time.Now().Add(teardownContainersWithin)
-	for removeContainers(ctx, cli, f, td, &mu) > 0 {
+	for {
+		found, errs := removeContainers(ctx, cli, f, td)
+		if found == 0 {
+			td.Errors = append(td.Errors, errs...)
+			return
+		}
 		if !pollAgain(ctx, deadline) {
-			if removeContainers(ctx, cli, f, td, &mu) > 0 {
+			found, errs = removeContainers(ctx, cli, f, td)
+			td.Errors = append(td.Errors, errs...)
+			if found > 0 {
 				td.Errors = append(td.Errors, fmt.Sprintf("containers of the run still appeared after %s of removing them", teardownContainersWithin))
 			}
 			return
@@ -77,18 +86,18 @@ func removeRunContainers(ctx context.Context, cli *testcontainers.DockerClient, 
 	}
 }
 
-// removeContainers stops and then removes every container matching f, recording each in td,
-// and returns how many it found. The stop comes first, and is awaited, so that the daemon has
-// finished with a container's network endpoints before its removal: a container force-removed
-// while the daemon was still disconnecting it can leave a stale endpoint behind (removeNetwork).
-func removeContainers(ctx context.Context, cli *testcontainers.DockerClient, f client.Filters, td *topology.Teardown, mu *sync.Mutex) int {
+// removeContainers stops and then removes every container matching f, recording each one
+// removed in td, and returns how many it found and the errors of this round. The stop comes
+// first, and is awaited, so that the daemon has finished with a container's network endpoints
+// before its removal: a container force-removed while the daemon was still disconnecting it
+// can leave a stale endpoint behind (removeNetwork).
+func removeContainers(ctx context.Context, cli *testcontainers.DockerClient, f client.Filters, td *topology.Teardown) (int, []string) {
 	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		mu.Lock()
-		td.Errors = append(td.Errors, "listing containers: "+err.Error())
-		mu.Unlock()
-		return 0
+		return 0, []string{"listing containers: " + err.Error()}
 	}
+	var mu sync.Mutex
+	var errs []string
 	var wg sync.WaitGroup
 	for _, c := range cs.Items {
 		wg.Add(1)
@@ -106,14 +115,15 @@ func removeContainers(ctx context.Context, cli *testcontainers.DockerClient, f c
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				td.Errors = append(td.Errors, "removing container "+name+": "+err.Error())
+				errs = append(errs, "removing container "+name+": "+err.Error())
 			} else {
 				td.Removed = append(td.Removed, "container "+name)
 			}
 		}()
 	}
 	wg.Wait()
-	return len(cs.Items)
+	slices.Sort(errs)
+	return len(cs.Items), errs
 }
 
 // removeNetwork removes network id. The daemon refuses while it counts an endpoint on the
