@@ -23,6 +23,11 @@ package kindengine
 //     quotaqual binary: probes from valkey are unsupported.
 //   - RestartGateway is a rollout restart (the pod template's restartedAt annotation) and waits
 //     until the new pod is ready and the old one is no longer serving.
+//   - CrashGateway SIGKILLs the gateway's container through its kind node's containerd (ctr
+//     task kill; deleting the pod would send SIGTERM, and the gateway drains on SIGTERM), waits
+//     until the kubelet has restarted it in the same pod and it is ready, and checks that the
+//     old container exited 137. Only on a kind cluster on this docker host: elsewhere the
+//     nodes are out of reach and the lever is unsupported.
 //   - StopValkey scales Valkey to 0 and waits until its pod is gone; StartValkey scales it to 1
 //     and waits until it is ready. The append-only file lives on a PVC (the cluster's default
 //     storage class: kind's local-path "standard"), so state survives; an emptyDir would not.
