@@ -142,8 +142,9 @@ func (env *Env) crashInBackground(ctx context.Context, r *Result) (crashAt time.
 }
 
 // heldThroughCrash is the held request's outcome once the crash has cut it, or the crash's
-// error when the engine has no crash lever (kind refuses at once: the scenario is skipped with
-// the reason instead of failing on a request that was never cut).
+// error when the engine has no crash lever (kind on a cluster it cannot reach through docker
+// refuses at once: the scenario is skipped with the reason instead of failing on a request
+// that was never cut).
 func heldThroughCrash(held <-chan Outcome, done <-chan struct{}, await func() error) (Outcome, error) {
 	select {
 	case o := <-held:

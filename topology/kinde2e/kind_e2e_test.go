@@ -218,9 +218,9 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 	for _, sc := range scenarios.All() {
 		needsEnforcement[sc.Name] = slices.Contains(sc.Needs, scenarios.NeedNetworkPolicy) || slices.Contains(sc.Needs, scenarios.NeedPartition)
 	}
-	// Levers the kind engine does not have yet: a replicated store group, a policy rollout and
-	// a crash; those scenarios skip with the reason.
-	missingOnKind := map[string]bool{"valkey-failover": true, "rolling-upgrade": true, "gateway-crash": true}
+	// Levers the kind engine does not have yet: a replicated store group and a policy rollout;
+	// those scenarios skip with the reason. gateway-crash runs (a SIGKILL through containerd).
+	missingOnKind := map[string]bool{"valkey-failover": true, "rolling-upgrade": true}
 	quick, _ := scenarios.ForProfile("quick", nil)
 	for _, r := range scenarios.Run(ctx, env, quick) {
 		t.Logf("scenario %s: %s %s", r.Name, r.Status, r.Reason)
@@ -248,6 +248,9 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 		}
 		if h == topology.HostGatewayA && strings.Count(string(b), "=== pod ") < 2 {
 			t.Errorf("gateway-a's log lacks the pod the restart replaced")
+		}
+		if h == topology.HostGatewayA && !strings.Contains(string(b), "(previous container)") {
+			t.Errorf("gateway-a's log lacks the container gateway-crash killed")
 		}
 	}
 
