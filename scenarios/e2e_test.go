@@ -384,7 +384,10 @@ func expectFailedOn(t *testing.T, results []evidence.ScenarioResult, want ...str
 // TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate proves usage-accounting catches
 // issue 10's defects 1-3: a gateway that charges the estimate whenever the provider reported
 // no usage (stream closed early, oversized body, provider errors), and one that estimates from
-// max_tokens before max_completion_tokens and ignores n.
+// max_tokens before max_completion_tokens and ignores n; and a gateway that drops a settlement
+// handed over while another is in progress (the bounded settle pool that dropped settlements
+// under load, scaled down to one job): the responses that end together leave reservations to
+// their leases instead of settling at their usage.
 func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: starts real processes; not in -short")
@@ -405,22 +408,10 @@ func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 			"n-choices: reserved ≥ completion tokens generated",
 			"both-output-bounds: reserved ≥ completion tokens generated")
 	})
-}
-
-// TestUsageAccountingFailsWhenTheGatewayDropsSettlements proves usage-accounting catches a
-// gateway that drops a settlement handed over while another is in progress (the bounded settle
-// pool that dropped settlements under load, scaled down to one job): the responses that end
-// together leave reservations to their leases instead of settling at their usage.
-func TestUsageAccountingFailsWhenTheGatewayDropsSettlements(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
-	list, err := Select([]string{"usage-accounting"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.SettlementBacklogDrops, nil, list),
-		"responses-ending-together: settled at what the providers counted")
+	t.Run("dropping settlements handed over together", func(t *testing.T) {
+		expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.SettlementBacklogDrops, nil, list),
+			"responses-ending-together: settled at what the providers counted")
+	})
 }
 
 // TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter

@@ -270,6 +270,15 @@ func (s ProviderSnapshot) Total() int64 {
 	return n
 }
 
+// InFlight is the number of requests the providers hold at the moment of the snapshot.
+func (s ProviderSnapshot) InFlight() int64 {
+	var n int64
+	for _, c := range s.ByHost {
+		n += c.InFlight
+	}
+	return n
+}
+
 // SiteDelta is, per site, how many calls arrived between before and after. Every site of
 // after appears, with 0 when it got none.
 func SiteDelta(before, after ProviderSnapshot) map[string]int64 {

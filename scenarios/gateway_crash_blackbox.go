@@ -107,10 +107,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 		if err != nil {
 			return false, err
 		}
-		inFlight = 0
-		for _, c := range s.ByHost {
-			inFlight += c.InFlight
-		}
+		inFlight = s.InFlight()
 		return answered.Load()+inFlight >= int64(n), nil
 	})
 	decided := time.Now()

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -60,18 +59,11 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 		return r
 	}
 
-	outs := make([]Outcome, burst)
-	var wg sync.WaitGroup
-	for i := range burst {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("greedy-%d", i+1), Subject: appA,
-				Stream: i%2 == 1, MaxTokens: 10 * hardGateAsk,
-				Metadata: map[string]string{providerstub.TokensMetadata: strconv.Itoa(hardGateAsk)}})
-		}()
-	}
-	wg.Wait()
+	outs := env.chatAtOnce(ctx, burst, func(i int) ChatCall {
+		return ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("greedy-%d", i+1), Subject: appA,
+			Stream: i%2 == 1, MaxTokens: 10 * hardGateAsk,
+			Metadata: map[string]string{providerstub.TokensMetadata: strconv.Itoa(hardGateAsk)}}
+	})
 	var q wire.QuotaState
 	var idleErr error
 	if env.inspects() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -307,14 +308,25 @@ func (env *Env) settledProviders(ctx context.Context) (ProviderSnapshot, error) 
 		if err != nil {
 			return false, err
 		}
-		for _, c := range s.ByHost {
-			if c.InFlight > 0 {
-				return false, nil
-			}
-		}
-		return true, nil
+		return s.InFlight() == 0, nil
 	})
 	return s, err
+}
+
+// chatAtOnce sends n chat calls at once, call(i) the i-th, and returns their outcomes in that
+// order once every one is answered.
+func (env *Env) chatAtOnce(ctx context.Context, n int, call func(i int) ChatCall) []Outcome {
+	outs := make([]Outcome, n)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = env.Chat(ctx, call(i))
+		}()
+	}
+	wg.Wait()
+	return outs
 }
 
 // waitInFlight waits until the providers hold at least n of this scenario's requests.
@@ -324,11 +336,7 @@ func (env *Env) waitInFlight(ctx context.Context, n int64) error {
 		if err != nil {
 			return false, err
 		}
-		var got int64
-		for _, c := range s.ByHost {
-			got += c.InFlight
-		}
-		return got >= n, nil
+		return s.InFlight() >= n, nil
 	})
 	return err
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -169,17 +168,10 @@ func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string)
 	release := time.Now().Add(lead)
 	md := map[string]string{providerstub.TokensMetadata: strconv.Itoa(togetherTokens),
 		providerstub.ReleaseAtMetadata: release.UTC().Format(time.RFC3339Nano)}
-	outs := make([]Outcome, n)
-	var wg sync.WaitGroup
-	for i := range outs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i] = env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("%s-%d", label, i+1), Subject: appA,
-				MaxTokens: togetherMaxTokens, Metadata: md})
-		}()
-	}
-	wg.Wait()
+	outs := env.chatAtOnce(ctx, n, func(i int) ChatCall {
+		return ChatCall{Gateway: env.alternate(i), Label: fmt.Sprintf("%s-%d", label, i+1), Subject: appA,
+			MaxTokens: togetherMaxTokens, Metadata: md}
+	})
 	snap, err := env.settledProviders(ctx)
 	if err != nil {
 		r.Error(fmt.Errorf("%s: reading the provider call logs: %w", label, err))

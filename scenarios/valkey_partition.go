@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/topology"
@@ -80,16 +79,9 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	// and one after another they would only add up those waits. Each is still decided within
 	// the bound on its own, the one that finds a pooled connection and those that must dial.
 	slo := p.StoreTimeout + p.OutageSLO
-	cut := make([]Outcome, partitionRequests)
-	var wg sync.WaitGroup
-	for i := range cut {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cut[i] = env.Chat(ctx, ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA})
-		}()
-	}
-	wg.Wait()
+	cut := env.chatAtOnce(ctx, partitionRequests, func(i int) ChatCall {
+		return ChatCall{Gateway: gwA, Label: fmt.Sprintf("partitioned-%d", i+1), Subject: appA}
+	})
 	var dec decisions
 	for i, o := range cut {
 		dec.checkFailClosed(env, r, fmt.Sprintf("cut-off gateway-a request %d", i+1), o, slo)
