@@ -414,6 +414,27 @@ func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 	})
 }
 
+// TestLayeredBudgetsFailsWhenOnlyTheFirstWindowDecides proves layered-budgets can fail: a
+// ledger that weighs the estimate against the rule's first budget only (its short window)
+// admits the request only the long window refuses, and the scenario must name both the wrong
+// decision and the long window overspent. The same run without the mutant passes.
+func TestLayeredBudgetsFailsWhenOnlyTheFirstWindowDecides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"layered-budgets"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.FirstBudgetOnly, nil, list),
+		"every decision as the rule replayed on the responses' usage says",
+		"nothing admitted past the long window")
+	control := topologyRunHooked(t, topology.EngineProcess, "", nil, list)
+	if control[0].Status != evidence.Passed {
+		t.Fatalf("without the mutant: %s", describe(control[0]))
+	}
+}
+
 // TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
 // forwards the clients' output bounds, and the providers' usage exceeds the capacity.
 func TestHardGateFailsUnderMeter(t *testing.T) {

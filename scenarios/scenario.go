@@ -89,7 +89,7 @@ type Scenario struct {
 // All returns the scenarios in the qualification's order: the nine of the upstream
 // qualification with gateway-crash after gateway-restart (a gateway killed with a request in
 // flight), then valkey-partition (one replica cut off from the store), then the metering
-// scenarios (usage-accounting, long-generation, hard-gate), then valkey-failover (a split
+// scenarios (usage-accounting, long-generation, hard-gate, layered-budgets), then valkey-failover (a split
 // brain of the replicated store group), then rolling-upgrade (a policy change while both
 // gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
 // profile's default run).
@@ -109,6 +109,7 @@ func All() []Scenario {
 		usageAccounting(),
 		longGeneration(),
 		hardGate(),
+		layeredBudgets(),
 		valkeyFailover(),
 		rollingUpgrade(),
 		sustainedLoad(),

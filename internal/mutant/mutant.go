@@ -56,6 +56,7 @@ const (
 	NoWWWAuthenticate        Name = "401-without-www-authenticate"
 	WrongAttributionSite     Name = "wrong-attribution-site"
 	SettlementBacklogDrops   Name = "settlement-backlog-drops"
+	FirstBudgetOnly          Name = "first-budget-only"
 )
 
 // Mutant describes one broken variant.
@@ -126,6 +127,9 @@ var Catalogue = []Mutant{
 	{RetryAfterFullWindow, "gateway", "truthful headers",
 		"Retry-After is always the whole window (the upstream D2 hint), not when capacity actually frees",
 		[]string{"window-expiry"}, ""},
+	{FirstBudgetOnly, "ledger", "every window (layered budgets)",
+		"admission weighs the estimate against the rule's first budget only: a rule with a short and a long window (per minute and per day) is held to the short one",
+		[]string{"layered-budgets"}, ""},
 	{RemainingAlwaysLimit, "gateway", "truthful headers",
 		"x-ratelimit-remaining-tokens always reports the full limit",
 		[]string{"shared-budget"}, ""},
