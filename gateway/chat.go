@@ -276,6 +276,9 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		cr.clampOutput = limit
 	}
 	key := rule.Key(subject, model)
+	if mutant.Is(mutant.ModelLeftOutOfKey) {
+		key = ledger.SubjectKey(subject)
+	}
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
 	dec, err := s.led.Reserve(rctx, rule.Quota, key, est)

@@ -435,6 +435,22 @@ func TestLayeredBudgetsFailsWhenOnlyTheFirstWindowDecides(t *testing.T) {
 	}
 }
 
+// TestModelBudgetsFailsWhenTheKeyLeavesTheModelOut proves model-budgets can fail: a gateway
+// that keys a subject_and_model rule by subject alone refuses the subject's second model once
+// the first is spent, and the scenario must name that decision.
+func TestModelBudgetsFailsWhenTheKeyLeavesTheModelOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"model-budgets"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, mutant.ModelLeftOutOfKey, nil, list),
+		"every decision as the rule replayed on the responses' usage says",
+		"the same subject on qwen3-8b admitted after its qwen3-0.6b budget was spent")
+}
+
 // TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
 // forwards the clients' output bounds, and the providers' usage exceeds the capacity.
 func TestHardGateFailsUnderMeter(t *testing.T) {

@@ -329,6 +329,12 @@ func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (wire.Q
 
 // QuotaOf reads the state of subject's key under rule from gateway's admin endpoint.
 func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (wire.QuotaState, error) {
+	return env.QuotaOfModel(ctx, gateway, rule, subjectLabel, "")
+}
+
+// QuotaOfModel is QuotaOf for the key of subjectLabel and model under a rule keyed by subject
+// and model ("" for a rule keyed by subject alone).
+func (env *Env) QuotaOfModel(ctx context.Context, gateway, rule, subjectLabel, model string) (wire.QuotaState, error) {
 	var q wire.QuotaState
 	if !env.inspects() {
 		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, errNoInspection{env.gateway().Name})
@@ -339,6 +345,9 @@ func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string)
 	}
 	u := strings.TrimRight(env.Topo.Gateway(gateway).AdminURL, "/") + "/admin/quota?rule=" +
 		url.QueryEscape(rule) + "&subject=" + url.QueryEscape(cred.Username)
+	if model != "" {
+		u += "&model=" + url.QueryEscape(model)
+	}
 	if _, err := env.adminGet(ctx, u, &q); err != nil {
 		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, err)
 	}

@@ -75,6 +75,16 @@ func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (
 // waitIdleWithin is waitIdleOf with its own limit. On an error the state returned is the last
 // read the store answered (zero when none was): with errPollDeadline, what was still held.
 func (env *Env) waitIdleWithin(ctx context.Context, gateway, rule, subject string, limit time.Duration) (wire.QuotaState, error) {
+	return env.waitIdleKey(ctx, gateway, rule, subject, "", limit)
+}
+
+// waitIdleOfModel is waitIdleOf for subject's key for model under a subject_and_model rule.
+func (env *Env) waitIdleOfModel(ctx context.Context, gateway, rule, subject, model string) (wire.QuotaState, error) {
+	return env.waitIdleKey(ctx, gateway, rule, subject, model, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
+}
+
+// waitIdleKey is waitIdleWithin for the key of subject (and model, "" for none) under rule.
+func (env *Env) waitIdleKey(ctx context.Context, gateway, rule, subject, model string, limit time.Duration) (wire.QuotaState, error) {
 	if !env.inspects() {
 		if _, err := env.settledProviders(ctx); err != nil {
 			return wire.QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
@@ -84,7 +94,7 @@ func (env *Env) waitIdleWithin(ctx context.Context, gateway, rule, subject strin
 	var q wire.QuotaState
 	var unanswered error // the last read the store did not answer: retried until the deadline
 	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
-		read, err := env.QuotaOf(ctx, gateway, rule, subject)
+		read, err := env.QuotaOfModel(ctx, gateway, rule, subject, model)
 		if errors.Is(err, errInspectionUnanswered) {
 			unanswered = err
 			return false, nil
@@ -428,4 +438,13 @@ func (b *budgetRound) next(subs ...string) (subject string, fits bool) {
 	fits = b.sent[subject]*b.usage+b.estimate <= b.capacity
 	b.sent[subject]++
 	return subject, fits
+}
+
+// outcomesOf lists the outcome of each of a scenario's recorded steps, in order.
+func outcomesOf[S any](steps []S, outcome func(S) Outcome) []Outcome {
+	out := make([]Outcome, len(steps))
+	for i, s := range steps {
+		out[i] = outcome(s)
+	}
+	return out
 }

@@ -155,7 +155,7 @@ func runLayeredBudgets(ctx context.Context, env *Env) *Result {
 			admittedOverLong = append(admittedOverLong, fmt.Sprintf("round %d #%d (long window held %d)", s.round, s.inRound, s.long))
 		}
 	}
-	r.Fact("statuses", statuses(outcomesOf(steps)))
+	r.Fact("statuses", statuses(outcomesOf(steps, func(s layeredStep) Outcome { return s.o })))
 	r.Fact("admitted", admitted)
 	r.Fact("settled_long_window_from_responses", longSettled)
 	r.Check("every decision as the rule replayed on the responses' usage says (settled + estimate ≤ capacity in every window)",
@@ -273,12 +273,4 @@ func windowSettled(q wire.QuotaState, w time.Duration) int64 {
 		}
 	}
 	return -1
-}
-
-func outcomesOf(steps []layeredStep) []Outcome {
-	out := make([]Outcome, len(steps))
-	for i, s := range steps {
-		out[i] = s.o
-	}
-	return out
 }

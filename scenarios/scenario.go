@@ -1,4 +1,4 @@
-// Package scenarios holds the nine qualification scenarios. Each is a pure function of a
+// Package scenarios holds the qualification scenarios (All lists them). Each is a pure function of a
 // topology (reached only through its HTTP endpoints and fault levers) and a request recorder,
 // returning a verdict with the facts and assertions that decided it. A scenario never talks to
 // a process directly.
@@ -89,7 +89,8 @@ type Scenario struct {
 // All returns the scenarios in the qualification's order: the nine of the upstream
 // qualification with gateway-crash after gateway-restart (a gateway killed with a request in
 // flight), then valkey-partition (one replica cut off from the store), then the metering
-// scenarios (usage-accounting, long-generation, hard-gate, layered-budgets), then valkey-failover (a split
+// scenarios (usage-accounting, long-generation, hard-gate), the rule shapes (layered-budgets:
+// two windows; model-budgets: a key per model), then valkey-failover (a split
 // brain of the replicated store group), then rolling-upgrade (a policy change while both
 // gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
 // profile's default run).
@@ -110,6 +111,7 @@ func All() []Scenario {
 		longGeneration(),
 		hardGate(),
 		layeredBudgets(),
+		modelBudgets(),
 		valkeyFailover(),
 		rollingUpgrade(),
 		sustainedLoad(),

@@ -18,7 +18,7 @@ func testDeployment(t *testing.T, backend string) *deployment.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.NewDeployment("q-seam-test", p, []string{"shared-budget", "usage-accounting", "hard-gate", "layered-budgets", "long-generation", "valkey-failover"})
+	d, err := deployment.NewDeployment("q-seam-test", p, []string{"shared-budget", "usage-accounting", "hard-gate", "layered-budgets", "model-budgets", "long-generation", "valkey-failover"})
 	if err != nil {
 		t.Fatal(err)
 	}

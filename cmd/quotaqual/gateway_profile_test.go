@@ -148,6 +148,7 @@ var altGatewayVerdicts = map[string]verdict{
 	"hard-gate": {evidence.Skipped, "no black-box check of it can be made", false},
 	// Its rules have one window each and the scenarios' own rules are not rendered for it.
 	"layered-budgets": {evidence.Skipped, "needs the scenarios' own rules", false},
+	"model-budgets":   {evidence.Skipped, "needs the scenarios' own rules", false},
 	// Its config cannot name the replicated store group: nothing to fail over.
 	"valkey-failover": {evidence.Skipped, "needs the replicated store group", false},
 	// Each policy's window is a counter key of its own (the key holds Unix time / period), so the two

@@ -57,6 +57,7 @@ const (
 	WrongAttributionSite     Name = "wrong-attribution-site"
 	SettlementBacklogDrops   Name = "settlement-backlog-drops"
 	FirstBudgetOnly          Name = "first-budget-only"
+	ModelLeftOutOfKey        Name = "model-left-out-of-key"
 )
 
 // Mutant describes one broken variant.
@@ -130,6 +131,9 @@ var Catalogue = []Mutant{
 	{FirstBudgetOnly, "ledger", "every window (layered budgets)",
 		"admission weighs the estimate against the rule's first budget only: a rule with a short and a long window (per minute and per day) is held to the short one",
 		[]string{"layered-budgets"}, ""},
+	{ModelLeftOutOfKey, "gateway", "a key per model",
+		"admission keys the quota by subject alone under a rule keyed by subject and model: spending one model's budget spends every model's",
+		[]string{"model-budgets"}, ""},
 	{RemainingAlwaysLimit, "gateway", "truthful headers",
 		"x-ratelimit-remaining-tokens always reports the full limit",
 		[]string{"shared-budget"}, ""},

@@ -1,0 +1,164 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/quotaqual/quotaqual/deployment"
+)
+
+func modelBudgets() Scenario {
+	return Scenario{
+		Name: "model-budgets",
+		Summary: "under a rule keyed by subject and model, one subject spends its budget on one model and is still admitted on " +
+			"the other, and another subject on the spent model; the quota headers speak for the key asked",
+		Invariant: "hard gate: each (subject, model) key admits iff its own settled + estimate ≤ capacity (replayed on the " +
+			"responses' usage); a spent key refuses nothing of another key; remaining is the key's own on every response",
+		// Its rule is the only one keyed by model: without the scenarios' rules there is nothing
+		// to qualify. Without inspection, the responses' usage stands for the ledger's.
+		Needs:   []Need{NeedScenarioRules},
+		Prefers: []Need{NeedQuotaInspection},
+		Run:     runModelBudgets,
+	}
+}
+
+// modelKey is one (subject, model) key of model-budgets.
+type modelKey struct{ subject, model string }
+
+func (k modelKey) String() string { return k.subject + "/" + k.model }
+
+// modelStep is one request of model-budgets and what the rule, replayed on the responses'
+// usage, says of it.
+type modelStep struct {
+	key     modelKey
+	o       Outcome
+	settled int64 // the key's settled usage before the request (replayed)
+	ledger  int64 // the key's settled usage read after the request settled (-1: not read)
+}
+
+func (s modelStep) fits(est, capacity int64) bool { return s.settled+est <= capacity }
+
+// modelMaxPerKey bounds one key's requests: the capacity holds two.
+const modelMaxPerKey = 5
+
+func runModelBudgets(ctx context.Context, env *Env) *Result {
+	r := env.NewResult()
+	p := env.Profile
+	est, capacity := p.Estimate, 2*p.Estimate
+	m1, m2 := deployment.ModelBudgetsModels[0], deployment.ModelBudgetsModels[1]
+	r.Fact("rule", fmt.Sprintf("%s: key subject_and_model, %d tokens per %s per key, %d reserved per request, models %v",
+		deployment.ModelBudgetsRule, capacity, deployment.ModelBudgetsWindow, est, deployment.ModelBudgetsModels))
+	if !env.inspects() {
+		r.DecidedBy("the responses' usage", "the providers' call logs")
+		r.NotMade("the ledger's settled usage per key against the responses'", "no quota inspection")
+	}
+	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	if !ok {
+		return r
+	}
+
+	var steps []modelStep
+	settled := map[modelKey]int64{}
+	// send sends one request for key on the next gateway in turn, and waits until it settled.
+	send := func(k modelKey, label string) (Outcome, error) {
+		gw := env.alternate(len(steps))
+		st := modelStep{key: k, settled: settled[k], ledger: -1}
+		st.o = env.Chat(ctx, ChatCall{Gateway: gw, Label: label, Subject: k.subject,
+			Fields: map[string]any{"model": k.model}})
+		defer func() { steps = append(steps, st) }()
+		if !st.o.Admitted() {
+			return st.o, nil
+		}
+		q, err := env.waitIdleOfModel(ctx, gw, deployment.ModelBudgetsRule, k.subject, k.model)
+		if err != nil {
+			return st.o, err
+		}
+		settled[k] += charge(st.o, est)
+		if env.inspects() {
+			st.ledger = q.Settled()
+		}
+		return st.o, nil
+	}
+	// exhaust sends requests for k until the first non-200.
+	exhaust := func(k modelKey, label string) error {
+		for i := 0; i < modelMaxPerKey; i++ {
+			o, err := send(k, fmt.Sprintf("%s-%d", label, i+1))
+			if err != nil || !o.Admitted() {
+				return err
+			}
+		}
+		return fmt.Errorf("%s: %d requests admitted in a row, more than the capacity %d holds", k, modelMaxPerKey, capacity)
+	}
+
+	spent, other, neighbour := modelKey{appA, m1}, modelKey{appA, m2}, modelKey{appB, m1}
+	if err := exhaust(spent, "spend-"+m1); err != nil {
+		return r.Error(err)
+	}
+	// Not vacuous: the spent key refuses an estimate, so a key shared across models would
+	// refuse the other model's first request too.
+	if spent := settled[spent]; spent+est <= capacity {
+		return r.Error(fmt.Errorf("not decided: %s settled %d and still has room for an estimate of %d in %d", modelKey{appA, m1}, spent, est, capacity))
+	}
+	if err := exhaust(other, "other-model-"+m2); err != nil {
+		return r.Error(err)
+	}
+	if _, err := send(neighbour, "other-subject-"+m1); err != nil {
+		return r.Error(err)
+	}
+
+	var wrong []string
+	admitted, firstAdmitted := 0, map[modelKey]bool{}
+	for i, s := range steps {
+		if s.o.Admitted() {
+			admitted++
+			if s.settled == 0 {
+				firstAdmitted[s.key] = true
+			}
+		}
+		if s.fits(est, capacity) != s.o.Admitted() || (s.o.Status != http.StatusOK && s.o.Status != http.StatusTooManyRequests) {
+			wrong = append(wrong, fmt.Sprintf("#%d %s: %d + %d ≤ %d is %v; status %d", i+1, s.key, s.settled, est, capacity, s.fits(est, capacity), s.o.Status))
+		}
+	}
+	r.Fact("statuses", statuses(outcomesOf(steps, func(s modelStep) Outcome { return s.o })))
+	r.Fact("settled_per_key_from_responses", map[string]int64{spent.String(): settled[spent], other.String(): settled[other], neighbour.String(): settled[neighbour]})
+	r.Check("every decision as the rule replayed on the responses' usage says (each key its own settled + estimate ≤ capacity)",
+		"no mismatch", wrong, len(wrong) == 0)
+	r.Check(fmt.Sprintf("the same subject on %s admitted after its %s budget was spent", m2, m1), true, firstAdmitted[other], firstAdmitted[other])
+	r.Check(fmt.Sprintf("another subject on %s admitted after application-a spent its budget there", m1), true, firstAdmitted[neighbour], firstAdmitted[neighbour])
+
+	if name := env.gateway().Expect.QuotaHeaders.Remaining; name == "" {
+		r.NotMade("the remaining header is the key's own", "the gateway sends none")
+	} else {
+		var lies []string
+		for i, s := range steps {
+			want := max(0, capacity-s.settled)
+			if s.o.Admitted() {
+				want = max(0, capacity-s.settled-est)
+			}
+			if got := s.o.Headers.Get(name); got != strconv.FormatInt(want, 10) {
+				lies = append(lies, fmt.Sprintf("#%d %s (%d): %q, truthful %d", i+1, s.key, s.o.Status, got, want))
+			}
+		}
+		r.Check(strings.ToLower(name)+" is the key's own remaining on every response", "all exact", lies, len(lies) == 0)
+	}
+	if env.inspects() {
+		var differ []string
+		for i, s := range steps {
+			if s.ledger >= 0 && s.ledger != s.settled+charge(s.o, est) {
+				differ = append(differ, fmt.Sprintf("#%d %s: ledger %d, responses %d", i+1, s.key, s.ledger, s.settled+charge(s.o, est)))
+			}
+		}
+		r.Check("the ledger's settled usage per key == the responses' usage", "equal after every admission", differ, len(differ) == 0)
+	}
+	after, err := env.settledProviders(ctx)
+	if err != nil {
+		return r.Error(fmt.Errorf("provider call counts after: %w", err))
+	}
+	d := TotalDelta(before, after)
+	r.Check("denied requests reached no provider (provider calls == admitted)", admitted, d, d == int64(admitted))
+	r.Key("%d admitted: %s spent (%d settled), %s and %s admitted beside it", admitted, spent, settled[spent], other, neighbour)
+	return r
+}
