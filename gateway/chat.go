@@ -374,7 +374,7 @@ func (s *Server) denyQuota(w http.ResponseWriter, rec *requestRecord, rule *ledg
 		msg = "the request cannot be admitted under quota rule " + rule.Name + " (" + reason + ")"
 	}
 	s.mutateDenial(h, rule, d)
-	s.deny(w, rec, http.StatusTooManyRequests, resultDenied, reason, wire.TypeRateLimit, code, msg)
+	s.deny(w, rec, http.StatusTooManyRequests, resultDenied, reason, mutateDenialType(wire.TypeRateLimit), code, msg)
 }
 
 // retryAfterSeconds is max(1, ceil(d in seconds)).

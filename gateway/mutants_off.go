@@ -25,6 +25,8 @@ func (s *Server) mutateAdmin(h http.Handler) http.Handler { return h }
 
 func (s *Server) mutateDenial(http.Header, *ledger.CompiledRule, *ledger.Denial) {}
 
+func mutateDenialType(t string) string { return t }
+
 func (s *Server) mutateAdmitted(http.Header, *ledger.Quota, *upstream) {}
 
 func (s *Server) mutateRetry(_ *http.Request, _ []byte, resp *http.Response, err error) (*http.Response, error) {

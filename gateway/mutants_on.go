@@ -86,6 +86,14 @@ func (s *Server) mutateDenial(h http.Header, rule *ledger.CompiledRule, d *ledge
 	}
 }
 
+// mutateDenialType breaks a 429's error type.
+func mutateDenialType(t string) string {
+	if mutant.Is(mutant.DenialTypedInsufficientQuota) {
+		return "insufficient_quota"
+	}
+	return t
+}
+
 // callProvider sends a minimal chat request to p and discards the answer.
 func (s *Server) callProvider(p *upstream) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

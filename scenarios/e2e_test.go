@@ -451,6 +451,22 @@ func TestModelBudgetsFailsWhenTheKeyLeavesTheModelOut(t *testing.T) {
 		"the same subject on qwen3-8b admitted after its qwen3-0.6b budget was spent")
 }
 
+// TestQuotaDenialsFailWhenA429SaysInsufficientQuota proves the scenarios that exhaust a budget
+// read a 429's error type: a gateway that types its quota denials insufficient_quota (an
+// OpenAI client's "spent balance", not worth a retry) fails each of them on that check.
+func TestQuotaDenialsFailWhenA429SaysInsufficientQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: starts real processes; not in -short")
+	}
+	list, err := Select([]string{"shared-budget", "layered-budgets", "model-budgets"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range topologyRunHooked(t, topology.EngineProcess, mutant.DenialTypedInsufficientQuota, nil, list) {
+		expectFailedOn(t, []evidence.ScenarioResult{r}, "error.type is the denial's")
+	}
+}
+
 // TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
 // forwards the clients' output bounds, and the providers' usage exceeds the capacity.
 func TestHardGateFailsUnderMeter(t *testing.T) {

@@ -248,6 +248,7 @@ func (env *Env) checkLayeredHeaders(r *Result, steps []layeredStep, capShort, ca
 		if s.o.Admitted() {
 			continue
 		}
+		env.checkErrorBody(r, fmt.Sprintf("round %d's 429", s.round), s.o)
 		raw := s.o.Headers.Get(h.RetryAfter)
 		ra, err := strconv.ParseInt(raw, 10, 64)
 		if !s.fitsShort {

@@ -144,6 +144,11 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 		}
 		r.Check(strings.ToLower(name)+" is the key's own remaining on every response", "all exact", lies, len(lies) == 0)
 	}
+	for i, s := range steps {
+		if s.o.Status == http.StatusTooManyRequests {
+			env.checkErrorBody(r, fmt.Sprintf("#%d %s's 429", i+1, s.key), s.o)
+		}
+	}
 	if env.inspects() {
 		var differ []string
 		for i, s := range steps {

@@ -197,14 +197,16 @@ func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p deployme
 	env.checkErrorBody(r, what, o)
 }
 
-// checkErrorBody checks an error answer has an OpenAI-style body (error.type set), when the
-// gateway under test writes those (its profile names a denial error type).
+// checkErrorBody checks a quota denial's body says what it is: the error.type the gateway
+// under test's profile names for a denial (rate_limit_exceeded for quotaqual). Clients act on
+// it: an OpenAI client reads insufficient_quota as a spent balance, not worth a retry.
 func (env *Env) checkErrorBody(r *Result, what string, o Outcome) {
-	if env.gateway().Expect.Denial.ErrorType == "" {
+	want := env.gateway().Expect.Denial.ErrorType
+	if want == "" {
 		r.NotMade(what+": OpenAI-style error body", "the gateway writes error bodies of its own")
 		return
 	}
-	r.Check(what+": OpenAI-style error body", "error.type set", o.ErrorType, o.ErrorType != "")
+	r.Check(what+": error.type is the denial's", want, o.ErrorType, o.ErrorType == want)
 }
 
 // checkRemainingTruth checks x-ratelimit-remaining-tokens on every response of a sequential

@@ -31,33 +31,34 @@ type Name string
 
 // The mutants. Each breaks one promise of the README's quota contract or gateway behaviour.
 const (
-	SeparateMemoryStores     Name = "separate-memory-stores"
-	ReadThenWriteReserve     Name = "read-then-write-reserve"
-	FailOpen                 Name = "fail-open"
-	StoreErrorAs429          Name = "store-error-as-429"
-	NoLeaseRenewal           Name = "no-lease-renewal"
-	SettleDoubleCharge       Name = "settle-double-charge"
-	SettleDoubleRefund       Name = "settle-double-refund"
-	SettleIgnoresUsage       Name = "settle-ignores-usage"
-	AdmissionIgnoresEstimate Name = "admission-ignores-estimate"
-	GatewayClock             Name = "gateway-clock"
-	SweepUnreadKey           Name = "sweep-unread-key"
-	ProbesConsumeQuota       Name = "probes-consume-quota"
-	CredentialsForwarded     Name = "credentials-forwarded"
-	DenialWithoutHeaders     Name = "429-without-quota-headers"
-	RetryAfterOneSecond      Name = "retry-after-one-second"
-	RetryAfterFullWindow     Name = "retry-after-full-window"
-	RemainingAlwaysLimit     Name = "remaining-always-limit"
-	DenialCallsProvider      Name = "denial-calls-provider"
-	TransparentRetry         Name = "transparent-retry"
-	EstimateOnDisconnect     Name = "estimate-on-disconnect"
-	LegacyEstimate           Name = "legacy-estimate"
-	NoRequestBounds          Name = "no-request-bounds"
-	NoWWWAuthenticate        Name = "401-without-www-authenticate"
-	WrongAttributionSite     Name = "wrong-attribution-site"
-	SettlementBacklogDrops   Name = "settlement-backlog-drops"
-	FirstBudgetOnly          Name = "first-budget-only"
-	ModelLeftOutOfKey        Name = "model-left-out-of-key"
+	SeparateMemoryStores         Name = "separate-memory-stores"
+	ReadThenWriteReserve         Name = "read-then-write-reserve"
+	FailOpen                     Name = "fail-open"
+	StoreErrorAs429              Name = "store-error-as-429"
+	NoLeaseRenewal               Name = "no-lease-renewal"
+	SettleDoubleCharge           Name = "settle-double-charge"
+	SettleDoubleRefund           Name = "settle-double-refund"
+	SettleIgnoresUsage           Name = "settle-ignores-usage"
+	AdmissionIgnoresEstimate     Name = "admission-ignores-estimate"
+	GatewayClock                 Name = "gateway-clock"
+	SweepUnreadKey               Name = "sweep-unread-key"
+	ProbesConsumeQuota           Name = "probes-consume-quota"
+	CredentialsForwarded         Name = "credentials-forwarded"
+	DenialWithoutHeaders         Name = "429-without-quota-headers"
+	RetryAfterOneSecond          Name = "retry-after-one-second"
+	RetryAfterFullWindow         Name = "retry-after-full-window"
+	RemainingAlwaysLimit         Name = "remaining-always-limit"
+	DenialCallsProvider          Name = "denial-calls-provider"
+	TransparentRetry             Name = "transparent-retry"
+	EstimateOnDisconnect         Name = "estimate-on-disconnect"
+	LegacyEstimate               Name = "legacy-estimate"
+	NoRequestBounds              Name = "no-request-bounds"
+	NoWWWAuthenticate            Name = "401-without-www-authenticate"
+	WrongAttributionSite         Name = "wrong-attribution-site"
+	SettlementBacklogDrops       Name = "settlement-backlog-drops"
+	FirstBudgetOnly              Name = "first-budget-only"
+	ModelLeftOutOfKey            Name = "model-left-out-of-key"
+	DenialTypedInsufficientQuota Name = "429-typed-insufficient-quota"
 )
 
 // Mutant describes one broken variant.
@@ -122,6 +123,9 @@ var Catalogue = []Mutant{
 	{DenialWithoutHeaders, "gateway", "client contract (429)",
 		"429 answers carry no Retry-After and no x-ratelimit-* headers",
 		[]string{"shared-budget", "window-expiry"}, ""},
+	{DenialTypedInsufficientQuota, "gateway", "client contract (429)",
+		"429 answers say error.type insufficient_quota (which OpenAI clients read as a spent balance, not worth a retry) instead of rate_limit_exceeded",
+		[]string{"shared-budget", "layered-budgets", "model-budgets"}, ""},
 	{RetryAfterOneSecond, "gateway", "truthful headers",
 		"Retry-After (and x-ratelimit-reset-tokens) is always 1 s, whenever capacity actually frees",
 		[]string{"window-expiry"}, ""},
