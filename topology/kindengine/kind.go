@@ -22,7 +22,9 @@ package kindengine
 //     probing itself dials 127.0.0.1 (loopback is not policed). Valkey's image has no
 //     quotaqual binary: probes from valkey are unsupported.
 //   - RestartGateway is a rollout restart (the pod template's restartedAt annotation) and waits
-//     until the new pod is ready and the old one is no longer serving.
+//     until the new pod is ready and the old one is no longer serving. RestartGatewayWithPolicy
+//     (rolling-upgrade's lever) first writes the config rendered for another rule policy into
+//     the gateway's ConfigMap, and the same rollout starts a pod that mounts it.
 //   - CrashGateway SIGKILLs the gateway's container through its kind node's containerd (ctr
 //     task kill; deleting the pod would send SIGTERM, and the gateway drains on SIGTERM), waits
 //     until the kubelet has restarted it in the same pod and it is ready, and checks that the
@@ -49,9 +51,13 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -89,6 +95,7 @@ import (
 	kindlog "sigs.k8s.io/kind/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
@@ -1041,10 +1048,21 @@ func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
 	if t.cs == nil {
 		return errors.New("the kind topology is not up: bring it up first")
 	}
+	return t.rollout(ctx, name, nil)
+}
+
+// rollout restarts gateway name's pods with the pod template's annotations set to annotations
+// plus a new restartedAt (one revision), and waits until the new pod is ready and the old one
+// is no longer serving.
+func (t *kindTopo) rollout(ctx context.Context, name string, annotations map[string]string) error {
 	t.saveLogs(ctx, name)
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`,
-		k8s.AnnotationRestartedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	if _, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	ann := map[string]string{k8s.AnnotationRestartedAt: time.Now().UTC().Format(time.RFC3339Nano)}
+	maps.Copy(ann, annotations)
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": ann}}}})
+	if err != nil {
+		return fmt.Errorf("restarting %s: %w", name, err)
+	}
+	if _, err := t.cs.AppsV1().Deployments(t.ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("restarting %s: %w", name, err)
 	}
 	if err := t.waitRollout(ctx, name, kindLeverTimeout); err != nil {
@@ -1057,6 +1075,48 @@ func (t *kindTopo) RestartGateway(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// RestartGatewayWithPolicy restarts a gateway on the rule policy of p (nil: the run's own
+// profile), one step of a rolling change of the quota policy: the gateway's ConfigMap gets the
+// config rendered for p, then a rollout restart (RestartGateway) starts a pod that mounts it.
+// The config's digest is an annotation of the pod template, so the Deployment's revision names
+// the config it runs. The rendered config is kept beside the original as evidence.
+func (t *kindTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
+	if !slices.Contains(t.Gateways(), name) {
+		return topology.NoGatewayError(name, t.Gateways())
+	}
+	if t.cs == nil {
+		return errors.New("the kind topology is not up: bring it up first")
+	}
+	prof := t.spec.Deployment.Profile
+	if p != nil {
+		prof = *p
+	}
+	t.mu.Lock()
+	in := t.in
+	t.mu.Unlock()
+	kg, err := gatewayManifest(t.spec, name, gatewayAddresses(in), prof)
+	if err != nil {
+		return fmt.Errorf("rendering %s's config for policy %s: %w", name, prof.Name, err)
+	}
+	if p != nil {
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", name+"-policy"+filepath.Ext(kg.ConfigFile)), kg.Config, 0o600)
+	}
+	cm, err := t.cs.CoreV1().ConfigMaps(t.ns).Get(ctx, name+"-config", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("restarting %s on another policy: reading its ConfigMap: %w", name, err)
+	}
+	cm.Data = map[string]string{kg.ConfigFile: string(kg.Config)}
+	if _, err := t.cs.CoreV1().ConfigMaps(t.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("restarting %s on another policy: updating its ConfigMap: %w", name, err)
+	}
+	sum := sha256.Sum256(kg.Config)
+	return t.rollout(ctx, name, map[string]string{annotationConfigDigest: hex.EncodeToString(sum[:8])})
+}
+
+// annotationConfigDigest, on a gateway's pod template, is the digest of the config its pods
+// mount (set by RestartGatewayWithPolicy).
+const annotationConfigDigest = "quotaqual.dev/config-digest"
 
 // CrashGateway SIGKILLs the gateway's container through its kind node's containerd (`ctr -n
 // k8s.io task kill -s SIGKILL`), and the kubelet starts it again in the same pod (restartPolicy

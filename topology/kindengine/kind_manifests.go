@@ -105,22 +105,14 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 			Monitor: valkeyproc.SentinelConfig(valkeyproc.ReplicatedOptions{MasterName: topology.StoreMasterName, Quorum: 2,
 				DownAfter: kindStoreDown, FailoverTimeout: kindStoreFailover}, in.ServiceHost(topology.HostStore1), kindPorts.Valkey, "")}
 	}
-	valkeyAddr := in.ServiceAddr(topology.HostValkey, kindPorts.Valkey)
 	spec := topology.Spec{RunID: o.RunID, Deployment: d, Gateway: o.Gateway, GatewayImage: o.GatewayImage}
-	in.GatewayEnv = topology.GatewaySecretEnv(spec, valkeyAddr)
-	var provs []deployment.ProviderAddr
+	in.GatewayEnv = topology.GatewaySecretEnv(spec, in.ServiceAddr(topology.HostValkey, kindPorts.Valkey))
 	for _, h := range topology.Providers {
-		provs = append(provs, deployment.ProviderAddr{Site: topology.SiteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
 		in.Providers = append(in.Providers, k8s.Provider{Host: h, Site: topology.SiteOf(h),
 			Args: d.ProviderArgs(topology.SiteOf(h), ":"+strconv.Itoa(kindPorts.ProviderData), ":"+strconv.Itoa(kindPorts.ProviderAdmin))})
 	}
 	for _, g := range gateways {
-		kg, err := gatewayManifest(spec, g, deployment.Addresses{
-			DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
-			AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
-			ValkeyAddr:  valkeyAddr,
-			Providers:   provs,
-		})
+		kg, err := gatewayManifest(spec, g, gatewayAddresses(in), d.Profile)
 		if err != nil {
 			return k8s.Input{}, err
 		}
@@ -132,12 +124,26 @@ func Input(d *deployment.Deployment, o ManifestOptions) (k8s.Input, error) {
 	return in, nil
 }
 
-// gatewayManifest is gateway host as its profile launches it, for the renderer: the config
-// (its ConfigMap key the profile's file name, mounted where the profile's argv finds it), the
-// image, command and probes, and the profile's own variables, copies of the run's secret
-// variables kept as references to the Secret.
-func gatewayManifest(spec topology.Spec, host string, a deployment.Addresses) (k8s.Gateway, error) {
-	cg, err := topology.ContainerGatewayFor(spec, host, a, spec.Deployment.Profile)
+// gatewayAddresses are where a gateway of in listens and what it reaches: Valkey and the
+// providers by their Services.
+func gatewayAddresses(in k8s.Input) deployment.Addresses {
+	a := deployment.Addresses{
+		DataListen:  ":" + strconv.Itoa(kindPorts.GatewayData),
+		AdminListen: ":" + strconv.Itoa(kindPorts.GatewayAdmin),
+		ValkeyAddr:  in.ServiceAddr(topology.HostValkey, kindPorts.Valkey),
+	}
+	for _, h := range topology.Providers {
+		a.Providers = append(a.Providers, deployment.ProviderAddr{Site: topology.SiteOf(h), URL: "http://" + in.ServiceAddr(h, kindPorts.ProviderData)})
+	}
+	return a
+}
+
+// gatewayManifest is gateway host as its profile launches it on the rule policy of prof, for
+// the renderer: the config (its ConfigMap key the profile's file name, mounted where the
+// profile's argv finds it), the image, command and probes, and the profile's own variables,
+// copies of the run's secret variables kept as references to the Secret.
+func gatewayManifest(spec topology.Spec, host string, a deployment.Addresses, prof deployment.Profile) (k8s.Gateway, error) {
+	cg, err := topology.ContainerGatewayFor(spec, host, a, prof)
 	if err != nil {
 		return k8s.Gateway{}, err
 	}
