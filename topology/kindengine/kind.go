@@ -33,11 +33,15 @@ package kindengine
 //   - StopValkey scales Valkey to 0 and waits until its pod is gone; StartValkey scales it to 1
 //     and waits until it is ready. The append-only file lives on a PVC (the cluster's default
 //     storage class: kind's local-path "standard"), so state survives; an emptyDir would not.
-//   - Partition(a, b) re-renders the NetworkPolicies from the policy without the a↔b
-//     allowances (a NetworkPolicy can only allow, so a partition removes an allow), applies
-//     them, and trusts them only after a probe from the partitioned side is denied. Heal
-//     restores them and waits for the probe to reach again. NetworkPolicy governs new
-//     connections: whether established ones are cut is up to the CNI.
+//   - Partition(a, b), on a kind cluster of this docker host, drops every packet between a's
+//     pods and b (its pods' addresses, its Service IP) with an nftables table in a's pods'
+//     network namespaces, set from their kind node (kind_nodecut.go): live connections are
+//     cut too, and NetworkPolicy enforcement is not needed. Elsewhere (an existing cluster, whose
+//     nodes the engine cannot enter) it re-renders the NetworkPolicies from the policy without
+//     the a↔b allowances (a NetworkPolicy can only allow, so a partition removes an allow) and
+//     applies them; NetworkPolicy governs new connections, so whether established ones are cut
+//     is up to the CNI. Either way a partition is trusted only after a probe from the
+//     partitioned side is denied, and Heal waits for the probe to reach again.
 //   - After the rollout, Up proves NetworkPolicy enforcement is live before anything relies
 //     on it: a negative control (client → valkey) must be denied while a positive control
 //     (gateway-a → valkey) reaches. kind enforces NetworkPolicy since v0.24, with reports of
@@ -132,30 +136,31 @@ type kindTopo struct {
 	opts topology.KindOptions
 	base topology.Policy // the qualification's policy; partitions are cut out of it
 
-	mu         sync.Mutex
-	in         k8s.Input // rendered input (real secrets)
-	ns         string
-	qqImg      string
-	valkeyImg  string
-	nodeImage  string
-	defaulted  bool // no node image was named: the local build may stand in for kind's
-	provider   *cluster.Provider
-	clusterNm  string // kind cluster created (owned) or loaded into
-	owns       bool   // this run created the cluster
-	nsCreated  bool   // this run created the namespace
-	kubecfg    string // kubeconfig path of a created cluster
-	rest       *rest.Config
-	cs         kubernetes.Interface
-	serverVer  string
-	cuts       map[[2]string]bool
-	enforced   bool
-	enforceWhy string
-	proof      []string
-	logs       map[string]*bytes.Buffer // host → logs of pods already gone
-	saved      map[string]bool          // pod name → its log is in logs
-	pf         map[string]httpstream.Connection
-	logsFinal  bool // Down saved every pod's log: logsNow asks the cluster no more
-	down       topology.DownGuard
+	mu          sync.Mutex
+	in          k8s.Input // rendered input (real secrets)
+	ns          string
+	qqImg       string
+	valkeyImg   string
+	nodeImage   string
+	defaulted   bool // no node image was named: the local build may stand in for kind's
+	provider    *cluster.Provider
+	clusterNm   string // kind cluster created (owned) or loaded into
+	owns        bool   // this run created the cluster
+	nsCreated   bool   // this run created the namespace
+	kubecfg     string // kubeconfig path of a created cluster
+	rest        *rest.Config
+	cs          kubernetes.Interface
+	serverVer   string
+	cuts        map[[2]string]bool
+	nodeCutSide map[[2]string][2]string // partitions cut through the nodes: pair → {cut side, peer}
+	enforced    bool
+	enforceWhy  string
+	proof       []string
+	logs        map[string]*bytes.Buffer // host → logs of pods already gone
+	saved       map[string]bool          // pod name → its log is in logs
+	pf          map[string]httpstream.Connection
+	logsFinal   bool // Down saved every pod's log: logsNow asks the cluster no more
+	down        topology.DownGuard
 
 	reqID    atomic.Int64
 	client   *http.Client
@@ -186,16 +191,17 @@ func newKind(spec topology.Spec) (*kindTopo, error) {
 		o.ClusterName = "qq-" + spec.RunID
 	}
 	t := &kindTopo{
-		spec:      spec,
-		opts:      o,
-		base:      topology.DefaultPolicy(kindPorts, spec.GatewayHosts()),
-		ns:        "quotaqual-" + spec.RunID,
-		nodeImage: o.NodeImage,
-		defaulted: imageDefaulted,
-		cuts:      map[[2]string]bool{},
-		logs:      map[string]*bytes.Buffer{},
-		saved:     map[string]bool{},
-		pf:        map[string]httpstream.Connection{},
+		spec:        spec,
+		opts:        o,
+		base:        topology.DefaultPolicy(kindPorts, spec.GatewayHosts()),
+		ns:          "quotaqual-" + spec.RunID,
+		nodeImage:   o.NodeImage,
+		defaulted:   imageDefaulted,
+		cuts:        map[[2]string]bool{},
+		nodeCutSide: map[[2]string][2]string{},
+		logs:        map[string]*bytes.Buffer{},
+		saved:       map[string]bool{},
+		pf:          map[string]httpstream.Connection{},
 	}
 	if spec.AdjustPolicy != nil {
 		t.base = spec.AdjustPolicy(t.base)
@@ -257,6 +263,9 @@ func (t *kindTopo) Capabilities() topology.Capabilities {
 		c.NetworkPolicy, c.Partition = false, false
 		c.NetworkPolicyReason = t.enforceWhy
 		c.PartitionReason = t.enforceWhy
+	}
+	if t.nodeCuts() {
+		c.Partition, c.PartitionReason = true, kindNodeCutReason
 	}
 	return c
 }
@@ -1339,21 +1348,39 @@ func (t *kindTopo) setPartition(ctx context.Context, host, peer string, on bool)
 	if t.cs == nil {
 		return errors.New("the kind topology is not up: bring it up first")
 	}
-	t.mu.Lock()
-	if on {
-		t.cuts[pairKey(host, peer)] = true
+	if t.nodeCuts() {
+		// Cut (and heal) on the side the partition named first, recorded for the heal.
+		t.mu.Lock()
+		side, ok := t.nodeCutSide[pairKey(host, peer)]
+		if on || !ok {
+			side = [2]string{host, peer}
+		}
+		if on {
+			t.nodeCutSide[pairKey(host, peer)] = side
+		} else {
+			delete(t.nodeCutSide, pairKey(host, peer))
+		}
+		t.mu.Unlock()
+		if err := t.nodeCut(ctx, side[0], side[1], on); err != nil {
+			return fmt.Errorf("partition %s/%s: %w", host, peer, err)
+		}
 	} else {
-		delete(t.cuts, pairKey(host, peer))
-	}
-	pol := partitionedPolicy(t.base, t.cuts)
-	in := t.in
-	t.mu.Unlock()
-	in.Rules = nil
-	for _, r := range pol.Rules {
-		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
-	}
-	if err := t.syncPolicies(ctx, in.NetworkPolicies()); err != nil {
-		return fmt.Errorf("partition %s/%s: %w", host, peer, err)
+		t.mu.Lock()
+		if on {
+			t.cuts[pairKey(host, peer)] = true
+		} else {
+			delete(t.cuts, pairKey(host, peer))
+		}
+		pol := partitionedPolicy(t.base, t.cuts)
+		in := t.in
+		t.mu.Unlock()
+		in.Rules = nil
+		for _, r := range pol.Rules {
+			in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})
+		}
+		if err := t.syncPolicies(ctx, in.NetworkPolicies()); err != nil {
+			return fmt.Errorf("partition %s/%s: %w", host, peer, err)
+		}
 	}
 	// Trust it only once a probe shows it: from each side that can probe, to each port the
 	// base policy allowed it on.
