@@ -448,3 +448,26 @@ func outcomesOf[S any](steps []S, outcome func(S) Outcome) []Outcome {
 	}
 	return out
 }
+
+// startReplay opens a scenario that replays the rule on the responses' usage: without quota
+// inspection the responses decide and the ledger check named ledgerCheck is not made. It
+// returns the providers' call counts before the scenario's requests.
+func (env *Env) startReplay(ctx context.Context, r *Result, ledgerCheck string) (ProviderSnapshot, bool) {
+	if !env.inspects() {
+		r.DecidedBy("the responses' usage", "the providers' call logs")
+		r.NotMade(ledgerCheck, "no quota inspection")
+	}
+	return env.readProviders(ctx, r, "provider call counts before")
+}
+
+// checkDenialsReachedNoProvider checks that the providers were called once per admitted
+// request since before, so no denied request reached one.
+func (env *Env) checkDenialsReachedNoProvider(ctx context.Context, r *Result, before ProviderSnapshot, admitted int) error {
+	after, err := env.settledProviders(ctx)
+	if err != nil {
+		return fmt.Errorf("provider call counts after: %w", err)
+	}
+	d := TotalDelta(before, after)
+	r.Check("denied requests reached no provider (provider calls == admitted)", admitted, d, d == int64(admitted))
+	return nil
+}

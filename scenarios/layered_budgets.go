@@ -52,11 +52,7 @@ func runLayeredBudgets(ctx context.Context, env *Env) *Result {
 	ws, wl := deployment.LayeredShortWindow, deployment.LayeredLongWindow
 	bs, bl := env.bucketWidth(ws), env.bucketWidth(wl)
 	r.Fact("rule", fmt.Sprintf("%s: %d tokens per %s and %d per %s, %d reserved per request", deployment.LayeredBudgetsRule, capShort, ws, capLong, wl, est))
-	if !env.inspects() {
-		r.DecidedBy("the responses' usage", "the providers' call logs")
-		r.NotMade("the ledger's settled usage per window against the responses'", "no quota inspection")
-	}
-	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	before, ok := env.startReplay(ctx, r, "the ledger's settled usage per window against the responses'")
 	if !ok {
 		return r
 	}
@@ -201,12 +197,9 @@ func runLayeredBudgets(ctx context.Context, env *Env) *Result {
 		r.Check("the ledger's settled usage per window == the responses' usage", "equal after every admission", differ, len(differ) == 0)
 	}
 
-	after, err := env.settledProviders(ctx)
-	if err != nil {
-		return r.Error(fmt.Errorf("provider call counts after: %w", err))
+	if err := env.checkDenialsReachedNoProvider(ctx, r, before, admitted); err != nil {
+		return r.Error(err)
 	}
-	d := TotalDelta(before, after)
-	r.Check("denied requests reached no provider (provider calls == admitted)", admitted, d, d == int64(admitted))
 	r.Fact("span_ms", ms(end.Sub(first.Start)))
 	r.Key("%d admitted; round 1's request %d was the short window's to refuse (%d), round 2's request %d the long window's (%d)",
 		admitted, d1.inRound, d1.o.Status, d2.inRound, d2.o.Status)

@@ -51,11 +51,7 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 	m1, m2 := deployment.ModelBudgetsModels[0], deployment.ModelBudgetsModels[1]
 	r.Fact("rule", fmt.Sprintf("%s: key subject_and_model, %d tokens per %s per key, %d reserved per request, models %v",
 		deployment.ModelBudgetsRule, capacity, deployment.ModelBudgetsWindow, est, deployment.ModelBudgetsModels))
-	if !env.inspects() {
-		r.DecidedBy("the responses' usage", "the providers' call logs")
-		r.NotMade("the ledger's settled usage per key against the responses'", "no quota inspection")
-	}
-	before, ok := env.readProviders(ctx, r, "provider call counts before")
+	before, ok := env.startReplay(ctx, r, "the ledger's settled usage per key against the responses'")
 	if !ok {
 		return r
 	}
@@ -158,12 +154,9 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 		}
 		r.Check("the ledger's settled usage per key == the responses' usage", "equal after every admission", differ, len(differ) == 0)
 	}
-	after, err := env.settledProviders(ctx)
-	if err != nil {
-		return r.Error(fmt.Errorf("provider call counts after: %w", err))
+	if err := env.checkDenialsReachedNoProvider(ctx, r, before, admitted); err != nil {
+		return r.Error(err)
 	}
-	d := TotalDelta(before, after)
-	r.Check("denied requests reached no provider (provider calls == admitted)", admitted, d, d == int64(admitted))
 	r.Key("%d admitted: %s spent (%d settled), %s and %s admitted beside it", admitted, spent, settled[spent], other, neighbour)
 	return r
 }
