@@ -55,6 +55,44 @@ type recovery struct {
 
 // awaitAdmission sends subject's requests to gw every 100 ms until one is admitted or the
 // profile's RecoveryMax has passed, timing the recovery from since.
+// stableReads store reads in a row through a gateway make its recovery stable.
+const stableReads = 10
+
+// checkStaysRecovered reads the store through gw (its quota inspection) every interval until
+// stableReads reads in a row answer, and checks that this happened within RecoveryMax of since
+// (what: the event since is, e.g. "the heal"). Recovered means recovered for good, not one
+// lucky answer: a connection a store lever left behind — one to a Valkey that is gone, which on
+// Kubernetes may never be reset, or one still backing off after a partition — can fail a read
+// after the first admission. The time it takes is the recovery clients actually see, and the
+// next scenario starts from a settled gateway. It returns that time.
+func (env *Env) checkStaysRecovered(ctx context.Context, r *Result, gw, what string, since time.Time, interval time.Duration) time.Duration {
+	p := env.Profile
+	var unanswered []string
+	streak := 0
+	_, err := poll(ctx, interval, p.RecoveryMax, func(ctx context.Context) (bool, error) {
+		start := time.Now()
+		if _, err := env.Quota(ctx, gw, appA); err != nil {
+			streak = 0
+			unanswered = append(unanswered, fmt.Sprintf("a read %s after %s failed after %s: %v",
+				time.Since(since).Round(time.Millisecond), what, time.Since(start).Round(time.Millisecond), firstLine(err.Error())))
+			return false, nil
+		}
+		streak++
+		return streak >= stableReads, nil
+	})
+	stable := time.Since(since)
+	suffix := ""
+	if gw != gwA {
+		suffix = "_" + gw
+	}
+	r.Fact("time_to_stable_recovery_ms"+suffix, ms(stable))
+	r.Fact("store_reads_unanswered_after_recovery"+suffix, unanswered)
+	r.Check(fmt.Sprintf("%s stays recovered: %d store reads in a row answer within RecoveryMax of %s", gw, stableReads, what),
+		"≤ "+p.RecoveryMax.String(), fmt.Sprintf("%s (%v); %d unanswered before", stable.Round(time.Millisecond), err, len(unanswered)),
+		err == nil && stable <= p.RecoveryMax)
+	return stable
+}
+
 func (env *Env) awaitAdmission(ctx context.Context, gw, subject string, since time.Time) recovery {
 	var rec recovery
 	rec.tries, rec.err = poll(ctx, 100*time.Millisecond, env.Profile.RecoveryMax, func(ctx context.Context) (bool, error) {
