@@ -452,8 +452,9 @@ func TestModelBudgetsFailsWhenTheKeyLeavesTheModelOut(t *testing.T) {
 }
 
 // TestQuotaDenialsFailWhenA429SaysInsufficientQuota proves the scenarios that exhaust a budget
-// read a 429's error type: a gateway that types its quota denials insufficient_quota (an
-// OpenAI client's "spent balance", not worth a retry) fails each of them on that check.
+// read a 429's error type: a gateway that types its quota denials insufficient_quota
+// (OpenAI's error for a plan or balance used up, not a rate limit) fails each of them on that
+// check.
 func TestQuotaDenialsFailWhenA429SaysInsufficientQuota(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: starts real processes; not in -short")

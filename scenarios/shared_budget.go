@@ -199,7 +199,8 @@ func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p deployme
 
 // checkErrorBody checks a quota denial's body says what it is: the error.type the gateway
 // under test's profile names for a denial (rate_limit_exceeded for quotaqual). Clients act on
-// it: an OpenAI client reads insufficient_quota as a spent balance, not worth a retry.
+// it: insufficient_quota is OpenAI's error for a plan or balance used up, not a rate limit, and
+// a client that tells them apart does not retry it.
 func (env *Env) checkErrorBody(r *Result, what string, o Outcome) {
 	want := env.gateway().Expect.Denial.ErrorType
 	if want == "" {

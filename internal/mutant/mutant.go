@@ -124,7 +124,7 @@ var Catalogue = []Mutant{
 		"429 answers carry no Retry-After and no x-ratelimit-* headers",
 		[]string{"shared-budget", "window-expiry"}, ""},
 	{DenialTypedInsufficientQuota, "gateway", "client contract (429)",
-		"429 answers say error.type insufficient_quota (which OpenAI clients read as a spent balance, not worth a retry) instead of rate_limit_exceeded",
+		"429 answers say error.type insufficient_quota (OpenAI's error for a plan or balance used up, not a rate limit: a client that tells them apart does not retry it) instead of rate_limit_exceeded",
 		[]string{"shared-budget", "layered-budgets", "model-budgets"}, ""},
 	{RetryAfterOneSecond, "gateway", "truthful headers",
 		"Retry-After (and x-ratelimit-reset-tokens) is always 1 s, whenever capacity actually frees",
