@@ -167,6 +167,18 @@ func poll(ctx context.Context, interval, limit time.Duration, fn func(ctx contex
 	}
 }
 
+// waitUntil waits until t or until ctx ends.
+func waitUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
 // adminGet fetches url with the observer client and decodes JSON into v when v is not nil.
 // errInspectionUnanswered marks an admin read the gateway answered 503: its store did not
 // answer this one read in time (on a loaded machine, or a connection still recovering from a

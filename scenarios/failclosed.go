@@ -53,8 +53,6 @@ type recovery struct {
 	elapsed  time.Duration // from the store's return to the last answer
 }
 
-// awaitAdmission sends subject's requests to gw every 100 ms until one is admitted or the
-// profile's RecoveryMax has passed, timing the recovery from since.
 // stableReads store reads in a row through a gateway make its recovery stable.
 const stableReads = 10
 
@@ -93,6 +91,8 @@ func (env *Env) checkStaysRecovered(ctx context.Context, r *Result, gw, what str
 	return stable
 }
 
+// awaitAdmission sends subject's requests to gw every 100 ms until one is admitted or the
+// profile's RecoveryMax has passed, timing the recovery from since.
 func (env *Env) awaitAdmission(ctx context.Context, gw, subject string, since time.Time) recovery {
 	var rec recovery
 	rec.tries, rec.err = poll(ctx, 100*time.Millisecond, env.Profile.RecoveryMax, func(ctx context.Context) (bool, error) {

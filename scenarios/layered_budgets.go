@@ -115,9 +115,7 @@ func runLayeredBudgets(ctx context.Context, env *Env) *Result {
 	}
 	emptyBy := lastCharge.Add(ws + bs)
 	env.Progressf("waiting for the short window (%s) to empty, until %s", ws, emptyBy.Format("15:04:05.000"))
-	if _, err := poll(ctx, 50*time.Millisecond, time.Until(emptyBy)+time.Second, func(ctx context.Context) (bool, error) {
-		return !time.Now().Before(emptyBy), nil
-	}); err != nil {
+	if err := waitUntil(ctx, emptyBy); err != nil {
 		return r.Error(fmt.Errorf("waiting for the short window to empty: %w", err))
 	}
 	if env.inspects() {

@@ -273,18 +273,6 @@ func rollingLongPolicy(p deployment.Profile) deployment.Profile {
 	return p3
 }
 
-// waitUntil waits until t or until ctx ends.
-func waitUntil(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
-}
-
 // heldInterval is one admitted request's time in flight and the tokens it held.
 type heldInterval struct {
 	start, end time.Time

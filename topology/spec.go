@@ -170,3 +170,12 @@ func NewRunID() string {
 	}
 	return "q" + time.Now().UTC().Format("20060102-150405") + "-" + string(b)
 }
+
+// PolicyProfile is the profile a gateway restarted on rule policy p runs (PolicyRollout): p, or
+// the run's own when p is nil.
+func (s Spec) PolicyProfile(p *deployment.Profile) deployment.Profile {
+	if p != nil {
+		return *p
+	}
+	return s.Deployment.Profile
+}

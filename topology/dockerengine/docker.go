@@ -747,10 +747,7 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 // RestartGatewayWithPolicy restarts a gateway container on the rule policy of p (nil: the
 // run's own profile): the new config is copied into the stopped container before it starts.
 func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
-	prof := t.spec.Deployment.Profile
-	if p != nil {
-		prof = *p
-	}
+	prof := t.spec.PolicyProfile(p)
 	t.mu.Lock()
 	provs := t.provAddrs
 	t.mu.Unlock()

@@ -1097,10 +1097,7 @@ func (t *kindTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p 
 	if t.cs == nil {
 		return errors.New("the kind topology is not up: bring it up first")
 	}
-	prof := t.spec.Deployment.Profile
-	if p != nil {
-		prof = *p
-	}
+	prof := t.spec.PolicyProfile(p)
 	t.mu.Lock()
 	in := t.in
 	t.mu.Unlock()
