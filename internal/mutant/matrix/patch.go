@@ -37,6 +37,8 @@ type BlindMutant struct {
 	Breaks string `yaml:"breaks"`
 	// Clause is the promise of the contract it breaks, as the writer cited it.
 	Clause string `yaml:"clause"`
+	// Realistic is the writer's reason an engineer would plausibly write it.
+	Realistic string `yaml:"realistic"`
 }
 
 var (
