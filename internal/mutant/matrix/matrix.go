@@ -91,10 +91,13 @@ type RunOptions struct {
 	Tagged string
 	// Plain is an unmutated quotaqual binary: the harness of every blind run, whose gateway is
 	// the patched binary a generated profile launches.
-	Plain     string
-	Topology  string   // the engine (default netns)
-	Views     []View   // default: white-box and black-box
-	Scenarios []string // only these scenarios (default: all)
+	Plain string
+	// PlainGateway is the gateway of the patch path's control run (default Plain): the same
+	// binary as Plain where Plain is a wrapper around it (say, one that takes a lock first).
+	PlainGateway string
+	Topology     string   // the engine (default netns)
+	Views        []View   // default: white-box and black-box
+	Scenarios    []string // only these scenarios (default: all)
 	// Root is the repository the blind patches apply to (default: the working directory).
 	Root        string
 	EvidenceDir string // bundle root; "" = a temporary directory, removed afterwards
@@ -288,7 +291,11 @@ func RunAll(ctx context.Context, o RunOptions, mutants []Mutant, scenarioOrder [
 		logf("control (%s): caught %v, exit %d in %s", v.Name, c.Caught(scenarioOrder), c.ExitCode, c.Elapsed.Round(time.Millisecond))
 		if hasBlind {
 			logf("control (%s, patch path) …", v.Name)
-			c, err := RunPatched(ctx, o, o.Plain, v, work)
+			gw := o.PlainGateway
+			if gw == "" {
+				gw = o.Plain
+			}
+			c, err := RunPatched(ctx, o, gw, v, work)
 			if err != nil {
 				return m, fmt.Errorf("control (%s, patch path): %w", v.Name, err)
 			}

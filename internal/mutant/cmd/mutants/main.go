@@ -26,12 +26,13 @@ import (
 
 func main() {
 	var (
-		tagged, plain, out, topo, blackProfile, origin, views string
-		build                                                 time.Duration
-		only, scens                                           multi
+		tagged, plain, plainGateway, out, topo, blackProfile, origin, views string
+		build                                                               time.Duration
+		only, scens                                                         multi
 	)
 	flag.StringVar(&tagged, "tagged", "bin/quotaqual-mutants", "quotaqual binary built with -tags quotaqual_mutants (harness and gateway of the catalogue runs)")
 	flag.StringVar(&plain, "plain", "bin/quotaqual", "unmutated quotaqual binary (harness of the blind runs)")
+	flag.StringVar(&plainGateway, "plain-gateway", "", "the unmutated gateway binary of the blind path's control (default -plain; give the binary itself when -plain is a wrapper)")
 	flag.StringVar(&out, "out", "MUTANTS.md", "where to write the matrix")
 	flag.StringVar(&topo, "topology", "netns", "topology engine of every run")
 	flag.StringVar(&blackProfile, "blackbox-profile", matrix.DefaultBlackBoxProfile, "the gateway profile of the black-box view")
@@ -92,7 +93,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	m, err := matrix.RunAll(ctx, matrix.RunOptions{Tagged: tagged, Plain: plain, Topology: topo, Views: vs,
+	m, err := matrix.RunAll(ctx, matrix.RunOptions{Tagged: tagged, Plain: plain, PlainGateway: plainGateway, Topology: topo, Views: vs,
 		Scenarios: scens, Root: ".", Log: os.Stderr}, all, scenarios.Names())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
