@@ -131,6 +131,21 @@ func TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies(t *testing.T) 
 		}
 	}
 	checkReport(t, out.BundleDir, out.BundleTar)
+	// Every key fact of the passing run states what its evidence shows (the failing runs:
+	// TestKeyFactsOfFailedRunsAreObservations).
+	if b, err := evidence.LoadBundle(out.BundleDir); err != nil {
+		t.Error(err)
+	} else {
+		got := map[string][]int{}
+		for _, q := range b.Requests {
+			got[q.Scenario] = append(got[q.Scenario], q.Status)
+		}
+		for _, r := range b.Results {
+			if lies := scenarios.KeyFactContradictions(r, append([]int{}, got[r.Name]...)); len(lies) > 0 {
+				t.Errorf("%s: key fact %q: %s", r.Name, r.KeyFact, strings.Join(lies, "; "))
+			}
+		}
+	}
 	// Tampering with any file must be caught.
 	results := filepath.Join(out.BundleDir, "results.json")
 	b, err := os.ReadFile(results)
