@@ -18,10 +18,11 @@ import (
 // profile and effective configs. It reads only the two bundles.
 type Diff struct {
 	Base, Head string
+	Level      LevelChange     `json:"level"`      // what each run qualified
 	Verdicts   []VerdictChange `json:"verdicts"`   // scenarios whose verdict changed (or that exist on one side only)
 	Moved      []FactChange    `json:"moved"`      // numeric facts and request measures that changed
 	Settings   []SettingChange `json:"settings"`   // versions, topology, profile, config digests
-	Regressed  bool            `json:"regressed"`  // a verdict got worse: the CI job fails
+	Regressed  bool            `json:"regressed"`  // a verdict or the level got worse: the CI job fails
 	Unchanged  int             `json:"unchanged"`  // scenarios with the same verdict
 	Scenarios  int             `json:"scenarios"`  // scenarios on either side
 	FactsAlike int             `json:"facts_same"` // numeric measures compared that did not change
@@ -32,6 +33,16 @@ type Diff struct {
 // DefaultThreshold is the relative change below which a measure counts as noise: run-to-run
 // latencies of a millisecond or less easily move by a tenth.
 const DefaultThreshold = 0.25
+
+// LevelChange is the qualification level of both bundles (a version 1 bundle's computed from
+// its verdicts).
+type LevelChange struct {
+	Base      Level `json:"base"`
+	Head      Level `json:"head"`
+	Regressed bool  `json:"regressed"` // qualified → partial or failed, partial → failed
+	// Skipped is what the candidate did not qualify: its skipped scenarios and why.
+	Skipped []Skip `json:"skipped,omitempty"`
+}
 
 // VerdictChange is one scenario whose verdict differs.
 type VerdictChange struct {
@@ -87,6 +98,9 @@ func DiffBundles(basePath, headPath string, threshold float64) (Diff, error) {
 // Compare compares a baseline bundle with a candidate.
 func Compare(base, head *Bundle, threshold float64) Diff {
 	d := Diff{Base: base.Path, Head: head.Path, Threshold: threshold}
+	d.Level = LevelChange{Base: base.Qualification.Level, Head: head.Qualification.Level,
+		Regressed: head.Qualification.Worse(base.Qualification), Skipped: head.Qualification.Skipped}
+	d.Regressed = d.Level.Regressed
 	baseRes, headRes := byName(base.Results), byName(head.Results)
 	for _, name := range unionNames(base.Results, head.Results) {
 		d.Scenarios++
@@ -353,6 +367,18 @@ func firstLineOf(s string) string {
 // settings.
 func (d Diff) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "baseline  %s\ncandidate %s\n", d.Base, d.Head)
+	switch {
+	case d.Level.Regressed:
+		fmt.Fprintf(w, "level: ✗ REGRESSED %s → %s", d.Level.Base, d.Level.Head)
+	case d.Level.Base == d.Level.Head:
+		fmt.Fprintf(w, "level: %s (unchanged)", d.Level.Head)
+	default:
+		fmt.Fprintf(w, "level: %s → %s", d.Level.Base, d.Level.Head)
+	}
+	if len(d.Level.Skipped) > 0 {
+		fmt.Fprintf(w, "; the candidate did not qualify (skipped): %s", SkipList(d.Level.Skipped))
+	}
+	fmt.Fprintln(w)
 	if len(d.Verdicts) == 0 {
 		fmt.Fprintf(w, "verdicts: unchanged (%d scenarios)\n", d.Scenarios)
 	} else {
@@ -391,9 +417,12 @@ func (d Diff) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %s: %s → %s\n", s.Name, orNone(s.Base), orNone(s.Head))
 		}
 	}
-	if d.Regressed {
+	switch {
+	case d.Regressed && d.Level.Regressed:
+		fmt.Fprintf(w, "result: REGRESSED (level %s → %s)\n", d.Level.Base, d.Level.Head)
+	case d.Regressed:
 		fmt.Fprintln(w, "result: REGRESSED")
-	} else {
+	default:
 		fmt.Fprintln(w, "result: no verdict regressed")
 	}
 }

@@ -25,8 +25,11 @@ type Bundle struct {
 	Path     string
 	Manifest Manifest
 	Results  []ScenarioResult // facts decoded with json.Number for numbers
-	Requests []RequestRecord
-	Files    map[string][]byte
+	// Qualification is the run's level as the bundle records it, or, for a version 1 bundle
+	// that does not, as its verdicts give it (with no --require policy).
+	Qualification Qualification
+	Requests      []RequestRecord
+	Files         map[string][]byte
 }
 
 // LoadBundle reads a bundle directory or a .tar.gz written by Pack.
@@ -57,6 +60,14 @@ func LoadBundle(p string) (*Bundle, error) {
 		return nil, fmt.Errorf("evidence: %s: read %s: %w", p, ResultsFile, err)
 	}
 	b.Results = doc.Scenarios
+	switch {
+	case doc.Qualification != nil:
+		b.Qualification = *doc.Qualification
+	case b.Manifest.Qualification != nil:
+		b.Qualification = *b.Manifest.Qualification
+	default:
+		b.Qualification = Assess(b.Results, "", nil)
+	}
 	b.Requests, err = parseRequests(b.Files[RequestsFile])
 	if err != nil {
 		return nil, fmt.Errorf("evidence: %s: %w", p, err)
@@ -156,6 +167,8 @@ func RegenerateReport(p string) (string, error) {
 // reportView is what the template renders.
 type reportView struct {
 	M         Manifest
+	Q         Qualification
+	Required  []Skip // skipped though required
 	Outcome   string
 	Duration  string
 	Counts    map[string]int
@@ -194,7 +207,8 @@ type assertView struct {
 // log. It reads facts generically: a scenario's fault windows, ledger samples and probes are
 // drawn when it recorded them under the names in types.go; every other fact is listed.
 func RenderReport(m Manifest, results []ScenarioResult, reqs []RequestRecord) ([]byte, error) {
-	v := reportView{M: m, Outcome: outcomeWord(m, results), Counts: map[string]int{string(Passed): 0, string(Failed): 0, string(Skipped): 0}, Requests: len(reqs),
+	q := qualificationOf(m, results)
+	v := reportView{M: m, Q: q, Required: q.RequiredSkipped(), Outcome: outcomeWord(m, results), Counts: map[string]int{string(Passed): 0, string(Failed): 0, string(Skipped): 0}, Requests: len(reqs),
 		Generated: time.Now().UTC().Format(time.RFC3339)}
 	if !m.Started.IsZero() && !m.Ended.IsZero() {
 		v.Duration = m.Ended.Sub(m.Started).Round(time.Millisecond).String()
@@ -369,7 +383,7 @@ const reportHTML = `<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>quotaqual {{.M.RunID}}: {{.Outcome}}</title>
+<title>quotaqual {{.M.RunID}}: {{.Q.Level}}</title>
 <style>
 body{font-family:"Liberation Sans",Arial,Helvetica,sans-serif;margin:0 auto;max-width:1100px;padding:1em 1.5em;color:#1b1b1b;background:#fff}
 h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.25em;margin:0}h3{font-size:1em;margin:1em 0 .3em}
@@ -377,6 +391,8 @@ table{border-collapse:collapse;margin:.4em 0;font-size:.9em}th,td{border:1px sol
 th{background:#f2f2f2}td.num{text-align:right}code,.mono{font-family:"Liberation Mono",monospace;font-size:.9em}
 .st-passed{color:#1e7b34;font-weight:bold}.st-failed{color:#c62828;font-weight:bold}.st-skipped{color:#8a6d00;font-weight:bold}
 .badge{display:inline-block;padding:.1em .6em;border-radius:.8em;color:#fff;font-size:.85em}
+.st-qualified{color:#1e7b34;font-weight:bold}.st-partial{color:#8a6d00;font-weight:bold}
+.badge.st-qualified{background:#2e9e44;color:#fff}.badge.st-partial{background:#b38f00;color:#fff}
 .badge.st-passed{background:#2e9e44;color:#fff}.badge.st-failed{background:#d62728;color:#fff}.badge.st-skipped{background:#b38f00;color:#fff}
 section.scenario{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.8em}
 .meta{color:#555;font-size:.9em}.reason{background:#fff4f4;border-left:4px solid #d62728;padding:.4em .6em;white-space:pre-wrap}
@@ -390,8 +406,14 @@ nav a{margin-right:.6em}
 </head>
 <body>
 <header id="run">
-<h1>quotaqual qualification <span class="badge st-{{.Outcome}}">{{.Outcome}}</span></h1>
+<h1>quotaqual qualification <span class="badge st-{{.Q.Level}}" data-level="{{.Q.Level}}">{{.Q.Level}}</span></h1>
 <p class="meta">Run <code>{{.M.RunID}}</code> · {{.Counts.passed}} passed, {{.Counts.failed}} failed, {{.Counts.skipped}} skipped · {{.Requests}} requests recorded</p>
+<table class="qualification">
+<tr><th>level</th><td class="st-{{.Q.Level}}">{{.Q.Level}}: {{.Q.Counts}}</td></tr>
+{{if .Q.Failed}}<tr><th>failed</th><td>{{range $i, $n := .Q.Failed}}{{if $i}}, {{end}}<a href="#scenario-{{$n}}">{{$n}}</a>{{end}}</td></tr>{{end}}
+{{if .Q.Skipped}}<tr><th>not qualified (skipped)</th><td><ul class="skipped">{{range .Q.Skipped}}<li data-scenario="{{.Scenario}}"><a href="#scenario-{{.Scenario}}">{{.Scenario}}</a>: {{.Reason}}{{if .Required}} <strong>(required)</strong>{{end}}</li>{{end}}</ul></td></tr>{{end}}
+{{if .Q.Require}}<tr><th>required (--require)</th><td>{{.Q.Require}}{{if .Required}} — <strong>{{len .Required}} required scenario(s) skipped: the run fails</strong>{{end}}</td></tr>{{end}}
+</table>
 <table class="run-facts">
 <tr><th>topology</th><td>{{.M.Topology}}</td></tr>
 <tr><th>profile</th><td>{{.M.Profile}}</td></tr>

@@ -14,7 +14,23 @@ import (
 // scenario that did not pass, and what the run proves (each scenario's invariant).
 func renderSummary(m Manifest, results []ScenarioResult) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# quotaqual qualification: %s\n\n", outcomeWord(m, results))
+	q := qualificationOf(m, results)
+	fmt.Fprintf(&b, "# quotaqual qualification: %s\n\n", q.Level)
+	fmt.Fprintf(&b, "- Level: **%s** — %s\n", q.Level, q.Counts())
+	if len(q.Failed) > 0 {
+		fmt.Fprintf(&b, "- Failed: %s\n", mdCell(strings.Join(q.Failed, ", ")))
+	}
+	if len(q.Skipped) > 0 {
+		fmt.Fprintf(&b, "- Not qualified (skipped): %s\n", mdCell(SkipList(q.Skipped)))
+	}
+	if q.Require != "" {
+		fmt.Fprintf(&b, "- Required (`--require`): %s", q.Require)
+		if rs := q.RequiredSkipped(); len(rs) > 0 {
+			fmt.Fprintf(&b, " — skipped though required: %s", mdCell(SkipList(rs)))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "- Outcome: %s\n", outcomeWord(m, results))
 	fmt.Fprintf(&b, "- Run id: `%s`\n", m.RunID)
 	fmt.Fprintf(&b, "- Topology: %s\n", orDash(m.Topology))
 	fmt.Fprintf(&b, "- Profile: %s\n", orDash(m.Profile))
@@ -74,6 +90,15 @@ func renderSummary(m Manifest, results []ScenarioResult) []byte {
 	return b.Bytes()
 }
 
+// qualificationOf is the manifest's qualification, or the one results give (a version 1
+// manifest has none).
+func qualificationOf(m Manifest, results []ScenarioResult) Qualification {
+	if m.Qualification != nil {
+		return *m.Qualification
+	}
+	return Assess(results, "", nil)
+}
+
 func outcomeWord(m Manifest, results []ScenarioResult) string {
 	if m.Outcome != "" {
 		return m.Outcome
@@ -115,14 +140,25 @@ func valueString(v any) string {
 	return string(b)
 }
 
-// renderJUnit writes junit.xml: one testsuite "quotaqual" with the run's properties and one
-// testcase per scenario; a failure carries the reason as message and the failing assertions as
-// body, a skip carries its reason.
+// RequiredTestcase is the JUnit testcase that fails when a scenario the run required was
+// skipped.
+const RequiredTestcase = "required scenarios ran"
+
+// renderJUnit writes junit.xml: one testsuite "quotaqual" with the run's properties (its
+// qualification level among them) and one testcase per scenario; a failure carries the reason
+// as message and the failing assertions as body, a skip carries its reason. A run whose
+// required scenario was skipped has one more testcase, RequiredTestcase, failed.
 func renderJUnit(m Manifest, results []ScenarioResult) ([]byte, error) {
 	suite := junit.Testsuite{Name: "quotaqual"}
 	suite.AddProperty("run_id", m.RunID)
 	suite.AddProperty("topology", m.Topology)
 	suite.AddProperty("profile", m.Profile)
+	q := qualificationOf(m, results)
+	suite.AddProperty("qualification", string(q.Level))
+	suite.AddProperty("qualification.detail", q.String())
+	if q.Require != "" {
+		suite.AddProperty("require", q.Require)
+	}
 	if !m.Started.IsZero() {
 		suite.SetTimestamp(m.Started)
 	}
@@ -147,6 +183,14 @@ func renderJUnit(m Manifest, results []ScenarioResult) ([]byte, error) {
 			tc.Failure = &junit.Result{Message: orDash(r.Reason), Type: string(r.Status), Data: body.String()}
 		}
 		suite.AddTestcase(tc)
+	}
+	// A required scenario's skip fails the run (exit 4) although no scenario failed: a
+	// testcase of its own says so, so a CI's JUnit view fails where the job does. Each skipped
+	// scenario stays a skipped testcase.
+	if rs := q.RequiredSkipped(); len(rs) > 0 {
+		suite.AddTestcase(junit.Testcase{Name: RequiredTestcase, Classname: "quotaqual", Time: seconds(0),
+			Failure: &junit.Result{Message: "partial: a required scenario was skipped (--require " + q.Require + ")",
+				Type: "required-skipped", Data: SkipList(rs) + "\n"}})
 	}
 	suite.Time = seconds(total)
 	suites := junit.Testsuites{Name: "quotaqual"}

@@ -89,9 +89,14 @@ type Manifest struct {
 	Started          time.Time         `json:"started"`
 	Ended            time.Time         `json:"ended"`
 	Verdicts         map[string]Status `json:"verdicts"`
-	Outcome          string            `json:"outcome"` // passed, failed, interrupted, topology-error
-	Teardown         any               `json:"teardown,omitempty"`
-	Files            map[string]string `json:"files"` // relative path -> sha256 hex, every file but manifest.json
+	// Qualification is what the run qualified (schema 2); nil in a version 1 bundle, whose
+	// level Bundle computes from its verdicts. The writer fills it when the caller has not.
+	Qualification *Qualification `json:"qualification,omitempty"`
+	// Outcome is how the run ended: passed, failed, required-skipped (a scenario --require
+	// named was skipped: exit 4), interrupted, topology-error.
+	Outcome  string            `json:"outcome"`
+	Teardown any               `json:"teardown,omitempty"`
+	Files    map[string]string `json:"files"` // relative path -> sha256 hex, every file but manifest.json
 }
 
 // Facts with a shape the HTML report draws. A scenario records them with Result.Fact under

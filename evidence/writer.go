@@ -322,6 +322,10 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 	if m.Verdicts == nil {
 		m.Verdicts = map[string]Status{}
 	}
+	if m.Qualification == nil {
+		q := Assess(results, "", nil)
+		m.Qualification = &q
+	}
 	for _, r := range results {
 		if _, ok := m.Verdicts[r.Name]; !ok {
 			m.Verdicts[r.Name] = r.Status
@@ -338,7 +342,7 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 
 	// Everything below is rendered from the redacted results, so summary.md and junit.xml never
 	// see a credential a scenario put into a reason or a fact.
-	resJSON, err := json.MarshalIndent(resultsDoc{SchemaVersion: wire.BundleSchemaVersion, RunID: m.RunID, Scenarios: nonNil(results)}, "", "  ")
+	resJSON, err := json.MarshalIndent(resultsDoc{SchemaVersion: wire.BundleSchemaVersion, RunID: m.RunID, Qualification: m.Qualification, Scenarios: nonNil(results)}, "", "  ")
 	if err != nil {
 		return out, fmt.Errorf("evidence: encode results: %w", err)
 	}
@@ -349,6 +353,8 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 	if err := dec.Decode(&red); err != nil {
 		return out, fmt.Errorf("evidence: re-read redacted results: %w", err)
 	}
+	// The renderings below read the qualification's reasons redacted, as the results'.
+	m.Qualification = red.Qualification
 	errs = append(errs, w.writeOwned(ResultsFile, resJSON))
 	errs = append(errs, w.writeOwned(SummaryFile, w.red.Bytes(renderSummary(m, red.Scenarios))))
 	junitXML, err := renderJUnit(m, red.Scenarios)
@@ -403,6 +409,7 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 type resultsDoc struct {
 	SchemaVersion string           `json:"schema_version"`
 	RunID         string           `json:"run_id"`
+	Qualification *Qualification   `json:"qualification,omitempty"` // schema 2
 	Scenarios     []ScenarioResult `json:"scenarios"`
 }
 

@@ -142,8 +142,11 @@ func TestFinishWritesACleanVerifiableBundle(t *testing.T) {
 		t.Fatalf("junit.xml: %v\n%s", err, jb)
 	}
 	s := suites.Suites[0]
-	if s.Name != "quotaqual" || s.Tests != 3 || s.Failures != 1 || s.Skipped != 1 || len(s.Props) != 3 {
+	if s.Name != "quotaqual" || s.Tests != 3 || s.Failures != 1 || s.Skipped != 1 || len(s.Props) != 5 {
 		t.Errorf("junit suite = %+v", s)
+	}
+	if s.Props[3].Name != "qualification" || s.Props[3].Value != "failed" {
+		t.Errorf("junit qualification property = %+v, want failed", s.Props[3])
 	}
 	sum, _ := os.ReadFile(filepath.Join(w.Dir(), SummaryFile))
 	for _, want := range []string{"run-1", "netns", "| shared-budget | failed |", "request 5 admitted on gateway-b", "| admitted count | 4 | 5 |", "hard gate: peak reserved <= capacity"} {

@@ -55,8 +55,13 @@ type Options struct {
 	// Gateway is the gateway profile to qualify (--gateway): a profile file, or the name of a
 	// shipped one (undertest.ShippedNames); empty: quotaqual's own gateway.
 	Gateway string
+	// Require lists the scenarios whose skip fails the run with wire.ExitPartial (--require,
+	// repeatable, each a comma list): "all" (the default: every selected scenario), "none"
+	// (a partial qualification is accepted), or scenario names.
+	Require []string
 
 	gateway *undertest.Profile // Gateway, loaded by Validate
+	require requirement        // Require, parsed by Validate
 }
 
 // Reporter receives progress. The ui package implements it for terminals and plain logs.
@@ -76,8 +81,11 @@ type Outcome struct {
 	BundleDir string
 	BundleTar string
 	Results   []evidence.ScenarioResult
-	Code      int   // process exit code: 0 passed, 1 failed, 2 usage, 3 topology
-	Err       error // why the run did not pass, when it did not
+	// Qualification is what the run qualified: its level, and each skipped scenario with
+	// what it lacked and whether the run required it.
+	Qualification evidence.Qualification
+	Code          int   // process exit code: 0 passed, 1 failed, 2 usage, 3 topology, 4 a required scenario skipped
+	Err           error // why the run did not pass, when it did not
 }
 
 // UsageError marks bad options (exit code 2).
@@ -97,8 +105,12 @@ func (o *Options) Validate() error {
 	if _, err := deployment.ProfileByName(o.Profile); err != nil {
 		return &UsageError{fmt.Errorf("--profile: %w", err)}
 	}
-	if _, err := scenarios.ForProfile(o.Profile, o.Scenarios); err != nil {
+	selected, err := scenarios.ForProfile(o.Profile, o.Scenarios)
+	if err != nil {
 		return &UsageError{fmt.Errorf("--scenario: %w", err)}
+	}
+	if o.require, err = parseRequire(o.Require, selected); err != nil {
+		return &UsageError{err}
 	}
 	switch o.Bundle {
 	case "", "dir", "tar.gz":
@@ -278,6 +290,8 @@ func Run(ctx context.Context, o Options) Outcome {
 		}
 		results := skippedAll(list, "topology could not be brought up: "+err.Error())
 		out.Results = results
+		out.Qualification = o.require.assess(results)
+		manifest.Qualification = &out.Qualification
 		finish(writer, &manifest, results, o.Bundle, &out)
 		return fail(wire.ExitTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
 	}
@@ -310,10 +324,12 @@ func Run(ctx context.Context, o Options) Outcome {
 	if o.Store == topology.StoreCluster {
 		watch = watchCluster(ctx, topo, deployment) // where the keys lie (cluster_evidence.go)
 	}
-	rep.Step(scenarioStep(list))
-	results := scenarios.Run(ctx, env, list)
-	rep.Done(runVerdict(results), "")
+	rep.Step(fmt.Sprintf("%d scenarios", len(list)))
+	results, ran := scenarios.RunScheduled(ctx, env, list)
 	out.Results = results
+	out.Qualification = o.require.assess(results)
+	manifest.Qualification = &out.Qualification
+	rep.Done(string(out.Qualification.Level), ran.String()+": "+out.Qualification.Counts())
 
 	// Where the run's quota state lies on a cluster store, while the nodes are still up.
 	placementFailed := recordPlacement(ctx, rep, watch, deployment, writer, &manifest)
@@ -339,9 +355,14 @@ func Run(ctx context.Context, o Options) Outcome {
 
 	manifest.Outcome = "passed"
 	code := wire.ExitOK
+	if rs := out.Qualification.RequiredSkipped(); len(rs) > 0 {
+		// A skip the run required is not a pass; a failure below still decides exit 1.
+		manifest.Outcome, code = "required-skipped", wire.ExitPartial
+		out.Err = partialError(out.Qualification)
+	}
 	for _, r := range results {
 		if r.Status == evidence.Failed {
-			manifest.Outcome, code = "failed", wire.ExitFailed
+			manifest.Outcome, code, out.Err = "failed", wire.ExitFailed, nil
 		}
 	}
 	if placementFailed != nil {
@@ -398,27 +419,6 @@ func finish(w *evidence.Writer, m *evidence.Manifest, results []evidence.Scenari
 		out.BundleTar = tar
 	}
 	return nil
-}
-
-// scenarioStep names the scenario step: how many run side by side and how many alone.
-func scenarioStep(list []scenarios.Scenario) string {
-	alone := 0
-	for _, s := range list {
-		if s.Exclusive != "" {
-			alone++
-		}
-	}
-	return fmt.Sprintf("%d scenarios: %d side by side, %d alone (a lever or a load)", len(list), len(list)-alone, alone)
-}
-
-// runVerdict is the scenario step's verdict: failed when any scenario failed.
-func runVerdict(results []evidence.ScenarioResult) string {
-	for _, r := range results {
-		if r.Status == evidence.Failed {
-			return "failed"
-		}
-	}
-	return "ok"
 }
 
 func skippedAll(list []scenarios.Scenario, reason string) []evidence.ScenarioResult {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,13 +171,17 @@ func topologyRunBin(t *testing.T, engine, bin string, tweak func(*deployment.Dep
 		}
 	})
 	var recs []evidence.RequestRecord
+	var recsMu sync.Mutex // scenarios side by side record at once
 	env := &Env{Topo: topo, Deployment: d, Profile: p,
-		Record:   func(r evidence.RequestRecord) { recs = append(recs, r) },
+		Record:   func(r evidence.RequestRecord) { recsMu.Lock(); recs = append(recs, r); recsMu.Unlock() },
 		Progress: func(s string) { t.Log(s) },
 	}
 	start := time.Now()
 	results := Run(ctx, env, list)
 	t.Logf("%d scenarios in %s, %d requests recorded", len(results), time.Since(start).Round(time.Millisecond), len(recs))
+	// Every run here, passing or failing (the mutants', the test-only setups'), is held to the
+	// key-fact rule: a key fact states what was observed.
+	checkKeyFacts(t, results, recs)
 	return results, recs, d
 }
 

@@ -184,7 +184,11 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	if leases {
 		afterLease = fmt.Sprintf("the next request after the dead lease answered %d", after.Status)
 	}
-	r.Key("killed with 1 request in flight; the burst after it admitted %d of %d (want %d); %s; admitted again %.1fs after the crash",
-		inFlight, n, want, afterLease, seconds(again.Start.Sub(crashAt)))
+	released := fmt.Sprintf("admitted again %.1fs after the crash", seconds(again.Start.Sub(crashAt)))
+	if !again.Admitted() {
+		released = fmt.Sprintf("not admitted again: %d tries, the last answered %d %.1fs after the crash", tries, again.Status, seconds(again.Start.Sub(crashAt)))
+	}
+	r.Key("killed with 1 request in flight; the burst after it admitted %d of %d (want %d); %s; %s",
+		inFlight, n, want, afterLease, released)
 	return r
 }

@@ -101,10 +101,11 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 
 	other := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "after-restart-other", Subject: appB})
 	r.Check("another subject admitted on the restarted gateway-a", http.StatusOK, other.Status, other.Admitted())
+	after := answeredOn(env.gateways(), append([]Outcome{postA}, postOthers...), http.StatusTooManyRequests)
 	if !env.inspects() {
-		r.Key("restart %s; denied on %s after", restartTook.Round(time.Millisecond), namedReplicas(len(env.gateways())))
+		r.Key("restart %s; after it %s", restartTook.Round(time.Millisecond), after)
 		return r
 	}
-	r.Key("restart %s; denied on %s after; settled %d → %d", restartTook.Round(time.Millisecond), namedReplicas(len(env.gateways())), qBefore.Settled(), qAfter.Settled())
+	r.Key("restart %s; after it %s; settled %d → %d", restartTook.Round(time.Millisecond), after, qBefore.Settled(), qAfter.Settled())
 	return r
 }

@@ -131,6 +131,6 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 	r.Check("no request consumed more than its reservation (at the providers)", fmt.Sprintf("≤ %d", est), maxConsumed, maxConsumed <= est)
 	r.Check("the providers were asked for less output than the clients asked", fmt.Sprintf("< %d", 10*hardGateAsk), maxBound, maxBound > 0 && maxBound < 10*hardGateAsk)
 	r.Check("no denied request reached a provider", admitted, d, d == int64(admitted))
-	r.Key("%d/%d admitted, peak window usage %d at the providers (cap %d), largest request %d (reserved %d)", admitted, burst, peak, capacity, maxConsumed, est)
+	r.Key("%d/%d admitted; at the providers peak window usage %s, largest request %s", admitted, burst, atMost(peak, "capacity", capacity), atMost(maxConsumed, "reservation", est))
 	return r
 }

@@ -397,14 +397,6 @@ func (env *Env) checkEveryReplicaDecided(r *Result, what string, t map[string]ga
 		fmt.Sprintf("without a decision: %v", missing), len(missing) == 0)
 }
 
-// allOrBoth names every replica of a run in a key fact: "both" with two, "all 4" with four.
-func allOrBoth(n int) string {
-	if n == 2 {
-		return "both"
-	}
-	return fmt.Sprintf("all %d", n)
-}
-
 // namedReplicas names every replica of a run in a key fact: "A and B" with two, "all 4" with four.
 func namedReplicas(n int) string {
 	if n == 2 {

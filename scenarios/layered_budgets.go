@@ -199,7 +199,7 @@ func runLayeredBudgets(ctx context.Context, env *Env) *Result {
 		return r.Error(err)
 	}
 	r.Fact("span_ms", ms(end.Sub(first.Start)))
-	r.Key("%d admitted; round 1's request %d was the short window's to refuse (%d), round 2's request %d the long window's (%d)",
+	r.Key("%d admitted; round 1's request %d (the short window's to refuse) answered %d, round 2's request %d (the long window's) answered %d",
 		admitted, d1.inRound, d1.o.Status, d2.inRound, d2.o.Status)
 	return r
 }

@@ -157,6 +157,12 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 	if err := env.checkDenialsReachedNoProvider(ctx, r, before, admitted); err != nil {
 		return r.Error(err)
 	}
-	r.Key("%d admitted: %s spent (%d settled), %s and %s admitted beside it", admitted, spent, settled[spent], other, neighbour)
+	besides := func(k modelKey) string {
+		if firstAdmitted[k] {
+			return k.String() + " admitted"
+		}
+		return k.String() + " not admitted"
+	}
+	r.Key("%d admitted: %s spent (%d settled); after it %s, %s", admitted, spent, settled[spent], besides(other), besides(neighbour))
 	return r
 }

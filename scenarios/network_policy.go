@@ -105,12 +105,15 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 		}
 	}
 	r.Fact(evidence.ProbesFact, facts)
-	var denied, negatives int
+	var denied, negatives, reached, positives int
 	for i, s := range specs {
 		pr := results[i]
 		name := fmt.Sprintf("%s → %s:%d", s.From, s.To, s.Port)
 		if s.Allowed {
-			r.Check("positive control "+name+" reached ("+s.Why+")", "reached", probeWord(pr), pr.Supported && pr.Reached)
+			positives++
+			if r.Check("positive control "+name+" reached ("+s.Why+")", "reached", probeWord(pr), pr.Supported && pr.Reached) {
+				reached++
+			}
 			continue
 		}
 		negatives++
@@ -129,7 +132,7 @@ func runNetworkPolicy(ctx context.Context, env *Env) *Result {
 		r.Check("negative control "+name+" denied ("+s.Why+")",
 			fmt.Sprintf("denied, with positive controls from %s and to %s", s.From, target(s)), obs, ok)
 	}
-	r.Key("%d/%d denials backed by positive controls", denied, negatives)
+	r.Key("%d/%d denials backed by positive controls; %d/%d positive controls reached", denied, negatives, reached, positives)
 	return r
 }
 

@@ -255,11 +255,11 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	}
 	burstAdmitted := len(ivs)
 	if !inspects {
-		r.Key("peak held %d ≤ %d (from the request history), %d+%d admitted", peak, larger, admitted[gwA], burstAdmitted-admitted[gwA])
+		r.Key("peak held (from the request history) %s, %d+%d admitted", atMost(peak, "capacity", larger), admitted[gwA], burstAdmitted-admitted[gwA])
 		return r
 	}
-	r.Key("peak held %d ≤ %d, P1 kept %d/%d settled after P2's rebuild, P3 saw %d/%d, %d+%d admitted",
-		peak, larger, q.Settled(), charged, seen, want, admitted[gwA], burstAdmitted-admitted[gwA])
+	r.Key("peak held %s, P1 kept %d/%d settled after P2's rebuild, P3 saw %d/%d, %d+%d admitted",
+		atMost(peak, "capacity", larger), q.Settled(), charged, seen, want, admitted[gwA], burstAdmitted-admitted[gwA])
 	return r
 }
 

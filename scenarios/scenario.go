@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -338,37 +339,106 @@ func short(v any) string {
 // cancelled the scenarios not yet started are skipped as "interrupted". env.Finished, when
 // set, gets each result as soon as it is decided.
 func Run(ctx context.Context, env *Env, list []Scenario) []evidence.ScenarioResult {
+	out, _ := RunScheduled(ctx, env, list)
+	return out
+}
+
+// Ran is how the scenarios of a run actually ran: side by side, alone (and why), or not at
+// all (skipped before they started: a capability or lever missing, or interrupted).
+type Ran struct {
+	SideBySide int
+	// Alone counts the scenarios that had the topology to themselves, by why: their own lever
+	// or load, or the run's reason to run every scenario alone.
+	Alone  map[string]int
+	NotRun int
+}
+
+// aloneOwnLever is Ran.Alone's key for a scenario alone for its own lever or load.
+const aloneOwnLever = "a lever or a load"
+
+// String says it in the closing progress line's words: "10 side by side, 8 alone (a lever
+// or a load)", or "0 side by side, 18 alone (8 for a lever or a load, 10 because …)".
+func (r Ran) String() string {
+	alone := 0
+	var whys []string
+	for _, why := range slices.Sorted(maps.Keys(r.Alone)) {
+		alone += r.Alone[why]
+		if why == aloneOwnLever {
+			whys = append([]string{fmt.Sprintf("%d for %s", r.Alone[why], why)}, whys...)
+		} else {
+			whys = append(whys, fmt.Sprintf("%d because %s", r.Alone[why], why))
+		}
+	}
+	s := fmt.Sprintf("%d side by side, %d alone", r.SideBySide, alone)
+	switch {
+	case len(whys) == 1 && r.Alone[aloneOwnLever] > 0:
+		s += " (" + aloneOwnLever + ")"
+	case len(whys) > 0:
+		s += " (" + strings.Join(whys, ", ") + ")"
+	}
+	if r.NotRun > 0 {
+		s += fmt.Sprintf(", %d not run", r.NotRun)
+	}
+	return s
+}
+
+// RunScheduled is Run, and says how the scenarios ran (Ran).
+func RunScheduled(ctx context.Context, env *Env, list []Scenario) ([]evidence.ScenarioResult, Ran) {
 	out := make([]evidence.ScenarioResult, len(list))
 	var caps topology.Capabilities
 	if env != nil && env.Topo != nil {
 		caps = env.Topo.Capabilities()
 	}
-	if !env.gateway().Caps.ForwardsScenarioHeader {
-		list = oneAtATime(list, "gateway profile "+env.gateway().Name+" does not forward the scenario header: provider calls cannot be told apart by scenario")
+	// Why each scenario must run alone: its own lever or load, or, below, the run's reason.
+	why := make([]string, len(list))
+	for i, sc := range list {
+		if sc.Exclusive != "" {
+			why[i] = aloneOwnLever
+		}
 	}
+	if !env.gateway().Caps.ForwardsScenarioHeader {
+		reason := "gateway profile " + env.gateway().Name + " does not forward the scenario header"
+		list = oneAtATime(list, reason+": provider calls cannot be told apart by scenario")
+		for i := range why {
+			if why[i] == "" {
+				why[i] = reason
+			}
+		}
+	}
+	ran := Ran{Alone: map[string]int{}}
 	var finishedMu sync.Mutex
 	schedule(list, func(i int, share func()) {
-		out[i] = runScenario(ctx, env, list[i], caps, share)
+		var started bool
+		out[i], started = runScenario(ctx, env, list[i], caps, share)
+		finishedMu.Lock()
+		defer finishedMu.Unlock()
+		switch {
+		case !started:
+			ran.NotRun++
+		case share == nil:
+			ran.SideBySide++
+		default:
+			ran.Alone[why[i]]++
+		}
 		if env != nil && env.Finished != nil {
-			finishedMu.Lock()
 			env.Finished(out[i])
-			finishedMu.Unlock()
 		}
 	})
-	return out
+	return out, ran
 }
 
-// runScenario runs one scenario (or skips it) and turns its Result into the evidence's form.
-func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities, share func()) evidence.ScenarioResult {
+// runScenario runs one scenario (or skips it before it starts: started is false) and turns its
+// Result into the evidence's form.
+func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities, share func()) (_ evidence.ScenarioResult, started bool) {
 	res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
 		Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
 	if err := ctx.Err(); err != nil {
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
-		return res
+		return res, false
 	}
 	if reason := missingNeed(sc.Needs, caps, env.gateway()); reason != "" {
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
-		return env.progressed(sc.Name, res)
+		return env.progressed(sc.Name, res), false
 	}
 	env.progress(sc.Name + ": running")
 	start := time.Now()
@@ -400,7 +470,7 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 	if res.Evidence != "" {
 		res.KeyFact = "[black-box] " + res.KeyFact
 	}
-	return env.progressed(sc.Name, res)
+	return env.progressed(sc.Name, res), true
 }
 
 func (env *Env) progressed(name string, res evidence.ScenarioResult) evidence.ScenarioResult {

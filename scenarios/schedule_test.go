@@ -171,7 +171,9 @@ func TestScheduleWithoutTheScenarioHeaderRunsOneAtATime(t *testing.T) {
 	env.Gateway = &gw
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res := Run(ctx, env, []Scenario{fake("a", nil, run), fake("b", nil, run), fake("c", nil, run)})
+	lever := fake("d", nil, run)
+	lever.Exclusive = "pulls a lever"
+	res, ran := RunScheduled(ctx, env, []Scenario{fake("a", nil, run), fake("b", nil, run), fake("c", nil, run), lever})
 	for _, r := range res {
 		if r.Status != evidence.Passed {
 			t.Fatalf("%s: %s %q", r.Name, r.Status, r.Reason)
@@ -179,5 +181,26 @@ func TestScheduleWithoutTheScenarioHeaderRunsOneAtATime(t *testing.T) {
 	}
 	if peak != 1 {
 		t.Errorf("%d scenarios ran at once; want one at a time", peak)
+	}
+	// The closing progress line says so: none side by side, every one alone, and why.
+	if got, want := ran.String(), "0 side by side, 4 alone (1 for a lever or a load, 3 because gateway profile quotaqual does not forward the scenario header)"; got != want {
+		t.Errorf("ran = %q, want %q", got, want)
+	}
+}
+
+// Ran counts what happened: the shared scenarios side by side, the levers alone, and a scenario
+// skipped before it started (a lever the topology lacks) not at all.
+func TestRanSaysHowTheScenariosRan(t *testing.T) {
+	pass := func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		r.Check("ran", true, true, true)
+		return r
+	}
+	lever := fake("lever", nil, pass)
+	lever.Exclusive = "pulls a lever"
+	list := []Scenario{fake("a", nil, pass), fake("b", nil, pass), lever, fake("cut", []Need{NeedPartition}, pass)}
+	_, ran := RunScheduled(context.Background(), testEnv(topology.Capabilities{}), list)
+	if got, want := ran.String(), "2 side by side, 1 alone (a lever or a load), 1 not run"; got != want {
+		t.Errorf("ran = %q, want %q", got, want)
 	}
 }

@@ -80,9 +80,11 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 		denials = append(denials, denial{"first denial (" + env.alternate(len(ex.Outcomes)-1) + ")", last})
 	}
 	deniedOn := map[string]int{} // gateway → status of its next request
+	var next []Outcome           // the same, in the gateways' order
 	for _, gw := range env.gateways() {
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "denied-" + gw, Subject: appA})
 		deniedOn[gw] = o.Status
+		next = append(next, o)
 		denials = append(denials, denial{"next request on " + gw, o})
 		r.Check("next request on "+gw+" denied", http.StatusTooManyRequests, o.Status, o.Status == http.StatusTooManyRequests)
 	}
@@ -160,7 +162,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 				"400, +1 call", fmt.Sprintf("%d, +%d", o.Status, calls), o.Status == http.StatusBadRequest && calls == 1)
 		}
 	}
-	r.Key("%d admitted (predicted %d), denied on %s, sites %v", ex.Admitted, predicted, allOrBoth(len(env.gateways())), covered)
+	r.Key("%d admitted (predicted %d), the next request %s, sites %v", ex.Admitted, predicted, answeredOn(env.gateways(), next, http.StatusTooManyRequests), covered)
 	return r
 }
 

@@ -480,7 +480,7 @@ func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held
 	res := checkFailoverHistory(capacity, estimate, hist)
 	r.Fact("porcupine", string(res))
 	r.Check("the history is linearizable against the ledger model (porcupine)", string(porcupine.Ok), string(res), res == porcupine.Ok)
-	r.Key("over-admission %d tokens, lost %d, peak held %d of %d", over, len(lost), peak, capacity)
+	r.Key("over-admission %d tokens, lost %d, peak held %s", over, len(lost), atMost(peak, "capacity", capacity))
 }
 
 // checkFailoverHistory turns the history into ledger operations on one key (a reserve per

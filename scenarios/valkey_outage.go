@@ -76,20 +76,22 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 
 	slo := p.StoreTimeout + p.OutageSLO
 	var dec decisions
+	var during []int // the statuses answered while the store was down
 	for i := 0; i < outageRequestsPerGateway; i++ {
 		for _, gw := range env.gateways() {
 			o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("outage-%d", i+1), Subject: appA})
 			what := fmt.Sprintf("%s request %d", gw, i+1)
 			dec.checkFailClosed(env, r, what, o, slo)
 			r.Check(what+" names no provider site", "", o.Site, o.Site == "")
+			during = append(during, o.Status)
 		}
 	}
 	dec.record(r)
-	during, err := env.settledProviders(ctx)
+	provDuring, err := env.settledProviders(ctx)
 	if err != nil {
 		r.Error(fmt.Errorf("provider call counts during the outage: %w", err))
 	} else {
-		d := TotalDelta(provBefore, during)
+		d := TotalDelta(provBefore, provDuring)
 		r.Check("no provider contacted during the outage", 0, d, d == 0)
 	}
 
@@ -102,6 +104,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("starting valkey: %w", err))
 	}
 	r.Fact("start_ms", ms(time.Since(startAt)))
+	recovery := r.mark()
 	for _, gw := range env.gateways() {
 		// Recovery on every replica: application-a on gateway-a, application-b on gateway-b
 		// (as with two), then whichever subject's budget still admits one.
@@ -142,7 +145,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	} else {
 		r.NotMade(fmt.Sprintf("every replica stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
 	}
-	r.Key("503 within %s (SLO %s), recovered", dec.worst.Round(time.Millisecond), slo)
+	r.Key("answered %s during the outage, slowest %s; %s", tally(during), durAtMost(dec.worst, "SLO", slo), recoveryPhrase(r.passedSince(recovery)))
 	return r
 }
 

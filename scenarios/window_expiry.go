@@ -146,7 +146,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	r.Check("every poll before recovery answered 429", "only 429", unexpected, len(unexpected) == 0)
 	if !recovered.Admitted() {
 		r.Check("admission recovered within RecoveryMax", p.RecoveryMax.String(), fmt.Sprintf("not after %d polls: %v", polls, perr), false)
-		r.Key("no recovery within %s", p.RecoveryMax)
+		r.Key("not admitted again within %s: %d polls answered %s", p.RecoveryMax, polls, tally(append(statuses(denied), unexpected...)))
 		return r
 	}
 	observed := recovered.End.Sub(lastCharge)
@@ -169,7 +169,18 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	} else {
 		r.NotMade("every 429's Retry-After is true", "the gateway sends no Retry-After")
 	}
-	r.Key("recovered %.2fs after the last charge (theory %.2f–%.2fs)", seconds(observed), rel(plan.Earliest), rel(plan.Latest))
+	// Said against the theory as the checks above compare it: the answer with the earliest
+	// departure, the sending with the latest.
+	when := fmt.Sprintf("%.2fs after the last charge", seconds(observed))
+	switch {
+	case recovered.End.Before(plan.Earliest):
+		when += fmt.Sprintf(", answered before the theory's %.2f–%.2fs", rel(plan.Earliest), rel(plan.Latest))
+	case recovered.Start.After(plan.Latest):
+		when += fmt.Sprintf(", sent %.2fs, after the theory's %.2f–%.2fs", rel(recovered.Start), rel(plan.Earliest), rel(plan.Latest))
+	default:
+		when += fmt.Sprintf(" (theory %.2f–%.2fs)", rel(plan.Earliest), rel(plan.Latest))
+	}
+	r.Key("admitted again %s", when)
 	return r
 }
 

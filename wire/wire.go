@@ -90,8 +90,14 @@ const (
 	ExitFailed   = 1 // a scenario failed, or a served process ended with an error
 	ExitUsage    = 2 // bad flags, arguments or configuration
 	ExitTopology = 3 // the topology could not be brought up
+	// ExitPartial: no scenario failed, but a scenario the run required (quotaqual run
+	// --require; by default every selected one) was skipped: the run qualified less than it
+	// was asked to.
+	ExitPartial = 4
 )
 
 // BundleSchemaVersion is the version of the evidence bundle's results.json, manifest.json and
-// canaries.json.
-const BundleSchemaVersion = "1"
+// canaries.json. Version 2 added the run's qualification (its level, each skipped scenario
+// with what it lacked, the --require policy) to manifest.json and results.json; a version 1
+// bundle is still read, its level computed from its verdicts.
+const BundleSchemaVersion = "2"

@@ -57,6 +57,7 @@ type runJSON struct {
 	Topology  string                    `json:"topology"`
 	ExitCode  int                       `json:"exit_code"`
 	Error     string                    `json:"error"`
+	Qual      evidence.Qualification    `json:"qualification"`
 	BundleDir string                    `json:"bundle_dir"`
 	BundleTar string                    `json:"bundle_tar"`
 	Results   []evidence.ScenarioResult `json:"results"`
@@ -109,6 +110,14 @@ func TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies(t *testing.T) 
 			t.Errorf("%s: %s (%s)", r.Name, r.Status, r.Reason)
 		}
 	}
+	if q := out.Qual; q.Level != evidence.LevelQualified || q.Require != "all" || q.Passed != len(quickDefault()) {
+		t.Errorf("qualification %+v, want qualified under --require all", q)
+	}
+	// The closing progress line says how they ran: side by side and alone, all of them.
+	if !strings.Contains(stderr, fmt.Sprintf("%d scenarios", len(quickDefault()))) || !strings.Contains(stderr, "side by side, ") ||
+		!strings.Contains(stderr, "alone (a lever or a load): "+fmt.Sprintf("%d of %d passed", len(quickDefault()), len(quickDefault()))) {
+		t.Errorf("the closing progress line does not say how the scenarios ran:\n%s", stderr)
+	}
 	for _, f := range []string{"manifest.json", "results.json", "requests.jsonl", "summary.md", "junit.xml",
 		"logs/gateway-a.log", "logs/valkey.log", "metrics/gateway-b.prom", "config/gateway-a.yaml"} {
 		if _, err := os.Stat(filepath.Join(out.BundleDir, f)); err != nil {
@@ -122,6 +131,21 @@ func TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies(t *testing.T) 
 		}
 	}
 	checkReport(t, out.BundleDir, out.BundleTar)
+	// Every key fact of the passing run states what its evidence shows (the failing runs:
+	// TestKeyFactsOfFailedRunsAreObservations).
+	if b, err := evidence.LoadBundle(out.BundleDir); err != nil {
+		t.Error(err)
+	} else {
+		got := map[string][]int{}
+		for _, q := range b.Requests {
+			got[q.Scenario] = append(got[q.Scenario], q.Status)
+		}
+		for _, r := range b.Results {
+			if lies := scenarios.KeyFactContradictions(r, append([]int{}, got[r.Name]...)); len(lies) > 0 {
+				t.Errorf("%s: key fact %q: %s", r.Name, r.KeyFact, strings.Join(lies, "; "))
+			}
+		}
+	}
 	// Tampering with any file must be caught.
 	results := filepath.Join(out.BundleDir, "results.json")
 	b, err := os.ReadFile(results)
@@ -153,6 +177,9 @@ func TestRunRejectsBadUsageWithExitCode2(t *testing.T) {
 		{[]string{"run", "--gateways", "17"}, "--gateways 17 is out of range: use 2 to 16"},
 		{[]string{"up", "--gateways", "17"}, "--gateways 17 is out of range: use 2 to 16"},
 		{[]string{"render", "--gateways", "1"}, "--gateways 1 is out of range: use 2 to 16"},
+		{[]string{"run", "--require", "valkey-partiton"}, `--require: unknown scenario "valkey-partiton": use all, none, or scenario names from probe-no-quota`},
+		{[]string{"run", "--scenario", "valid-auth", "--require", "valkey-partition"}, "--require valkey-partition: not selected by this run, which runs valid-auth (the --scenario flags"},
+		{[]string{"run", "--require", "all,none"}, "stand alone"},
 		{[]string{"run", "--no-such-flag"}, "unknown flag"},
 		{[]string{"run", "extra-argument"}, "unknown command"},
 	}
@@ -166,6 +193,80 @@ func TestRunRejectsBadUsageWithExitCode2(t *testing.T) {
 				t.Errorf("stderr %q does not name %q", stderr, c.want)
 			}
 		})
+	}
+}
+
+// TestARunWithASkipIsPartialAndRequireDecidesItsExit: the process topology has no network to
+// cut, so valkey-partition skips there. The run says partial everywhere (JSON, terminal,
+// bundle), names the skip and what it lacked, and exits 4 while the skipped scenario is
+// required (the default: all; or by name) and 0 when the user accepts a partial
+// qualification (--require none) or requires only what ran.
+func TestARunWithASkipIsPartialAndRequireDecidesItsExit(t *testing.T) {
+	run := []string{"run", "--topology", "process", "--scenario", "valid-auth", "--scenario", "valkey-partition"}
+	for _, c := range []struct {
+		require []string
+		code    int
+		policy  string
+	}{
+		{nil, wire.ExitPartial, "all"},
+		{[]string{"--require", "none"}, wire.ExitOK, "none"},
+		{[]string{"--require", "valid-auth"}, wire.ExitOK, "valid-auth"},
+		{[]string{"--require", "valid-auth,valkey-partition"}, wire.ExitPartial, "valid-auth,valkey-partition"},
+	} {
+		t.Run(c.policy, func(t *testing.T) {
+			args := append(append(append([]string{}, run...), c.require...), "--json", "--evidence-dir", t.TempDir())
+			stdout, stderr, code := quotaqual(t, 2*time.Minute, args...)
+			var out runJSON
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("run --json printed no JSON (%v)\nstderr:\n%s", err, stderr)
+			}
+			if code != c.code || out.ExitCode != c.code {
+				t.Errorf("exit %d (json %d, error %q), want %d", code, out.ExitCode, out.Error, c.code)
+			}
+			if len(out.Results) != 2 || out.Results[0].Status != evidence.Passed || out.Results[1].Status != evidence.Skipped {
+				t.Fatalf("results %+v, want valid-auth passed and valkey-partition skipped", out.Results)
+			}
+			q := out.Qual
+			required := c.code == wire.ExitPartial
+			if q.Level != evidence.LevelPartial || q.Require != c.policy || len(q.Skipped) != 1 || q.Skipped[0].Scenario != "valkey-partition" ||
+				!strings.Contains(q.Skipped[0].Reason, "needs partitions") || q.Skipped[0].Required != required {
+				t.Errorf("qualification %+v, want partial under %q naming valkey-partition's missing partitions, required %v", q, c.policy, required)
+			}
+			says := strings.Contains(stderr, "partial: a required scenario was skipped (--require "+c.policy+"), so the run did not qualify it: valkey-partition (needs partitions: ")
+			if says != required {
+				t.Errorf("stderr names the required skip: %v, want %v\n%s", says, required, stderr)
+			}
+			var m evidence.Manifest
+			readJSON(t, filepath.Join(out.BundleDir, "manifest.json"), &m)
+			wantOutcome := map[bool]string{true: "required-skipped", false: "passed"}[required]
+			if m.Outcome != wantOutcome || m.Qualification == nil || m.Qualification.Level != evidence.LevelPartial {
+				t.Errorf("manifest outcome %q, qualification %+v; want %s, partial", m.Outcome, m.Qualification, wantOutcome)
+			}
+			junit, _ := os.ReadFile(filepath.Join(out.BundleDir, "junit.xml"))
+			if !strings.Contains(string(junit), `name="qualification" value="partial"`) || strings.Contains(string(junit), evidence.RequiredTestcase) != required {
+				t.Errorf("junit.xml: want the partial level and the %q testcase only when required:\n%s", evidence.RequiredTestcase, junit)
+			}
+			sum, _ := os.ReadFile(filepath.Join(out.BundleDir, "summary.md"))
+			if !strings.Contains(string(sum), "# quotaqual qualification: partial") || !strings.Contains(string(sum), "Not qualified (skipped): valkey-partition (needs partitions") {
+				t.Errorf("summary.md does not state the level and the skip:\n%s", sum)
+			}
+			rep, _ := os.ReadFile(filepath.Join(out.BundleDir, "report.html"))
+			if !strings.Contains(string(rep), `data-level="partial"`) {
+				t.Error("report.html does not state the level")
+			}
+		})
+	}
+	// The terminal: the table's header and the closing lines carry the level, and the closing
+	// progress line says what ran how (valkey-partition did not run at all).
+	_, stderr, code := quotaqual(t, 2*time.Minute, append(run, "--evidence-dir", t.TempDir())...)
+	if code != wire.ExitPartial {
+		t.Errorf("exit %d, want %d", code, wire.ExitPartial)
+	}
+	for _, want := range []string{"◐ partial 2 scenarios", "1 side by side, 0 alone, 1 not run: 1 of 2 passed, 1 skipped",
+		"verdict: partial", "◐ partial 1 of 2 passed, 1 skipped — not qualified (skipped): valkey-partition (needs partitions: "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the terminal output lacks %q:\n%s", want, stderr)
+		}
 	}
 }
 
@@ -660,7 +761,7 @@ func checkReport(t *testing.T, dir, tarball string) {
 	if want := strings.TrimSuffix(tarball, ".tar.gz") + ".report.html"; rcode != 0 || strings.TrimSpace(rout) != want {
 		t.Errorf("evidence report %s: exit %d, printed %q (want %q)\n%s", tarball, rcode, rout, want, rerr)
 	}
-	if dout, derr, dcode := quotaqual(t, time.Minute, "evidence", "diff", dir, tarball); dcode != 0 || !strings.Contains(dout, "verdicts: unchanged") {
+	if dout, derr, dcode := quotaqual(t, time.Minute, "evidence", "diff", dir, tarball); dcode != 0 || !strings.Contains(dout, "verdicts: unchanged") || !strings.Contains(dout, "level: qualified (unchanged)") {
 		t.Errorf("diff of a bundle with its own tarball: exit %d\n%s%s", dcode, dout, derr)
 	}
 	worse := filepath.Join(t.TempDir(), "worse")

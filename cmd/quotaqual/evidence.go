@@ -69,12 +69,13 @@ bundle no longer verifies; 2: bad usage or not a readable bundle.`,
 	var threshold float64
 	diff := &cobra.Command{
 		Use:   "diff BASELINE CANDIDATE",
-		Short: "Compare two bundles: verdict changes, measures that moved, settings that differ",
-		Long: `diff compares a candidate bundle with a baseline (each a directory or .tar.gz): scenarios
-whose verdict changed, numeric facts and per-status request counts and latencies that moved
+		Short: "Compare two bundles: levels, verdict changes, measures that moved, settings that differ",
+		Long: `diff compares a candidate bundle with a baseline (each a directory or .tar.gz): the level
+each qualified (qualified, partial, failed), scenarios whose verdict changed, numeric facts and per-status request counts and latencies that moved
 (with the relative change; smaller changes than --threshold are only counted), and differences of versions, topology, profile and effective
-configs. Exit 0: no verdict regressed; 1: a verdict regressed (a pass that is now failed,
-skipped or missing, or a skip that is now a failure); 2: bad usage or not a readable bundle.`,
+configs. Exit 0: no verdict regressed; 1: a verdict or the level regressed (a pass that is
+now failed, skipped or missing, a skip that is now a failure, a lower level); 2: bad usage or
+not a readable bundle.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return withCode(wire.ExitUsage, fmt.Errorf("evidence diff takes a baseline and a candidate bundle, got %d arguments", len(args)))

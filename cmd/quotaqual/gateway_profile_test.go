@@ -219,3 +219,19 @@ func firstReason(r evidence.ScenarioResult) string {
 	s, _, _ := strings.Cut(r.Reason, "; ")
 	return s
 }
+
+// TestTheProgressLineSaysEveryScenarioRanAlone: the altgateway does not forward the scenario
+// header, so every scenario has the topology to itself (the providers cannot tell their calls
+// apart otherwise), also those that pull no lever; the closing progress line says so, and why,
+// instead of counting the scenarios' own levers.
+func TestTheProgressLineSaysEveryScenarioRanAlone(t *testing.T) {
+	_, stderr, code := quotaqual(t, 2*time.Minute, "run", "--gateway", shippedProfile("altgateway"),
+		"--scenario", "valid-auth", "--scenario", "concurrency", "--scenario", "valkey-outage", "--evidence-dir", t.TempDir())
+	if code != wire.ExitOK {
+		t.Errorf("exit %d, want 0\n%s", code, stderr)
+	}
+	want := "0 side by side, 3 alone (1 for a lever or a load, 2 because gateway profile altgateway does not forward the scenario header): 3 of 3 passed"
+	if !strings.Contains(stderr, want) {
+		t.Errorf("the closing progress line does not say %q:\n%s", want, stderr)
+	}
+}

@@ -30,10 +30,14 @@ func newRunCmd() *cobra.Command {
 		Short: "Run the qualification and write an evidence bundle",
 		Long: `run brings up two consumer gateways, three provider stubs and a real Valkey on the chosen
 topology, runs the qualification scenarios, and writes a redacted, checksummed evidence
-bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or config,
-3 the topology could not be brought up.`,
+bundle with JUnit. The run states what it qualified: qualified (every selected scenario
+passed), partial (none failed, some were skipped: each is named with what it lacked) or
+failed. Exit codes: 0 every required scenario ran and none failed, 1 a scenario failed, 2 bad
+usage or config, 3 the topology could not be brought up, 4 partial: a required scenario was
+skipped (--require: all by default; --require none accepts a partial qualification).`,
 		Example: `  quotaqual run
   quotaqual run --topology process --scenario shared-budget --scenario concurrency
+  quotaqual run --topology process --require none
   quotaqual run --profile reference --bundle tar.gz --evidence-dir /tmp/evidence`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,6 +82,7 @@ bundle with JUnit. Exit codes: 0 all passed, 1 a scenario failed, 2 bad usage or
 	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces), docker (containers), process (loopback) or kind (Kubernetes)")
 	f.StringVar(&o.Profile, "profile", "quick", "scenario parameters: quick (short window) or reference (the upstream 60 s window)")
 	f.StringArrayVar(&o.Scenarios, "scenario", nil, "run only this scenario (repeatable); see `quotaqual scenarios`")
+	f.StringArrayVar(&o.Require, "require", nil, "scenarios whose skip fails the run with exit 4: all (every selected scenario), none (accept a partial qualification), or scenario names (repeatable, or a comma list) (default all)")
 	f.StringVar(&o.EvidenceDir, "evidence-dir", "quotaqual-evidence", "directory that receives <run-id>/")
 	f.StringVar(&o.Bundle, "bundle", "", "also pack the bundle: tar.gz")
 	f.BoolVar(&o.Keep, "keep", false, "keep the topology up after the scenarios until interrupted")
@@ -106,7 +111,9 @@ func printSummary(p *ui.Progress, out qualify.Outcome) {
 			}
 			rows = append(rows, []string{r.Name, p.Verdict(string(r.Status)), ui.Truncate(detail, 90)})
 		}
-		p.Table([]string{"scenario", "verdict", "key fact"}, rows)
+		q := out.Qualification
+		p.Table([]string{"scenario", "verdict: " + string(q.Level), "key fact"}, rows)
+		p.Plain("%s %s", p.Verdict(string(q.Level)), ui.Truncate(strings.TrimPrefix(q.String(), string(q.Level)+": "), 400))
 	}
 	if out.BundleDir != "" {
 		p.Plain("evidence: %s", out.BundleDir)
@@ -122,14 +129,18 @@ func printSummary(p *ui.Progress, out qualify.Outcome) {
 
 func printJSON(cmd *cobra.Command, out qualify.Outcome) {
 	v := struct {
-		RunID     string                    `json:"run_id"`
-		Topology  string                    `json:"topology"`
-		ExitCode  int                       `json:"exit_code"`
-		Error     string                    `json:"error,omitempty"`
-		BundleDir string                    `json:"bundle_dir,omitempty"`
-		BundleTar string                    `json:"bundle_tar,omitempty"`
-		Results   []evidence.ScenarioResult `json:"results"`
-	}{out.RunID, out.Engine, out.Code, "", out.BundleDir, out.BundleTar, out.Results}
+		RunID         string                    `json:"run_id"`
+		Topology      string                    `json:"topology"`
+		ExitCode      int                       `json:"exit_code"`
+		Error         string                    `json:"error,omitempty"`
+		Qualification *evidence.Qualification   `json:"qualification,omitempty"`
+		BundleDir     string                    `json:"bundle_dir,omitempty"`
+		BundleTar     string                    `json:"bundle_tar,omitempty"`
+		Results       []evidence.ScenarioResult `json:"results"`
+	}{out.RunID, out.Engine, out.Code, "", nil, out.BundleDir, out.BundleTar, out.Results}
+	if out.Qualification.Level != "" {
+		v.Qualification = &out.Qualification
+	}
 	if out.Err != nil {
 		v.Error = out.Err.Error()
 	}

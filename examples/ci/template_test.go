@@ -228,7 +228,7 @@ func TestReadmeCommandsRunInOrderOnACleanClone(t *testing.T) {
 			t.Errorf("after the CI commands, %s matches %d files, want 1", glob, len(m))
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(clone, "quotaqual-run.json")); err != nil || !bytes.Contains(b, []byte(`"exit_code": 0`)) {
+	if b, err := os.ReadFile(filepath.Join(clone, "quotaqual-run.json")); err != nil || !bytes.Contains(b, []byte(`"exit_code": 0`)) || !bytes.Contains(b, []byte(`"level": "qualified"`)) {
 		t.Errorf("quotaqual-run.json: %v\n%s", err, tail(string(b), 2000))
 	}
 }

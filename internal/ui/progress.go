@@ -92,8 +92,8 @@ func (p *Progress) Note(format string, args ...any) {
 	fmt.Fprintf(p.out, "  %s\n", p.dim.Render(fmt.Sprintf(format, args...)))
 }
 
-// Done ends the current step with a verdict word ("passed", "failed", "skipped", "ok") and a
-// detail.
+// Done ends the current step with a verdict word ("passed", "failed", "skipped", "ok", or a
+// run's level: "qualified", "partial") and a detail.
 func (p *Progress) Done(verdict, detail string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -129,12 +129,14 @@ func (p *Progress) Finished(name, verdict string, elapsed time.Duration, detail 
 // Verdict renders a verdict word with its symbol and colour.
 func (p *Progress) Verdict(v string) string {
 	switch v {
-	case "passed", "ok":
+	case "passed", "ok", "qualified":
 		return p.ok.Render("✓ " + v)
 	case "failed", "error":
 		return p.bad.Render("✗ " + v)
 	case "skipped":
 		return p.skip.Render("○ " + v)
+	case "partial":
+		return p.skip.Render("◐ " + v)
 	default:
 		return v
 	}

@@ -66,7 +66,7 @@ func (m Matrix) Markdown(command string, buildTime time.Duration, blind *BlindSe
 	if blind != nil {
 		fmt.Fprintf(&b, "The blind set: %s (%s, against %s).\n\n", blind.Writer, blind.Written, blind.Against)
 	}
-	fmt.Fprintf(&b, "Every mutant runs in each view, one `quotaqual run --json --topology %s` (profile quick) each:\n", m.Topology)
+	fmt.Fprintf(&b, "Every mutant runs in each view, one `quotaqual run --json --require none --topology %s` (profile quick) each:\n", m.Topology)
 	for _, v := range m.Views {
 		p := "quotaqual's shipped profile, with quota inspection"
 		if v.Profile != "" {
