@@ -30,12 +30,16 @@ run: deps build
 	./$(BIN) run
 
 # The mutation matrix (MUTANTS.md): the default qualification (netns) against every
-# deliberately broken gateway and ledger variant of internal/mutant, which only this
-# -tags quotaqual_mutants binary carries (never bin/quotaqual). Runs one after another.
+# deliberately broken gateway and ledger variant, white-box and black-box: the catalogue of
+# internal/mutant, which only the -tags quotaqual_mutants binary carries (never bin/quotaqual),
+# and the blind set of internal/mutant/blind, patches each built into a gateway binary of its
+# own and qualified by the unpatched bin/quotaqual. Runs one after another (~1 h);
+# MUTANTS_FLAGS='-origin blind' or '-mutant NAME' runs a part.
 mutants: deps
 	@start=$$(date +%s); \
 	CGO_ENABLED=0 $(GO) build -tags quotaqual_mutants -trimpath -ldflags '$(LDFLAGS)' -o bin/quotaqual-mutants ./cmd/quotaqual && \
-	$(GO) run ./internal/mutant/cmd/mutants -bin bin/quotaqual-mutants -out MUTANTS.md -build-time $$(( $$(date +%s) - start ))s
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/quotaqual && \
+	$(GO) run ./internal/mutant/cmd/mutants -tagged bin/quotaqual-mutants -plain $(BIN) -out MUTANTS.md -build-time $$(( $$(date +%s) - start ))s $(MUTANTS_FLAGS)
 
 # Container image for the docker topology: a static Linux binary on scratch, so nothing is
 # pulled (no registry needed). With a registry: docker build -f Dockerfile.multistage -t quotaqual:dev .

@@ -1,10 +1,13 @@
-// Command mutants runs the qualification against every mutant of internal/mutant and writes
-// the mutation matrix (MUTANTS.md). `make mutants` builds the tagged binary and runs it:
+// Command mutants runs the qualification against every mutant — the catalogue of
+// internal/mutant and the blind set of internal/mutant/blind — in the white-box and the
+// black-box view, and writes the mutation matrix (MUTANTS.md). `make mutants` builds the
+// binaries and runs it:
 //
-//	go run ./internal/mutant/cmd/mutants -bin bin/quotaqual-mutants -out MUTANTS.md
+//	go run ./internal/mutant/cmd/mutants -tagged bin/quotaqual-mutants -plain bin/quotaqual -out MUTANTS.md
 //
-// It exits 1 when the unmutated control run fails a scenario (the matrix would mean nothing)
-// and 0 otherwise: a mutant no scenario catches is a finding written into the matrix.
+// It exits 1 when a control run (the unmutated gateway) fails a scenario — the matrix would
+// mean nothing — and 0 otherwise: a mutant no scenario catches is a finding written into the
+// matrix, and so is a blind patch that no longer applies.
 package main
 
 import (
@@ -13,52 +16,108 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/internal/mutant/matrix"
 	"github.com/quotaqual/quotaqual/scenarios"
 )
 
 func main() {
 	var (
-		bin, out, topo, gateway string
-		build                   time.Duration
-		only, scens             multi
+		tagged, plain, plainGateway, out, topo, blackProfile, origin, views string
+		build                                                               time.Duration
+		only, scens                                                         multi
 	)
-	flag.StringVar(&bin, "bin", "bin/quotaqual-mutants", "quotaqual binary built with -tags quotaqual_mutants")
+	flag.StringVar(&tagged, "tagged", "bin/quotaqual-mutants", "quotaqual binary built with -tags quotaqual_mutants (harness and gateway of the catalogue runs)")
+	flag.StringVar(&plain, "plain", "bin/quotaqual", "unmutated quotaqual binary (harness of the blind runs)")
+	flag.StringVar(&plainGateway, "plain-gateway", "", "the unmutated gateway binary of the blind path's control (default -plain; give the binary itself when -plain is a wrapper)")
 	flag.StringVar(&out, "out", "MUTANTS.md", "where to write the matrix")
 	flag.StringVar(&topo, "topology", "netns", "topology engine of every run")
-	flag.StringVar(&gateway, "gateway", "", "gateway profile of every run (quotaqual run --gateway): a shipped name or a file; default quotaqual's own")
+	flag.StringVar(&blackProfile, "blackbox-profile", matrix.DefaultBlackBoxProfile, "the gateway profile of the black-box view")
+	flag.StringVar(&origin, "origin", "all", "which mutants: catalogue, blind or all")
+	flag.StringVar(&views, "views", "white-box,black-box", "the views to run, comma-separated: white-box, black-box")
 	flag.Var(&scens, "scenario", "run only this scenario (repeatable; default: the profile's default list)")
-	flag.DurationVar(&build, "build-time", 0, "how long building the binary took (reported in the matrix)")
-	flag.Var(&only, "mutant", "run only this mutant (repeatable; default: the whole catalogue)")
+	flag.DurationVar(&build, "build-time", 0, "how long building the binaries took (reported in the matrix)")
+	flag.Var(&only, "mutant", "run only this mutant, of either origin (repeatable; default: all of -origin)")
 	flag.Parse()
 
-	var names []mutant.Name
-	for _, n := range only {
-		if _, ok := mutant.Lookup(n); !ok {
-			fmt.Fprintf(os.Stderr, "mutants: -mutant %q is not in the catalogue: choose from %s\n", n, strings.Join(mutant.Names(), ", "))
-			os.Exit(2)
+	usage := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "mutants: "+format+"\n", args...)
+		os.Exit(2)
+	}
+	var vs []matrix.View
+	for _, v := range strings.Split(views, ",") {
+		switch strings.TrimSpace(v) {
+		case matrix.WhiteBox:
+			vs = append(vs, matrix.View{Name: matrix.WhiteBox})
+		case matrix.BlackBox:
+			vs = append(vs, matrix.View{Name: matrix.BlackBox, Profile: blackProfile})
+		default:
+			usage("-views: %q is not a view: use white-box and/or black-box", v)
 		}
-		names = append(names, mutant.Name(n))
+	}
+	var all []matrix.Mutant
+	var blind *matrix.BlindSet
+	switch origin {
+	case "catalogue", "blind", "all":
+	default:
+		usage("-origin %q: use catalogue, blind or all", origin)
+	}
+	if origin != "blind" {
+		all = append(all, matrix.Catalogue()...)
+	}
+	if origin != "catalogue" {
+		set, err := matrix.LoadBlind(".")
+		if err != nil {
+			usage("%v", err)
+		}
+		blind = &set
+		all = append(all, set.Matrix(".")...)
+	}
+	var names []string
+	for _, m := range all {
+		names = append(names, m.Name)
+	}
+	if len(only) > 0 {
+		var picked []matrix.Mutant
+		for _, n := range only {
+			i := slices.Index(names, n)
+			if i < 0 {
+				usage("-mutant %q is not a mutant of -origin %s: choose from %s", n, origin, strings.Join(names, ", "))
+			}
+			picked = append(picked, all[i])
+		}
+		all = picked
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	m, err := mutant.Run(ctx, mutant.RunOptions{Binary: bin, Topology: topo, Gateway: gateway, Scenarios: scens, Log: os.Stderr}, names, scenarios.Names())
+	m, err := matrix.RunAll(ctx, matrix.RunOptions{Tagged: tagged, Plain: plain, PlainGateway: plainGateway, Topology: topo, Views: vs,
+		Scenarios: scens, Root: ".", Log: os.Stderr}, all, scenarios.Names())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(out, []byte(m.Markdown("make mutants", build)), 0o644); err != nil {
+	if err := os.WriteFile(out, []byte(m.Markdown("make mutants", build, blind)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "mutants: wrote %s (wall time %s)\n", out, m.Wall.Round(time.Second))
-	if !m.ControlPassed() {
-		fmt.Fprintf(os.Stderr, "mutants: the unmutated control run failed %v: fix that first\n", m.Control.Caught(m.Scenarios))
+	for _, r := range m.Rates() {
+		fmt.Fprintf(os.Stderr, "mutants: %s: %d mutants, caught %v\n", orAll(string(r.Origin)), r.Mutants, r.Caught)
+	}
+	if !m.ControlsPassed() {
+		fmt.Fprintln(os.Stderr, "mutants: a control run (no mutant) failed: fix that first")
 		os.Exit(1)
 	}
+}
+
+func orAll(s string) string {
+	if s == "" {
+		return "all"
+	}
+	return s
 }
 
 type multi []string

@@ -1,4 +1,4 @@
-package mutant_test
+package matrix_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/internal/mutant/matrix"
 	"github.com/quotaqual/quotaqual/internal/testbin"
 	"github.com/quotaqual/quotaqual/topology"
 )
@@ -48,8 +49,9 @@ func TestRepresentativeMutantsAreCaught(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	opts := mutant.RunOptions{Binary: bin, Topology: topology.EngineNetns, Scenarios: scen}
-	control, err := mutant.RunOne(ctx, opts, "")
+	opts := matrix.RunOptions{Tagged: bin, Topology: topology.EngineNetns, Scenarios: scen}
+	view := matrix.View{Name: matrix.WhiteBox}
+	control, err := matrix.RunCatalogued(ctx, opts, "", view)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func TestRepresentativeMutantsAreCaught(t *testing.T) {
 		t.Run(string(c.mutant), func(t *testing.T) {
 			opts := opts
 			opts.Scenarios = []string{c.scenario}
-			row, err := mutant.RunOne(ctx, opts, c.mutant)
+			row, err := matrix.RunCatalogued(ctx, opts, string(c.mutant), view)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,9 +108,9 @@ func TestBlackBoxPathsCatchMutants(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	opts := mutant.RunOptions{Binary: bin, Topology: topology.EngineNetns, Scenarios: scen,
-		Gateway: filepath.Join("..", "..", "undertest", "testdata", "quotaqual-blackbox.yaml")}
-	control, err := mutant.RunOne(ctx, opts, "")
+	opts := matrix.RunOptions{Tagged: bin, Topology: topology.EngineNetns, Scenarios: scen}
+	view := matrix.View{Name: matrix.BlackBox, Profile: filepath.Join("..", "..", "..", "undertest", "testdata", "quotaqual-blackbox.yaml")}
+	control, err := matrix.RunCatalogued(ctx, opts, "", view)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestBlackBoxPathsCatchMutants(t *testing.T) {
 		t.Run(string(c.mutant), func(t *testing.T) {
 			opts := opts
 			opts.Scenarios = []string{c.scenario}
-			row, err := mutant.RunOne(ctx, opts, c.mutant)
+			row, err := matrix.RunCatalogued(ctx, opts, string(c.mutant), view)
 			if err != nil {
 				t.Fatal(err)
 			}
