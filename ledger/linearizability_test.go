@@ -14,7 +14,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/internal/valkeytest"
 	"github.com/quotaqual/quotaqual/ledger"
-	"github.com/quotaqual/quotaqual/ledger/ledgertest"
+	"github.com/quotaqual/quotaqual/ledger/ledgermodel"
 )
 
 // The concurrency proof: many clients hammer ONE quota key through one or more ledger instances;
@@ -41,7 +41,7 @@ func linQuota() *ledger.Quota {
 
 type trafficRun struct {
 	ops         []porcupine.Operation
-	facts       ledgertest.Facts
+	facts       ledgermodel.Facts
 	peak        int64 // reconstructed from the history
 	inspectPeak int64 // largest ReservedTokens seen by Inspect during the run
 	inspectErrs int
@@ -69,7 +69,7 @@ func runTraffic(t *testing.T, ledgers []ledger.Ledger, key string, seed uint64) 
 	q := linQuota()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rec := ledgertest.NewRecorder()
+	rec := ledgermodel.NewRecorder()
 
 	var run trafficRun
 	sampleCtx, stopSampling := context.WithCancel(ctx)
@@ -91,7 +91,7 @@ func runTraffic(t *testing.T, ledgers []ledger.Ledger, key string, seed uint64) 
 	}()
 
 	// The clients run in phases separated by barriers: a quiescent point after every phase, at
-	// which a prefix of the history can be checked on its own (see ledgertest.CheckPrefixes).
+	// which a prefix of the history can be checked on its own (see ledgermodel.CheckPrefixes).
 	type client struct {
 		rng   *rand.Rand
 		holds []ledger.Reservation
@@ -144,7 +144,7 @@ func runTraffic(t *testing.T, ledgers []ledger.Ledger, key string, seed uint64) 
 
 	run.ops = rec.Operations()
 	run.facts = rec.Facts()
-	run.peak, _ = ledgertest.PeakReserved(run.ops)
+	run.peak, _ = ledgermodel.PeakReserved(run.ops)
 	return run
 }
 
@@ -177,7 +177,7 @@ func requireLinearizable(t *testing.T, run trafficRun) {
 	}
 	viz := filepath.Join(dir, "history.html")
 	began := time.Now()
-	res, err := ledgertest.Check(linCapacity, run.ops, linCheckTimeout, viz)
+	res, err := ledgermodel.Check(linCapacity, run.ops, linCheckTimeout, viz)
 	if err != nil {
 		t.Error(err)
 	}
@@ -238,7 +238,7 @@ func TestLinearizabilityCheckCatchesReadThenWrite(t *testing.T) {
 			_ = l.Close()
 		}
 		began := time.Now()
-		res, decidedBy := ledgertest.CheckPrefixes(linCapacity, run.ops, 1, 10*time.Second)
+		res, decidedBy := ledgermodel.CheckPrefixes(linCapacity, run.ops, 1, 10*time.Second)
 		t.Logf("round %d (seed %d): %d operations; %s; porcupine: %s (deciding prefix: %d operations) in %s; reconstructed peak %d, Inspect peak %d (capacity %d)",
 			round, seed, len(run.ops), run.facts, res, decidedBy, time.Since(began).Round(time.Millisecond), run.peak, run.inspectPeak, linCapacity)
 		if res == porcupine.Illegal || run.peak > linCapacity {
@@ -254,12 +254,14 @@ func TestLinearizabilityCheckCatchesReadThenWrite(t *testing.T) {
 // TestOneKeyModel pins the model itself: it must reject over-admission and spurious denials,
 // accept any order concurrency allows, and treat an errored call as "may or may not have happened".
 func TestOneKeyModel(t *testing.T) {
-	type o = ledgertest.Output
-	res := func(est int64) ledgertest.Input { return ledgertest.Input{Kind: ledgertest.OpReserve, Estimate: est} }
-	set := func(id string, actual int64) ledgertest.Input {
-		return ledgertest.Input{Kind: ledgertest.OpSettle, ID: id, Actual: actual, Known: true}
+	type o = ledgermodel.Output
+	res := func(est int64) ledgermodel.Input {
+		return ledgermodel.Input{Kind: ledgermodel.OpReserve, Estimate: est}
 	}
-	op := func(client int, call, ret int64, in ledgertest.Input, out o) porcupine.Operation {
+	set := func(id string, actual int64) ledgermodel.Input {
+		return ledgermodel.Input{Kind: ledgermodel.OpSettle, ID: id, Actual: actual, Known: true}
+	}
+	op := func(client int, call, ret int64, in ledgermodel.Input, out o) porcupine.Operation {
 		in.Seq = int(call)
 		return porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret}
 	}
@@ -297,7 +299,7 @@ func TestOneKeyModel(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ledgertest.Check(100, tc.ops, 5*time.Second, "")
+			got, err := ledgermodel.Check(100, tc.ops, 5*time.Second, "")
 			if err != nil {
 				t.Fatal(err)
 			}

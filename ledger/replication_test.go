@@ -14,6 +14,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/internal/valkeytest"
 	"github.com/quotaqual/quotaqual/ledger"
+	"github.com/quotaqual/quotaqual/ledger/ledgermodel"
 	"github.com/quotaqual/quotaqual/ledger/ledgertest"
 )
 
@@ -90,7 +91,7 @@ func runFailover(t *testing.T, minReplicas int) failoverOutcome {
 	led, ns := newSentinelLedger(t, r, ledgertest.Limits(t), minReplicas, 100*time.Millisecond)
 	const capacity, est = 100, 10
 	q := &ledger.Quota{Rule: "failover", Lease: 5 * time.Minute, Budgets: []ledger.Budget{{Window: 10 * time.Minute, Capacity: capacity}}}
-	rec := ledgertest.NewRecorder()
+	rec := ledgermodel.NewRecorder()
 	var out failoverOutcome
 	var ids []string
 	reserve := func() (ledger.Decision, error) {
@@ -218,7 +219,7 @@ func runFailover(t *testing.T, minReplicas int) failoverOutcome {
 			out.lost = append(out.lost, id)
 		}
 	}
-	out.linearizable, _ = ledgertest.CheckPrefixes(capacity, rec.Operations(), 4, 10*time.Second)
+	out.linearizable, _ = ledgermodel.CheckPrefixes(capacity, rec.Operations(), 4, 10*time.Second)
 	t.Logf("admitted %d tokens of %d; lost %d acknowledged holds %v; %d reserves refused unacknowledged; promotion %v and heal %v after the primary died; history %v",
 		out.admitted, capacity, len(out.lost), out.lost, out.unacknowledged, out.promotion.Round(time.Millisecond), out.healed.Round(time.Millisecond), out.linearizable)
 	return out

@@ -13,7 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/quotaqual/quotaqual/deployment"
-	"github.com/quotaqual/quotaqual/ledger/ledgertest"
+	"github.com/quotaqual/quotaqual/ledger/ledgermodel"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/wire"
 )
@@ -497,15 +497,15 @@ func checkFailoverHistory(capacity, estimate int64, hist []sentRequest) porcupin
 		}
 	}
 	for i, o := range hist {
-		in := ledgertest.Input{Kind: ledgertest.OpReserve, Client: i, Seq: i + 1, Estimate: estimate}
-		var out ledgertest.Output
+		in := ledgermodel.Input{Kind: ledgermodel.OpReserve, Client: i, Seq: i + 1, Estimate: estimate}
+		var out ledgermodel.Output
 		switch o.Status {
 		case http.StatusOK:
-			out = ledgertest.Output{Admitted: true, ID: o.RequestID}
+			out = ledgermodel.Output{Admitted: true, ID: o.RequestID}
 		case http.StatusTooManyRequests:
-			out = ledgertest.Output{Reason: "window_capacity"}
+			out = ledgermodel.Output{Reason: "window_capacity"}
 		default:
-			out = ledgertest.Output{Err: fmt.Sprintf("status %d", o.Status)}
+			out = ledgermodel.Output{Err: fmt.Sprintf("status %d", o.Status)}
 		}
 		ret := int64(o.End.Sub(t0))
 		if out.Err != "" {
@@ -513,7 +513,7 @@ func checkFailoverHistory(capacity, estimate int64, hist []sentRequest) porcupin
 		}
 		ops = append(ops, porcupine.Operation{ClientId: i, Input: in, Call: int64(o.Start.Sub(t0)), Output: out, Return: ret})
 	}
-	res, _ := ledgertest.Check(capacity, ops, 10*time.Second, "")
+	res, _ := ledgermodel.Check(capacity, ops, 10*time.Second, "")
 	return res
 }
 

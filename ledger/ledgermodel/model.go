@@ -1,7 +1,9 @@
-// Package ledgertest holds what tests of any ledger.Ledger share: a sequential model of one quota
-// key for the porcupine linearizability checker, and a recorder that turns concurrent calls into a
-// porcupine history. The scenarios can reuse both against a whole gateway topology.
-package ledgertest
+// Package ledgermodel is the sequential model of one quota key for the porcupine linearizability
+// checker, and a recorder that turns concurrent ledger calls into a porcupine history. The
+// ledger's tests and the scenarios share both (the scenarios against a whole gateway topology);
+// it is apart from ledgertest, the conformance suite, so the shipped binary does not link the
+// testing package.
+package ledgermodel
 
 import (
 	"fmt"
