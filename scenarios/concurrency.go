@@ -65,7 +65,7 @@ func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 // renewal) when the gateway renders scenario rules, else the run's rule; either way the holds
 // outlast the lease (deployment.Profile.ConcurrencyHold).
 func concurrencyRule(env *Env) (rule string, lease, hold time.Duration) {
-	own := env.gateway().Caps.ScenarioRules
+	own := env.hasOwnRule(deployment.ConcurrencyRule)
 	lease, hold = env.Profile.ConcurrencyHold(own)
 	if own {
 		return deployment.ConcurrencyRule, lease, hold

@@ -33,7 +33,7 @@ const (
 )
 
 func runLongGeneration(ctx context.Context, env *Env) *Result {
-	if c := env.gateway().Caps; !c.ScenarioRules || !c.Leases || !env.inspects() {
+	if !env.hasOwnRule(deployment.LongGenerationRule) || !env.gateway().Caps.Leases || !env.inspects() {
 		return runLongGenerationBlackBox(ctx, env)
 	}
 	r := env.NewResult()

@@ -62,7 +62,7 @@ func planRecovery(starts, ends []time.Time, charges []int64, capacity, estimate 
 // scenario's own (the profile's WindowExpiryWindow) when the gateway renders scenario rules,
 // else the run's rule and window.
 func windowExpiryRule(env *Env) (string, time.Duration) {
-	if env.gateway().Caps.ScenarioRules {
+	if env.hasOwnRule(deployment.WindowExpiryRule) {
 		return deployment.WindowExpiryRule, env.Profile.WindowExpiryWindow
 	}
 	return RuleName, env.Profile.Window
