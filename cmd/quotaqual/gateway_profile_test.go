@@ -219,3 +219,42 @@ func firstReason(r evidence.ScenarioResult) string {
 	s, _, _ := strings.Cut(r.Reason, "; ")
 	return s
 }
+
+// TestBlackBoxCatchesProbesThatSpendQuota proves probe-no-quota's black-box path on a foreign
+// gateway: the altgateway (no quota inspection) passes it on admissions alone, and the same
+// gateway with its probe-charge defect switched on (every /live and /ready charges 15 tokens
+// to the caller admitted last; undertest/testdata/altgateway-probes-charge.yaml) fails it on
+// the admission the rule had room for, with the provider calls unchanged — what the scenario
+// used to count alone, and passed. Neither result reports a settled figure: without
+// inspection none is known.
+func TestBlackBoxCatchesProbesThatSpendQuota(t *testing.T) {
+	for _, c := range []struct {
+		profile  string
+		status   evidence.Status
+		failedOn string
+	}{
+		{shippedProfile("altgateway"), evidence.Passed, ""},
+		{filepath.Join("..", "..", "undertest", "testdata", "altgateway-probes-charge.yaml"), evidence.Failed, "the probes spent no quota"},
+	} {
+		out, _ := runGateway(t, c.profile, 2*time.Minute, "probe-no-quota")
+		if len(out.Results) != 1 {
+			t.Fatalf("%s: %d results, want 1 (%s)", c.profile, len(out.Results), out.Error)
+		}
+		r := out.Results[0]
+		if r.Status != c.status || (c.failedOn != "" && !failedOn(r, c.failedOn)) || !strings.HasPrefix(r.Evidence, "black-box") {
+			t.Errorf("%s: %s (%s) at evidence %q, want %s at the black-box level%s", c.profile, r.Status, r.Reason, r.Evidence, c.status,
+				map[bool]string{true: " failed on " + c.failedOn}[c.failedOn != ""])
+		}
+		for _, a := range r.Assertions {
+			if strings.Contains(a.Name, "provider calls unchanged") && !a.OK {
+				t.Errorf("%s: %s failed: the probes reach no provider, so only the admission can tell", c.profile, a.Name)
+			}
+		}
+		for _, f := range r.Facts {
+			if strings.Contains(f.Name, "settled") {
+				t.Errorf("%s: fact %s reported without inspection", c.profile, f.Name)
+			}
+		}
+		t.Logf("%s: %s %s | %s", c.profile, r.Status, firstReason(r), r.KeyFact)
+	}
+}
