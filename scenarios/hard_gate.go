@@ -26,7 +26,9 @@ func hardGate() Scenario {
 		// checks would fail a gateway that keeps its promise.
 		Needs:   []Need{NeedScenarioRules},
 		Prefers: []Need{NeedQuotaInspection},
-		Run:     runHardGate,
+		BlackBox: "sees, at the providers, every admitted request's output bound and usage and the peak usage of any window, " +
+			"and the burst's answers; cannot see the ledger's settled figure (only a fact there, never a check)",
+		Run: runHardGate,
 	}
 }
 

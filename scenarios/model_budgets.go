@@ -21,7 +21,10 @@ func modelBudgets() Scenario {
 		// to qualify. Without inspection, the responses' usage stands for the ledger's.
 		Needs:   []Need{NeedScenarioRules},
 		Prefers: []Need{NeedQuotaInspection},
-		Run:     runModelBudgets,
+		BlackBox: "sees every decision per (subject, model) key against the rule replayed on the responses' own usage, and the " +
+			"quota headers of each answer; cannot see the ledger's settled usage per key, nor which key a charge landed on except through " +
+			"the admissions that follow it",
+		Run: runModelBudgets,
 	}
 }
 
