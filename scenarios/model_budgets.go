@@ -160,6 +160,7 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 	if err := env.checkDenialsReachedNoProvider(ctx, r, before, admitted); err != nil {
 		return r.Error(err)
 	}
-	r.Key("%d admitted: %s spent (%d settled), %s and %s admitted beside it", admitted, spent, settled[spent], other, neighbour)
+	// settled[spent] is the responses' usage, whatever the evidence level: said so.
+	r.Key("%d admitted: %s spent (%d tokens by its responses' usage), %s and %s admitted beside it", admitted, spent, settled[spent], other, neighbour)
 	return r
 }
