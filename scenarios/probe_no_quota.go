@@ -184,7 +184,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 		checkedAt.Before(leaveAt))
 	r.Check(probeLeakCheck(paths), "no subject username in "+strings.Join(leakPaths, ", "), subjectLeaks, len(subjectLeaks) == 0)
 	if env.inspects() {
-		r.Key("%d probes, settled %d → %d, provider calls +%d; after them %d then %d", probes, before[appA].Settled(), after[appA].Settled(),
+		r.Key("%d probes, settled %d → %d, provider calls +%d; after them %d, %d", probes, before[appA].Settled(), after[appA].Settled(),
 			TotalDelta(pBefore, pAfter), last.Status, over.Status)
 		return r
 	}
