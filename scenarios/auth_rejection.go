@@ -18,7 +18,9 @@ func authRejection() Scenario {
 		Summary:   "missing, malformed, wrong-password and cross-subject credentials get 401 on both gateways; no provider call, no ledger change",
 		Invariant: "hard gate: an unauthenticated request reaches neither the ledger nor a provider",
 		Prefers:   []Need{NeedQuotaInspection},
-		Run:       runAuthRejection,
+		BlackBox: "sees every bad credential answered 401 with its challenge and body, and the providers' call counts unchanged; " +
+			"cannot see the subjects' ledger state, so it does not report it: a gateway that charged a rejected request's subject is not caught here",
+		Run: runAuthRejection,
 	}
 }
 

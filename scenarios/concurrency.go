@@ -22,7 +22,10 @@ func concurrency() Scenario {
 		Invariant: "hard gate: peak reserved tokens ≤ capacity (sampled from the ledger and reconstructed from the request history); " +
 			"admitted == capacity / estimate; denials reach no provider",
 		Prefers: []Need{NeedQuotaInspection},
-		Run:     runConcurrency,
+		BlackBox: "sees how many of the burst were admitted and denied on each gateway, the held intervals from the request " +
+			"history (the peak it reconstructs from them), and the providers' calls; cannot see the ledger's reserved tokens while the burst " +
+			"is held, nor whether a hold outlived its lease by renewal or was charged its estimate when it expired, nor the settled figure",
+		Run: runConcurrency,
 	}
 }
 
@@ -65,7 +68,7 @@ func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 // renewal) when the gateway renders scenario rules, else the run's rule; either way the holds
 // outlast the lease (deployment.Profile.ConcurrencyHold).
 func concurrencyRule(env *Env) (rule string, lease, hold time.Duration) {
-	own := env.gateway().Caps.ScenarioRules
+	own := env.hasOwnRule(deployment.ConcurrencyRule)
 	lease, hold = env.Profile.ConcurrencyHold(own)
 	if own {
 		return deployment.ConcurrencyRule, lease, hold
@@ -169,10 +172,13 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		r.Fact("other_status_kinds", otherKinds)
 	}
 	r.Fact("burst_duration_ms", ms(burstEnd.Sub(released)))
-	r.Fact("samples", len(samples))
-	r.Fact("sample_errors", sampleErrs)
-	r.Fact("peak_reserved_sampled", sampledPeak)
-	r.Fact("peak_active_reservations_sampled", sampledActivePeak)
+	if env.inspects() {
+		// The ledger's figures, sampled: a gateway without inspection has none to report.
+		r.Fact("samples", len(samples))
+		r.Fact("sample_errors", sampleErrs)
+		r.Fact("peak_reserved_sampled", sampledPeak)
+		r.Fact("peak_active_reservations_sampled", sampledActivePeak)
+	}
 	r.Fact("peak_reserved_reconstructed", histPeak)
 	if !histAt.IsZero() {
 		r.Fact("peak_reconstructed_at_ms_after_release", ms(histAt.Sub(released)))

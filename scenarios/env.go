@@ -391,3 +391,25 @@ func subjects() []string { return append([]string(nil), deployment.Subjects...) 
 func ms(d time.Duration) float64 {
 	return float64(d.Microseconds()/100) / 10
 }
+
+// ownRule is the scenario rule named name as the run renders it, when the gateway under test
+// can express it (its profile's capabilities.rules) and so has it; why says otherwise which
+// parts of the rule it cannot express (or that the run has no such rule). A scenario that
+// prefers its own rule runs on the run's rule when why is set.
+func (env *Env) ownRule(name string) (rule deployment.ScenarioRule, why string) {
+	if env == nil || env.Deployment == nil {
+		return rule, "needs its own rule " + name + ", which this run does not render (no deployment)"
+	}
+	for _, r := range env.Deployment.ScenarioRules() {
+		if r.Name == name {
+			return r, env.gateway().CannotExpress(r, deployment.FormatDuration(env.Profile.Lease))
+		}
+	}
+	return rule, "needs its own rule " + name + ", which this run does not render (the deployment has no users of " + name + ")"
+}
+
+// hasOwnRule reports whether the gateway under test has the scenario rule named name.
+func (env *Env) hasOwnRule(name string) bool {
+	_, why := env.ownRule(name)
+	return why == ""
+}

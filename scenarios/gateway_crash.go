@@ -24,7 +24,10 @@ func gatewayCrash() Scenario {
 		// Without either, what the subject can still be admitted for decides
 		// (gateway_crash_blackbox.go).
 		Prefers: []Need{NeedLeases, NeedQuotaInspection},
-		Run:     runGatewayCrash,
+		BlackBox: "sees the dead gateway's held request in the admissions around it: the burst after the crash admits " +
+			"what the capacity less its hold allows, the first request after the lease is denied (the expired hold charged), and the subject " +
+			"is admitted again once the window passes; cannot see the reservation itself, when the store released it, nor its settled charge",
+		Run: runGatewayCrash,
 	}
 }
 

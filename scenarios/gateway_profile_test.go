@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
@@ -21,32 +22,54 @@ func altProfile(t *testing.T) *undertest.Profile {
 }
 
 // TestGatewayNeedsSkipWithTheProfileNamed checks a scenario needing a capability the gateway
-// under test lacks is skipped, naming the capability and the profile, and never runs.
+// under test lacks is skipped, naming the capability and the profile, and never runs; and that
+// a scenario needing its own rule is skipped only for the parts of the rule the profile cannot
+// express, each named by its feature.
 func TestGatewayNeedsSkipWithTheProfileNamed(t *testing.T) {
 	env := testEnv(topology.Capabilities{})
-	env.Gateway = altProfile(t)
-	ran := false
-	res := Run(context.Background(), env, []Scenario{fake("x", []Need{NeedScenarioRules, NeedQuotaInspection}, func(ctx context.Context, env *Env) *Result {
-		ran = true
-		return env.NewResult()
-	})})
-	if ran || res[0].Status != evidence.Skipped {
-		t.Fatalf("ran %v, status %s", ran, res[0].Status)
+	d, err := deployment.NewDeployment("q-needs", env.Profile, []string{"model-budgets"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"quota inspection", "the scenarios' own rules", "altgateway"} {
-		if !strings.Contains(res[0].Reason, want) {
-			t.Errorf("reason %q does not name %s", res[0].Reason, want)
+	env.Deployment = d
+	ran := false
+	run := func(needs ...Need) evidence.ScenarioResult {
+		ran = false
+		return Run(context.Background(), env, []Scenario{fake("model-budgets", needs, func(ctx context.Context, env *Env) *Result {
+			ran = true
+			r := env.NewResult()
+			r.Check("ok", 1, 1, true)
+			return r
+		})})[0]
+	}
+	env.Gateway = altProfile(t)
+	res := run(NeedScenarioRules, NeedQuotaInspection)
+	if ran || res.Status != evidence.Skipped {
+		t.Fatalf("ran %v, status %s", ran, res.Status)
+	}
+	for _, want := range []string{"quota inspection", "a rule of its own for the scenario's subjects", "a rule keyed by subject and model",
+		"altgateway", "capabilities.rules: no own-rules, no model-key"} {
+		if !strings.Contains(res.Reason, want) {
+			t.Errorf("reason %q does not name %s", res.Reason, want)
 		}
 	}
-	// The default gateway offers every gateway capability: the same scenario runs.
+	// A profile with rules of its own but no model key: only that part is named.
+	own, err := undertest.Shipped(undertest.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.Caps.Rules = []undertest.RuleFeature{undertest.RuleOwn, undertest.RuleWindows}
+	env.Gateway = own
+	res = run(NeedScenarioRules)
+	want := "needs a rule keyed by subject and model, with an allowlist of models, which gateway profile quotaqual cannot express (capabilities.rules: no model-key)"
+	if ran || res.Status != evidence.Skipped || res.Reason != want {
+		t.Errorf("ran %v, %s %q, want skipped %q", ran, res.Status, res.Reason, want)
+	}
+	// The default gateway offers every gateway capability and expresses the rule: it runs.
 	env.Gateway = nil
-	res = Run(context.Background(), env, []Scenario{fake("x", []Need{NeedScenarioRules, NeedQuotaInspection, NeedStoreGroup, NeedLeases, NeedPolicyChange, NeedSharedStore, NeedRestart}, func(ctx context.Context, env *Env) *Result {
-		r := env.NewResult()
-		r.Check("ok", 1, 1, true)
-		return r
-	})})
-	if res[0].Status != evidence.Passed {
-		t.Errorf("default gateway: %s %q", res[0].Status, res[0].Reason)
+	res = run(NeedScenarioRules, NeedQuotaInspection, NeedStoreGroup, NeedLeases, NeedPolicyChange, NeedSharedStore, NeedRestart)
+	if !ran || res.Status != evidence.Passed {
+		t.Errorf("default gateway: %s %q", res.Status, res.Reason)
 	}
 }
 

@@ -21,10 +21,14 @@ func hardGate() Scenario {
 		Invariant: "hard gate: usage settled within any window ≤ capacity, counted at the providers (prompt + generated tokens of " +
 			"every admitted request); no request consumes more than its reservation",
 		// Without inspection the providers' counts decide (they do already: the ledger's
-		// settled figure is only a fact). Without the scenario's rule there is no black-box
-		// path: see runHardGate.
-		Prefers: []Need{NeedScenarioRules, NeedQuotaInspection},
-		Run:     runHardGate,
+		// settled figure is only a fact). Without its rule there is nothing to qualify: the
+		// run's rule promises no hard gate (a request may settle above its estimate), so the
+		// checks would fail a gateway that keeps its promise.
+		Needs:   []Need{NeedScenarioRules},
+		Prefers: []Need{NeedQuotaInspection},
+		BlackBox: "sees, at the providers, every admitted request's output bound and usage and the peak usage of any window, " +
+			"and the burst's answers; cannot see the ledger's settled figure (only a fact there, never a check)",
+		Run: runHardGate,
 	}
 }
 
@@ -34,14 +38,6 @@ const hardGateAsk = 500
 func runHardGate(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	if !env.gateway().Caps.ScenarioRules {
-		// The run's rule promises no hard gate (a request may settle above its estimate), so
-		// the checks below would fail a gateway that keeps its promise; no other rule is there
-		// to phrase them on.
-		return r.Skip("needs the scenarios' own rules, which gateway profile " + env.gateway().Name + " does not offer: " +
-			"the hard gate is a rule with enforcement: hard, and the run's own rule promises none (usage may exceed the estimate), " +
-			"so no black-box check of it can be made")
-	}
 	if !env.inspects() {
 		r.DecidedBy("the providers' call logs", "the request history")
 		r.NotMade("the settled usage read from the ledger (a fact, not a check)", "no quota inspection")

@@ -23,7 +23,9 @@ func layeredBudgets() Scenario {
 		// nothing to qualify. Without inspection, the responses' usage stands for the ledger's.
 		Needs:   []Need{NeedScenarioRules},
 		Prefers: []Need{NeedQuotaInspection},
-		Run:     runLayeredBudgets,
+		BlackBox: "sees every decision against the rule's two windows replayed on the responses' own usage, and the quota headers " +
+			"of each answer; cannot see the ledger's settled usage per window (it replays the responses' usage instead and labels it so)",
+		Run: runLayeredBudgets,
 	}
 }
 

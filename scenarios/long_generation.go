@@ -20,7 +20,10 @@ func longGeneration() Scenario {
 			"also after the lease would have run out — and the generation settles at the usage the provider counted",
 		// Without any of them, the concurrent denials alone decide (long_generation_blackbox.go).
 		Prefers: []Need{NeedScenarioRules, NeedLeases, NeedQuotaInspection},
-		Run:     runLongGeneration,
+		BlackBox: "sees every request the same subject sends while the generation runs denied, also after its lease, and the " +
+			"generation at the provider; cannot see whether the hold was renewed or expired and was charged its estimate (both deny alike), " +
+			"nor the generation's settled charge",
+		Run: runLongGeneration,
 	}
 }
 
@@ -33,7 +36,7 @@ const (
 )
 
 func runLongGeneration(ctx context.Context, env *Env) *Result {
-	if c := env.gateway().Caps; !c.ScenarioRules || !c.Leases || !env.inspects() {
+	if !env.hasOwnRule(deployment.LongGenerationRule) || !env.gateway().Caps.Leases || !env.inspects() {
 		return runLongGenerationBlackBox(ctx, env)
 	}
 	r := env.NewResult()

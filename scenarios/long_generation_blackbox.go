@@ -26,7 +26,7 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 	p := env.Profile
 	caps := env.gateway().Caps
 	capacity, lease, rule := p.Capacity, p.Lease, "the run's rule"
-	if caps.ScenarioRules {
+	if env.hasOwnRule(deployment.LongGenerationRule) {
 		capacity, lease, rule = p.Estimate, p.LongGenerationLease, deployment.LongGenerationRule
 	}
 	r.DecidedBy("admissions probed from outside", "the providers' call logs")

@@ -21,7 +21,10 @@ func modelBudgets() Scenario {
 		// to qualify. Without inspection, the responses' usage stands for the ledger's.
 		Needs:   []Need{NeedScenarioRules},
 		Prefers: []Need{NeedQuotaInspection},
-		Run:     runModelBudgets,
+		BlackBox: "sees every decision per (subject, model) key against the rule replayed on the responses' own usage, and the " +
+			"quota headers of each answer; cannot see the ledger's settled usage per key, nor which key a charge landed on except through " +
+			"the admissions that follow it",
+		Run: runModelBudgets,
 	}
 }
 
@@ -163,6 +166,7 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 		}
 		return k.String() + " not admitted"
 	}
-	r.Key("%d admitted: %s spent (%d settled); after it %s, %s", admitted, spent, settled[spent], besides(other), besides(neighbour))
+	// settled[spent] is the responses' usage, whatever the evidence level: said so.
+	r.Key("%d admitted: %s spent (%d tokens by its responses' usage); after it %s, %s", admitted, spent, settled[spent], besides(other), besides(neighbour))
 	return r
 }

@@ -15,7 +15,9 @@ func networkPolicy() Scenario {
 		Summary:   "gateways reach Valkey and the providers; the client cannot reach Valkey or a provider; a provider cannot reach Valkey",
 		Invariant: "isolation: only the gateways reach Valkey and the providers; every denial is backed by a positive control from the same host",
 		Needs:     []Need{NeedNetworkPolicy},
-		Run:       runNetworkPolicy,
+		BlackBox: "sees every connection attempt from each host (denials, each backed by a positive control from the same host); " +
+			"it needs no inspection: everything it checks is seen from the network",
+		Run: runNetworkPolicy,
 	}
 }
 

@@ -80,10 +80,14 @@ func (env *Env) sampleLedgerOf(ctx context.Context, rule string, window time.Dur
 }
 
 // Stop ends sampling, records the series as evidence.LedgerSamplesFact in r and returns the
-// samples and how many reads failed.
+// samples and how many reads failed. A gateway without quota inspection has no series: none
+// is recorded (an empty one would read as a ledger that held nothing).
 func (s *ledgerSampler) Stop(env *Env, r *Result, subject string) ([]evidence.LedgerSample, int) {
 	s.stop()
 	<-s.done
+	if !env.inspects() {
+		return nil, 0
+	}
 	r.Fact(evidence.LedgerSamplesFact, evidence.LedgerSeries{Subject: subject, Capacity: env.Profile.Capacity,
 		Estimate: env.Profile.Estimate, WindowMS: s.window.Milliseconds(),
 		Samples: append([]evidence.LedgerSample{}, s.samples...)})

@@ -49,7 +49,9 @@ const (
 	NeedSharedStore Need = "shared-store"
 	// NeedStoreGroup: the gateway can be put on the replicated store group.
 	NeedStoreGroup Need = "store-group"
-	// NeedScenarioRules: the gateway renders the scenarios' own rules.
+	// NeedScenarioRules: the gateway renders the scenario's own rule — every feature of it
+	// (undertest.RuleFeature) its profile's capabilities.rules can express; a skip names the
+	// features it lacks. A scenario that only prefers it runs on the run's rule without it.
 	NeedScenarioRules Need = "scenario-rules"
 	// NeedPolicyChange: the gateway can be restarted on another budget.
 	NeedPolicyChange Need = "policy-change"
@@ -84,7 +86,11 @@ type Scenario struct {
 	// black-box evidence when it has not; its result then names the checks not made
 	// (Result.NotMade) and carries a lower evidence level.
 	Prefers []Need
-	Run     func(ctx context.Context, env *Env) *Result
+	// BlackBox states what the scenario's black-box path — what it does on a gateway without
+	// quota inspection — can and cannot see: "sees …; cannot see …". A result at the black-box
+	// evidence level carries it, so a reader knows what its verdict could not have caught.
+	BlackBox string
+	Run      func(ctx context.Context, env *Env) *Result
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
@@ -249,8 +255,9 @@ func (r *Result) DecidedBy(evidence ...string) {
 	}
 }
 
-// evidenceLevel is "" for the full evidence, or what decided the verdict instead.
-func (r *Result) evidenceLevel() string {
+// evidenceLevel is "" for the full evidence, or what decided the verdict instead and what
+// that evidence can and cannot see (the scenario's BlackBox).
+func (r *Result) evidenceLevel(blackBox string) string {
 	if len(r.notMade) == 0 && len(r.decidedBy) == 0 {
 		return ""
 	}
@@ -261,6 +268,9 @@ func (r *Result) evidenceLevel() string {
 	s := "black-box: decided by " + by
 	if len(r.notMade) > 0 {
 		s += "; not made: " + strings.Join(r.notMade, "; ")
+	}
+	if blackBox != "" {
+		s += "; its black-box path " + blackBox
 	}
 	return s
 }
@@ -436,7 +446,13 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
 		return res, false
 	}
-	if reason := missingNeed(sc.Needs, caps, env.gateway()); reason != "" {
+	reason := missingNeed(sc.Needs, caps, env.gateway())
+	if slices.Contains(sc.Needs, NeedScenarioRules) {
+		if _, why := env.ownRule(sc.Name); why != "" {
+			reason = strings.Join(slices.DeleteFunc([]string{reason, why}, func(s string) bool { return s == "" }), "; ")
+		}
+	}
+	if reason != "" {
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
 		return env.progressed(sc.Name, res), false
 	}
@@ -451,7 +467,7 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 	res.Assertions = append(res.Assertions, r.assertions...)
 	res.KeyFact = r.keyFact
 	res.Status, res.Reason = r.verdict()
-	res.Evidence = r.evidenceLevel()
+	res.Evidence = r.evidenceLevel(sc.BlackBox)
 	if ctx.Err() != nil && res.Status != evidence.Skipped {
 		// Cut short: the verdict was not reached, and checks that failed after the
 		// interruption failed because of it. Everything recorded is kept.
@@ -502,7 +518,6 @@ var gatewayNeeds = map[Need]struct {
 	NeedQuotaInspection: {"quota inspection", (*undertest.Profile).Inspects},
 	NeedSharedStore:     {"its quota state in the run's store", func(g *undertest.Profile) bool { return g.Caps.SharedStore }},
 	NeedStoreGroup:      {"the replicated store group", func(g *undertest.Profile) bool { return g.Caps.StoreGroup }},
-	NeedScenarioRules:   {"the scenarios' own rules", func(g *undertest.Profile) bool { return g.Caps.ScenarioRules }},
 	NeedPolicyChange:    {"a restart on another budget", func(g *undertest.Profile) bool { return g.Caps.PolicyChange }},
 	NeedLeases:          {"reservation leases", func(g *undertest.Profile) bool { return g.Caps.Leases }},
 	NeedAttribution: {"attribution headers", func(g *undertest.Profile) bool {
@@ -515,6 +530,9 @@ var gatewayNeeds = map[Need]struct {
 func missingNeed(needs []Need, caps topology.Capabilities, gw *undertest.Profile) string {
 	var reasons []string
 	for _, n := range needs {
+		if n == NeedScenarioRules {
+			continue // the scenario's own rule decides: Env.ownRule
+		}
 		if g, ok := gatewayNeeds[n]; ok {
 			if !g.has(gw) {
 				reasons = append(reasons, fmt.Sprintf("needs %s, which gateway profile %s does not offer", g.what, gw.Name))

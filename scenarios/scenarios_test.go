@@ -553,3 +553,29 @@ func TestUseStoreGroup(t *testing.T) {
 		t.Error("valkey-failover alone does not use the store group")
 	}
 }
+
+// TestEveryScenarioSaysWhatItsBlackBoxPathSees checks every scenario states what its
+// black-box path can and cannot see (Scenario.BlackBox), and that a black-box result carries
+// the statement in its evidence level.
+func TestEveryScenarioSaysWhatItsBlackBoxPathSees(t *testing.T) {
+	for _, s := range All() {
+		bb := s.BlackBox
+		if !strings.HasPrefix(bb, "sees") && !strings.HasPrefix(bb, "has none") {
+			t.Errorf("%s: BlackBox %q does not start with \"sees …\" (or \"has none\")", s.Name, bb)
+		}
+		if !strings.Contains(bb, "cannot see") && !strings.Contains(bb, "no inspection") && !strings.Contains(bb, "needs quota inspection") && !strings.Contains(bb, "with inspection and without") {
+			t.Errorf("%s: BlackBox %q does not say what it cannot see", s.Name, bb)
+		}
+	}
+	sc := fake("blind", nil, func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		r.Check("counted at the providers", 1, 1, true)
+		r.NotMade("settled unchanged", "no quota inspection")
+		return r
+	})
+	sc.BlackBox = "sees the providers; cannot see the ledger"
+	res := Run(context.Background(), testEnv(topology.Capabilities{}), []Scenario{sc})
+	if want := "; its black-box path sees the providers; cannot see the ledger"; !strings.HasSuffix(res[0].Evidence, want) {
+		t.Errorf("evidence %q does not end with %q", res[0].Evidence, want)
+	}
+}

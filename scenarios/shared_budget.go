@@ -21,6 +21,9 @@ func sharedBudget() Scenario {
 		Invariant: "hard gate: both gateways admit exactly what one budget allows (settled + estimate ≤ capacity, predicted from the responses' usage); " +
 			"denials reach no provider; attribution counted at the providers",
 		Prefers: []Need{NeedQuotaInspection},
+		BlackBox: "sees the admissions of one subject alternating over every gateway against the rule replayed on the responses' " +
+			"own usage, the quota headers and error bodies, the other subjects admitted, and the providers' calls and sites; cannot see the " +
+			"settled figure after each admission (it sums the responses' usage instead and labels it so)",
 		// Its site coverage rides the gateways' round robin, which other scenarios' requests
 		// advance: beside them it needed more coverage requests than application-c's budget
 		// holds, and the provider-refusal request then met a 429 (seen on process).

@@ -26,7 +26,9 @@ func sustainedLoad() Scenario {
 			"no 5xx; denials reach no provider; a subject within its budget is never denied",
 		Exclusive: "drives the machine at a fixed rate: its latencies, and the timing of any scenario beside it, must each be their own",
 		Profiles:  []string{"reference"},
-		Run:       runSustainedLoad,
+		BlackBox: "sees every answer of the load and the providers' calls, and judges each subject's admitted usage per " +
+			"window from the recorded history; it reads no gateway counter, so it sees the same with inspection and without",
+		Run: runSustainedLoad,
 	}
 }
 

@@ -21,10 +21,14 @@ func usageAccounting() Scenario {
 		Invariant: "meter: each request's settled charge equals what the provider stub counted (prompt + generated tokens), and never less " +
 			"than what it generated, also when many settle at once (none dropped to its lease); the reservation covers the output bound " +
 			"the provider honours, times n",
-		// Without the scenario's rule, the one case phrased in admissions on the run's rule
-		// (usage_accounting_blackbox.go).
+		// Without the scenario's rule or without inspection, the one case phrased in admissions
+		// on the run's rule (usage_accounting_blackbox.go).
 		Prefers: []Need{NeedScenarioRules, NeedQuotaInspection},
-		Run:     runUsageAccounting,
+		BlackBox: "sees whether the next request is admitted after a stream the client cut short (on the run's rule, where a " +
+			"charge of at least what the provider generated leaves less than an estimate) and what the provider logged; cannot " +
+			"see any charge exactly, nor the charges of the oversized response, the provider errors, n > 1 and both output " +
+			"bounds, nor settlements handed over together: those it reports as checks not made",
+		Run: runUsageAccounting,
 	}
 }
 
@@ -71,12 +75,8 @@ func accountingCases() []accountingCase {
 }
 
 func runUsageAccounting(ctx context.Context, env *Env) *Result {
-	switch {
-	case !env.gateway().Caps.ScenarioRules:
+	if !env.hasOwnRule(deployment.UsageAccountingRule) || !env.inspects() {
 		return runUsageAccountingBlackBox(ctx, env)
-	case !env.inspects():
-		return env.NewResult().Skip("needs quota inspection, which gateway profile " + env.gateway().Name + " does not offer: " +
-			"the scenario's own rule has a capacity no request reaches, so a charge under it shows in no admission")
 	}
 	r := env.NewResult()
 	const rule = deployment.UsageAccountingRule

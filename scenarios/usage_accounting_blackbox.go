@@ -8,12 +8,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // runUsageAccountingBlackBox is usage-accounting for a gateway that does not render the
-// scenario's own rule: the one case that can be phrased in admissions on the run's rule. A
+// scenario's own rule or offers no quota inspection: the one case that can be phrased in
+// admissions on the run's rule, sent by application-b (the scenario's rule holds application-a
+// only, and its capacity no case reaches shows no charge in an admission). A
 // stream the client closes after reading capacity chunks has made the provider generate at least
 // capacity − inFlightSlack tokens; charged at least that, it leaves less than one estimate of
 // the budget, so the subject's next request is denied. A gateway that charges such a stream its
@@ -23,10 +26,13 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
 	r.DecidedBy("admissions probed from outside", "the providers' call logs")
-	r.NotMade("the oversized response, both provider errors, n > 1 and both output bounds are charged what the provider counted",
-		"the gateway renders no rule of the scenario's (max_tokens estimation, a capacity no case reaches): on the run's rule those charges deny nothing a probe could see")
-	r.NotMade("the cut stream is charged no more than generated + the input estimate, and exactly: only a lower bound shows in admissions",
-		"no rule of the scenario's and no quota inspection")
+	why := "no quota inspection"
+	if !env.hasOwnRule(deployment.UsageAccountingRule) {
+		why = "the gateway renders no rule of the scenario's (max_tokens estimation, a capacity no case reaches)"
+	}
+	r.NotMade("the oversized response, both provider errors, n > 1 and both output bounds are charged what the provider counted, "+
+		"and settlements handed over together are none of them dropped", why+": on the run's rule those charges deny nothing a probe could see")
+	r.NotMade("the cut stream is charged no more than generated + the input estimate, and exactly: only a lower bound shows in admissions", why)
 	if p.Estimate <= inFlightSlack || p.Capacity < p.Estimate {
 		return r.Error(fmt.Errorf("profile %s: estimate %d must exceed the in-flight slack %d and capacity %d must hold one estimate, or a cut stream's charge cannot show in an admission",
 			p.Name, p.Estimate, inFlightSlack, p.Capacity))
@@ -43,7 +49,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("provider call logs before: %w", err))
 	}
 	const label = "stream-closed-mid-generation"
-	o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: label, Subject: appA, Stream: true, MaxTokens: -1, StopAfterChunks: stop,
+	o := env.Chat(ctx, ChatCall{Gateway: gwA, Label: label, Subject: appB, Stream: true, MaxTokens: -1, StopAfterChunks: stop,
 		Metadata: map[string]string{providerstub.TokensMetadata: strconv.Itoa(tokens), providerstub.InterTokenMetadata: "5ms"}})
 	r.Check(label+": answered 200", http.StatusOK, o.Status, o.Status == http.StatusOK)
 	after, err := env.settledProviders(ctx)
@@ -68,7 +74,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	if err := waitUntil(ctx, time.Now().Add(settleGrace(p.StoreTimeout))); err != nil {
 		return r.Error(err)
 	}
-	next := env.Chat(ctx, ChatCall{Gateway: gwB, Label: "next-after-the-cut-stream", Subject: appA})
+	next := env.Chat(ctx, ChatCall{Gateway: gwB, Label: "next-after-the-cut-stream", Subject: appB})
 	r.Fact("charged_at_least_if_metered", lo)
 	r.Check(fmt.Sprintf("%s: charged at least what the provider generated (≥ %d): the next request, needing %d of %d, is denied", label, lo, p.Estimate, p.Capacity),
 		http.StatusTooManyRequests, next.Status, lo+p.Estimate <= p.Capacity || next.Status == http.StatusTooManyRequests)

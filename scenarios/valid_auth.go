@@ -16,7 +16,9 @@ func validAuth() Scenario {
 		Summary:   "every subject is admitted on both gateways, with provider attribution",
 		Invariant: "each authenticated subject is admitted on both gateways; attribution and call counts are confirmed at the providers; credentials are not forwarded",
 		Prefers:   []Need{NeedAttribution},
-		Run:       runValidAuth,
+		BlackBox: "sees every subject admitted on every gateway and, at the providers, the calls and sites that served them and the " +
+			"headers they received (no credentials forwarded); without an attribution header it cannot see which site served which response, only how many each site got",
+		Run: runValidAuth,
 	}
 }
 

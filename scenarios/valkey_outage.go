@@ -18,7 +18,10 @@ func valkeyOutage() Scenario {
 		Exclusive: "stops the store",
 		Needs:     []Need{NeedSharedStore},
 		Prefers:   []Need{NeedQuotaInspection},
-		Run:       runValkeyOutage,
+		BlackBox: "sees every gateway answer the store-failure status while the store is stopped, no request reach a provider, " +
+			"and admissions return once it is back; cannot see whether each replica keeps reading the store steadily afterwards (a check " +
+			"not made)",
+		Run: runValkeyOutage,
 	}
 }
 

@@ -18,7 +18,10 @@ func windowExpiry() Scenario {
 		Summary:   "after exhaustion, admission returns once usage leaves the window and not before",
 		Invariant: "usage leaves the window no earlier than one window after it was charged and at most one accounting bucket late",
 		Prefers:   []Need{NeedQuotaInspection},
-		Run:       runWindowExpiry,
+		BlackBox: "sees the first admission after the subject's charges may leave the window (polled from outside) against the " +
+			"earliest and latest the rule allows, and every 429's Retry-After and reset against it; cannot see the ledger's settled " +
+			"usage leaving bucket by bucket (the report's ledger trace is empty without inspection)",
+		Run: runWindowExpiry,
 	}
 }
 
@@ -62,7 +65,7 @@ func planRecovery(starts, ends []time.Time, charges []int64, capacity, estimate 
 // scenario's own (the profile's WindowExpiryWindow) when the gateway renders scenario rules,
 // else the run's rule and window.
 func windowExpiryRule(env *Env) (string, time.Duration) {
-	if env.gateway().Caps.ScenarioRules {
+	if env.hasOwnRule(deployment.WindowExpiryRule) {
 		return deployment.WindowExpiryRule, env.Profile.WindowExpiryWindow
 	}
 	return RuleName, env.Profile.Window

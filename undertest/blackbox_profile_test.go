@@ -10,23 +10,30 @@ import (
 
 // TestBlackBoxProfileDeclaresLessOfTheSameGateway checks the black-box test profile
 // (testdata/quotaqual-blackbox.yaml, which the mutant tests run quotaqual's gateway through) is
-// quotaqual.yaml with quota inspection and the scenarios' rules declared absent and nothing else
-// changed: a catch on it is the black-box paths' doing, not another gateway's.
+// quotaqual.yaml with quota inspection declared absent and nothing else changed — the same
+// config, scenario rules included: a catch on it is the black-box paths' doing, not another
+// gateway's or another rule's.
 func TestBlackBoxProfileDeclaresLessOfTheSameGateway(t *testing.T) {
 	bb, err := undertest.Load(filepath.Join("testdata", "quotaqual-blackbox.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	def := undertest.Default()
-	if !reflect.DeepEqual(bb.Launch, def.Launch) || !reflect.DeepEqual(bb.Readiness, def.Readiness) || !reflect.DeepEqual(bb.Expect, def.Expect) {
-		t.Errorf("launch, readiness or expectations differ from quotaqual.yaml")
+	if !reflect.DeepEqual(bb.Launch, def.Launch) || !reflect.DeepEqual(bb.Config, def.Config) ||
+		!reflect.DeepEqual(bb.Readiness, def.Readiness) || !reflect.DeepEqual(bb.Liveness, def.Liveness) || !reflect.DeepEqual(bb.Expect, def.Expect) {
+		t.Errorf("launch, config, readiness, liveness or expectations differ from quotaqual.yaml")
 	}
 	want := def.Caps
-	want.QuotaInspection, want.ScenarioRules = undertest.InspectNone, false
-	if bb.Caps != want {
-		t.Errorf("capabilities %+v, want quotaqual.yaml's with no inspection and no scenario rules: %+v", bb.Caps, want)
+	want.QuotaInspection = undertest.InspectNone
+	if !reflect.DeepEqual(bb.Caps, want) {
+		t.Errorf("capabilities %+v, want quotaqual.yaml's with no inspection: %+v", bb.Caps, want)
 	}
 	if bb.Inspects() {
 		t.Error("the black-box profile inspects")
+	}
+	for _, f := range undertest.RuleFeatures {
+		if !bb.Expresses(f) {
+			t.Errorf("the black-box profile cannot express %s: the scenarios needing it would skip there", f)
+		}
 	}
 }

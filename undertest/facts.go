@@ -29,8 +29,8 @@ type Facts struct {
 	Providers []deployment.ProviderAddr
 	Store     Store
 	Budget    Budget
-	// ScenarioRules are the scenarios' own rules, rendered ahead of the qualification's rule
-	// by a gateway with capabilities.scenario_rules.
+	// ScenarioRules are the scenarios' own rules, rendered ahead of the qualification's rule;
+	// a template is handed only those its profile's capabilities.rules can express (Render).
 	ScenarioRules []deployment.ScenarioRule
 }
 

@@ -176,8 +176,13 @@ type Capabilities struct {
 	// StoreCluster: the template renders a Valkey Cluster (Facts.Store.Cluster), so the
 	// gateway can run on `--store cluster`. A gateway that takes one store address cannot.
 	StoreCluster bool `yaml:"store_cluster"`
-	// ScenarioRules: the template renders the scenarios' own rules (Facts.ScenarioRules).
-	ScenarioRules bool `yaml:"scenario_rules"`
+	// Rules are the features of the scenarios' own rules (Facts.ScenarioRules) the template
+	// can render (rules.go): a rule needing one more is not handed to it, and its scenario
+	// runs on the run's rule or is skipped, naming the feature. Empty: no scenario rule.
+	Rules []RuleFeature `yaml:"rules"`
+	// ScenarioRules is the field Rules replaced: true reads as every feature, false as none.
+	// Set with Rules it is an error naming the replacement.
+	ScenarioRules *bool `yaml:"scenario_rules"`
 	// PolicyChange: the gateway can be restarted on another budget (rolling-upgrade).
 	PolicyChange bool `yaml:"policy_change"`
 	// Leases: admitted requests hold a reservation that expires unless renewed.
@@ -332,6 +337,7 @@ func (p *Profile) validate() strictyaml.Errors {
 	default:
 		bad("capabilities.quota_inspection", "%q is unknown: use %s or %s", p.Caps.QuotaInspection, InspectNone, InspectQuotaqualAdmin)
 	}
+	p.validateRules(bad)
 	return errs
 }
 

@@ -34,8 +34,10 @@ func parseTemplate(s string) (*template.Template, error) {
 	return template.New("").Option("missingkey=error").Funcs(funcs).Parse(s)
 }
 
-// Render renders the gateway's config file for f.
+// Render renders the gateway's config file for f, with only the scenario rules the profile
+// can express (capabilities.rules).
 func (p *Profile) Render(f Facts) ([]byte, error) {
+	f.ScenarioRules = p.expressible(f)
 	var buf bytes.Buffer
 	if err := p.tmpl.Execute(&buf, f); err != nil {
 		return nil, fmt.Errorf("rendering the config of %s (gateway profile %s): %w", f.Name, p.Name, err)

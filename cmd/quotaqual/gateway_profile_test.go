@@ -115,7 +115,8 @@ type verdict struct {
 // altGatewayVerdicts pins what the qualification says of the independent altgateway
 // (internal/altgateway, undertest/profiles/altgateway.yaml) on netns, and why.
 var altGatewayVerdicts = map[string]verdict{
-	// No quota inspection: the ledger figures are not read; provider counts decide.
+	// No quota inspection: filled to capacity − estimate, the one request the rule still has
+	// room for is admitted after the probes (a probe that spent quota would deny it).
 	"probe-no-quota": {evidence.Passed, "", true},
 	// No attribution header or request id: the sites are counted at the providers.
 	"valid-auth": {evidence.Passed, "", true},
@@ -136,7 +137,7 @@ var altGatewayVerdicts = map[string]verdict{
 	"valkey-outage":    {evidence.Passed, "", true},
 	"network-policy":   {evidence.Passed, "", false},
 	"valkey-partition": {evidence.Passed, "", true},
-	// No scenario rules: the cut stream on the run's rule. The altgateway finds the usage only
+	// No scenario rules (capabilities.rules empty): the cut stream on the run's rule. The altgateway finds the usage only
 	// at the end of a response, which a stream the client closes never reaches, so it keeps
 	// the per-call charge: the next request is admitted where the generated tokens deny it.
 	"usage-accounting": {evidence.Failed, "charged at least what the provider generated", true},
@@ -144,11 +145,11 @@ var altGatewayVerdicts = map[string]verdict{
 	// The fixed window forgets the generation (and the fills) at its boundary, so concurrent
 	// requests are admitted while it still runs.
 	"long-generation": {evidence.Failed, "every concurrent request was denied", true},
-	// No black-box path: the run's rule promises no hard gate, and there is no other rule.
-	"hard-gate": {evidence.Skipped, "no black-box check of it can be made", false},
-	// Its rules have one window each and the scenarios' own rules are not rendered for it.
-	"layered-budgets": {evidence.Skipped, "needs the scenarios' own rules", false},
-	"model-budgets":   {evidence.Skipped, "needs the scenarios' own rules", false},
+	// Its config has one allowance for every caller: no rule of a scenario's own can be
+	// expressed, and the skip names each part the scenario's rule needs.
+	"hard-gate":       {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no hard)", false},
+	"layered-budgets": {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no windows)", false},
+	"model-budgets":   {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no model-key)", false},
 	// Its config cannot name the replicated store group: nothing to fail over.
 	"valkey-failover": {evidence.Skipped, "needs the replicated store group", false},
 	// Each policy's window is a counter key of its own (the key holds Unix time / period), so the two
@@ -234,4 +235,99 @@ func TestTheProgressLineSaysEveryScenarioRanAlone(t *testing.T) {
 	if !strings.Contains(stderr, want) {
 		t.Errorf("the closing progress line does not say %q:\n%s", want, stderr)
 	}
+}
+
+// TestBlackBoxCatchesProbesThatSpendQuota proves probe-no-quota's black-box path on a foreign
+// gateway: the altgateway (no quota inspection) passes it on admissions alone, and the same
+// gateway with its probe-charge defect switched on (every /live and /ready charges 15 tokens
+// to the caller admitted last; undertest/testdata/altgateway-probes-charge.yaml) fails it on
+// the admission the rule had room for, with the provider calls unchanged — what the scenario
+// used to count alone, and passed. Neither result reports a settled figure: without
+// inspection none is known.
+func TestBlackBoxCatchesProbesThatSpendQuota(t *testing.T) {
+	for _, c := range []struct {
+		profile  string
+		status   evidence.Status
+		failedOn string
+	}{
+		{shippedProfile("altgateway"), evidence.Passed, ""},
+		{filepath.Join("..", "..", "undertest", "testdata", "altgateway-probes-charge.yaml"), evidence.Failed, "the probes spent no quota"},
+	} {
+		out, _ := runGateway(t, c.profile, 2*time.Minute, "probe-no-quota")
+		if len(out.Results) != 1 {
+			t.Fatalf("%s: %d results, want 1 (%s)", c.profile, len(out.Results), out.Error)
+		}
+		r := out.Results[0]
+		if r.Status != c.status || (c.failedOn != "" && !failedOn(r, c.failedOn)) || !strings.HasPrefix(r.Evidence, "black-box") {
+			t.Errorf("%s: %s (%s) at evidence %q, want %s at the black-box level%s", c.profile, r.Status, r.Reason, r.Evidence, c.status,
+				map[bool]string{true: " failed on " + c.failedOn}[c.failedOn != ""])
+		}
+		for _, a := range r.Assertions {
+			if strings.Contains(a.Name, "provider calls unchanged") && !a.OK {
+				t.Errorf("%s: %s failed: the probes reach no provider, so only the admission can tell", c.profile, a.Name)
+			}
+		}
+		for _, f := range r.Facts {
+			if strings.Contains(f.Name, "settled") {
+				t.Errorf("%s: fact %s reported without inspection", c.profile, f.Name)
+			}
+		}
+		t.Logf("%s: %s %s | %s", c.profile, r.Status, firstReason(r), r.KeyFact)
+	}
+}
+
+// blackBoxProfile is quotaqual's own gateway with quota inspection declared absent.
+var blackBoxProfile = filepath.Join("..", "..", "undertest", "testdata", "quotaqual-blackbox.yaml")
+
+// TestBlackBoxProfileVerdicts runs the whole quick qualification on quotaqual's own gateway
+// through the black-box profile (no quota inspection; the scenarios' own rules rendered, as the
+// gateway can express them): every scenario runs its black-box path and passes, but
+// valkey-failover, which needs inspection and says so. The scenarios that read no ledger at
+// all (valid-auth with its attribution header, window-expiry, network-policy) keep the full
+// evidence level. No result reports a ledger figure it cannot know.
+func TestBlackBoxProfileVerdicts(t *testing.T) {
+	out, code := runGateway(t, blackBoxProfile, 5*time.Minute)
+	// valkey-failover's skip makes the run partial, which the default --require all fails.
+	if code != wire.ExitPartial || out.Qual.Level != evidence.LevelPartial {
+		t.Errorf("exit %d, qualification %q (%s), want %d and partial: valkey-failover skipped", code, out.Qual.Level, out.Error, wire.ExitPartial)
+	}
+	list, err := scenarios.ForProfile("quick", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Results) != len(list) {
+		t.Fatalf("%d results, want the quick run's %d", len(out.Results), len(list))
+	}
+	fullEvidence := map[string]bool{"valid-auth": true, "window-expiry": true, "network-policy": true}
+	for _, r := range out.Results {
+		switch {
+		case r.Name == "valkey-failover":
+			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "needs quota inspection, which gateway profile quotaqual-blackbox does not offer") {
+				t.Errorf("%s: %s (%s), want skipped for quota inspection", r.Name, r.Status, r.Reason)
+			}
+		case r.Status != evidence.Passed:
+			t.Errorf("%s: %s (%s), want passed on its black-box path", r.Name, r.Status, r.Reason)
+		case fullEvidence[r.Name] == strings.HasPrefix(r.Evidence, "black-box"):
+			t.Errorf("%s: evidence %q, want black-box %v", r.Name, r.Evidence, !fullEvidence[r.Name])
+		}
+		for _, f := range r.Facts {
+			if unknowableWithoutInspection(f.Name) {
+				t.Errorf("%s: fact %s reported without quota inspection", r.Name, f.Name)
+			}
+		}
+		t.Logf("%s: %s %s | %s", r.Name, r.Status, firstReason(r), r.KeyFact)
+	}
+}
+
+// unknowableWithoutInspection reports whether a fact named so states a ledger figure, which
+// only quota inspection can read: a settled or reserved figure not marked as summed from the
+// responses or reconstructed from the request history, or the ledger's sampled trace.
+func unknowableWithoutInspection(name string) bool {
+	if name == evidence.LedgerSamplesFact || strings.Contains(name, "sampled") || strings.Contains(name, "ledger") {
+		return true
+	}
+	if strings.Contains(name, "settled") || strings.Contains(name, "reserved") {
+		return !strings.Contains(name, "from_responses") && !strings.Contains(name, "reconstructed")
+	}
+	return false
 }

@@ -41,8 +41,6 @@ var keyFactRuns = []struct {
 	{name: "black-box profile, sweep-unread-key", mutant: mutant.SweepUnreadKey, gateway: blackBoxProfile, scenarios: []string{"gateway-crash"}},
 }
 
-var blackBoxProfile = filepath.Join("..", "..", "undertest", "testdata", "quotaqual-blackbox.yaml")
-
 // TestKeyFactsOfFailedRunsAreObservations renders every scenario's key fact from failing real
 // runs and holds each to scenarios.KeyFactContradictions: a comparison it writes holds, a
 // status it says was answered is one its requests got, and a failed scenario's key fact

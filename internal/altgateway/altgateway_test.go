@@ -33,10 +33,11 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("LoadConfig: %v %+v", err, s)
 	}
 	for name, c := range map[string]struct{ body, want string }{
-		"unknown field":  {strings.Replace(goodConfig, `"bind"`, `"bnd"`, 1), "unknown field"},
-		"unset secret":   {goodConfig, "$PW is not set"},
-		"no backends":    {strings.Replace(goodConfig, `["http://127.0.0.1:8000"]`, `[]`, 1), "backends is empty"},
-		"zero allowance": {strings.Replace(goodConfig, `"tokens": 60`, `"tokens": 0`, 1), "must all be positive"},
+		"unknown field":         {strings.Replace(goodConfig, `"bind"`, `"bnd"`, 1), "unknown field"},
+		"unset secret":          {goodConfig, "$PW is not set"},
+		"no backends":           {strings.Replace(goodConfig, `["http://127.0.0.1:8000"]`, `[]`, 1), "backends is empty"},
+		"zero allowance":        {strings.Replace(goodConfig, `"tokens": 60`, `"tokens": 0`, 1), "must all be positive"},
+		"negative probe charge": {strings.Replace(goodConfig, `"backends"`, `"probe_charge": -1, "backends"`, 1), "probe_charge must not be negative"},
 	} {
 		vars := map[string]string{"PW": "p", "S1": "s"}
 		if name == "unset secret" {

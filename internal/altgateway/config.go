@@ -20,6 +20,12 @@ type Config struct {
 	Allowance  Allowance `json:"allowance"`
 	Callers    []Caller  `json:"callers"`
 	Backends   []string  `json:"backends"` // provider base URLs, used round-robin
+	// ProbeCharge, test-only, makes the gateway a defective variant: every /live and /ready
+	// probe charges this many tokens to the caller admitted last (a health check that runs a
+	// canary admission on the counter it last touched). A foreign gateway whose probes spend
+	// quota, for the tests that prove probe-no-quota fails it without inspection
+	// (undertest/testdata/altgateway-probes-charge.yaml). Absent (0) in every other config.
+	ProbeCharge int64 `json:"probe_charge,omitempty"`
 }
 
 // Counter is where the fixed-window counters live.
@@ -77,6 +83,9 @@ func LoadConfig(path string, getenv func(string) (string, bool)) (*Settings, err
 	}
 	if c.Allowance.PeriodSeconds <= 0 || c.Allowance.Tokens <= 0 || c.Allowance.ChargePerCall <= 0 {
 		bad("allowance.period_seconds, tokens and charge_per_call must all be positive")
+	}
+	if c.ProbeCharge < 0 {
+		bad("probe_charge must not be negative")
 	}
 	if len(c.Backends) == 0 {
 		bad("backends is empty: list at least one provider URL")

@@ -35,6 +35,7 @@ type server struct {
 	s      *Settings
 	count  counter
 	next   atomic.Uint64 // round-robin over backends
+	last   atomic.Value  // string: the caller admitted last (ProbeCharge)
 	client *http.Client
 	log    *slog.Logger
 }
@@ -65,6 +66,7 @@ func Run(ctx context.Context, s *Settings, log *slog.Logger) error {
 }
 
 func (srv *server) health(w http.ResponseWriter, r *http.Request) {
+	srv.probeCharge(r)
 	switch r.URL.Path {
 	case "/live":
 		w.WriteHeader(http.StatusOK)
@@ -76,6 +78,18 @@ func (srv *server) health(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	default:
 		problem(w, http.StatusNotFound, ProblemNotHere)
+	}
+}
+
+// probeCharge is the ProbeCharge defect: a probe charges the caller admitted last.
+func (srv *server) probeCharge(r *http.Request) {
+	last, _ := srv.last.Load().(string)
+	if srv.s.ProbeCharge <= 0 || last == "" {
+		return
+	}
+	window, _ := srv.count.window(time.Now())
+	if _, err := srv.count.charge(r.Context(), last, window, srv.s.ProbeCharge); err != nil {
+		srv.log.Warn("probe charge failed", "caller", last, "error", err.Error())
 	}
 }
 
@@ -131,6 +145,7 @@ func (srv *server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set(HeaderRemaining, strconv.FormatInt(a.Tokens-used, 10))
+	srv.last.Store(id)
 	total := srv.forward(w, r, body)
 	if total > 0 && total != a.ChargePerCall {
 		_, err := srv.count.charge(context.WithoutCancel(r.Context()), id, window, total-a.ChargePerCall)

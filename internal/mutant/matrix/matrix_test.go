@@ -78,15 +78,16 @@ func TestRepresentativeMutantsAreCaught(t *testing.T) {
 }
 
 // TestBlackBoxPathsCatchMutants runs quotaqual's own gateway through a profile that declares
-// no quota inspection and no scenario rules (undertest/testdata/quotaqual-blackbox.yaml), so
-// the scenarios take their black-box paths, and proves those paths catch defects the white-box
-// paths catch by reading the ledger: a dead gateway's expired hold that vanishes uncharged
-// (seen only as one admission too many after the lease) and a cut stream charged its estimate
-// (seen only as the next request admitted). The control must pass those scenarios at the
+// no quota inspection (undertest/testdata/quotaqual-blackbox.yaml), so the scenarios take
+// their black-box paths, and proves those paths catch defects the white-box paths catch by
+// reading the ledger: a dead gateway's expired hold that vanishes uncharged (seen only as one
+// admission too many after the lease), a cut stream charged its estimate (seen only as the
+// next request admitted) and probes that charge the subject admitted last (seen only as the
+// one request the rule still had room for denied after the probes). The control must pass those scenarios at the
 // black-box evidence level, or the catch would prove nothing about the black-box paths.
 func TestBlackBoxPathsCatchMutants(t *testing.T) {
 	if testing.Short() {
-		t.Skip("end-to-end: builds a tagged binary and runs the qualification three times; not in -short")
+		t.Skip("end-to-end: builds a tagged binary and runs the qualification four times; not in -short")
 	}
 	if engine, reason := topology.Detect(); engine != topology.EngineNetns {
 		t.Skip("the matrix runs on the netns topology, unavailable here: " + reason)
@@ -101,6 +102,7 @@ func TestBlackBoxPathsCatchMutants(t *testing.T) {
 	}{
 		{mutant.SweepUnreadKey, "gateway-crash"},          // white-box: the ledger's settled figure after the lease
 		{mutant.EstimateOnDisconnect, "usage-accounting"}, // white-box: the settled charge of the cut stream
+		{mutant.ProbesConsumeQuota, "probe-no-quota"},     // white-box: settled before and after the probes
 	}
 	var scen []string
 	for _, c := range cases {
