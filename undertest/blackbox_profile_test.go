@@ -23,7 +23,7 @@ func TestBlackBoxProfileDeclaresLessOfTheSameGateway(t *testing.T) {
 	}
 	want := def.Caps
 	want.QuotaInspection, want.ScenarioRules = undertest.InspectNone, false
-	if bb.Caps != want {
+	if !reflect.DeepEqual(bb.Caps, want) {
 		t.Errorf("capabilities %+v, want quotaqual.yaml's with no inspection and no scenario rules: %+v", bb.Caps, want)
 	}
 	if bb.Inspects() {
