@@ -83,6 +83,9 @@ func TestShippedProfiles(t *testing.T) {
 					t.Fatalf("altgateway refuses the rendered config: %v\n%s", err, y)
 				}
 			default:
+				if p.Status == undertest.Peer {
+					return // TestPeerProfilesRender renders them, on a window they express
+				}
 				if p.Status != undertest.Unverified || !strings.Contains(p.Description, "UNVERIFIED") {
 					t.Errorf("foreign profile %s is %s (%q): a template this repository never ran must say it is unverified", name, p.Status, p.Description)
 				}
