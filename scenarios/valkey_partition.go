@@ -2,11 +2,11 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
-
-	"github.com/quotaqual/quotaqual/topology"
 )
 
 // partitionRequests is how many requests the cut-off gateway gets at once while partitioned.
@@ -53,12 +53,27 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("provider call counts before: %w", err))
 	}
 
-	env.Progressf("partitioning gateway-a from valkey")
+	// The quota store as the gateway reaches it: the run's Valkey, or what the gateway's
+	// profile names instead (a rate-limit service that keeps its counters in Valkey behind it).
+	stores := env.gateway().StoreHosts()
+	r.Fact("cut_from", stores)
+	env.Progressf("partitioning gateway-a from %s", strings.Join(stores, ", "))
 	cutAt := time.Now()
-	endFault := env.Fault("partition", gwA+"→"+topology.HostValkey)
+	endFault := env.Fault("partition", gwA+"→"+strings.Join(stores, ","))
 	defer endFault() // the window ends once healed, on every path
-	if err := env.Topo.Partition(ctx, gwA, topology.HostValkey); err != nil {
-		return r.Error(fmt.Errorf("partitioning gateway-a from valkey: %w", err))
+	healAll := func(ctx context.Context) error {
+		var errs []error
+		for _, h := range stores {
+			errs = append(errs, env.Topo.Heal(ctx, gwA, h))
+		}
+		return errors.Join(errs...)
+	}
+	for _, h := range stores {
+		if err := env.Topo.Partition(ctx, gwA, h); err != nil {
+			r.Error(fmt.Errorf("partitioning gateway-a from %s: %w", h, err))
+			_ = healAll(context.WithoutCancel(ctx))
+			return r
+		}
 	}
 	r.Fact("partition_ms", ms(time.Since(cutAt)))
 	healed := false
@@ -66,7 +81,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		if !healed {
 			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
 			defer cancel()
-			if err := env.Topo.Heal(c, gwA, topology.HostValkey); err != nil {
+			if err := healAll(c); err != nil {
 				r.Error(fmt.Errorf("healing the partition after a failed step: %w", err))
 			}
 		}
@@ -117,7 +132,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	env.Progressf("healing the partition")
 	healAt := time.Now()
 	healed = true
-	err = env.Topo.Heal(ctx, gwA, topology.HostValkey)
+	err = healAll(ctx)
 	endFault()
 	if err != nil {
 		return r.Error(fmt.Errorf("healing the partition: %w", err))

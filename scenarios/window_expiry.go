@@ -106,7 +106,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 		exhaustedAt.Sub(starts[0]).Round(time.Millisecond).String(), exhaustedAt.Sub(starts[0]) < window)
 	// Every gateway counts every charge of the window: a replica on its own clock, ahead by
 	// more than the window, never sees the others' charges and admits past the budget.
-	checkPredictedAdmissions(r, ex, p)
+	env.checkPredictedAdmissions(r, ex, p)
 	plan, ok := planRecovery(starts, ends, charges, p.Capacity, p.Estimate, window, bucket, margin)
 	if !ok {
 		return r.Error(fmt.Errorf("charges %v never leave room for an estimate of %d in a capacity of %d", charges, p.Estimate, p.Capacity))
