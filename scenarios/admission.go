@@ -3,8 +3,10 @@ package scenarios
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // The gateway's admission model decides what a scenario predicts, never quotaqual's own
@@ -37,6 +39,27 @@ func (env *Env) admissionRule() string {
 		return fmt.Sprintf("check-then-charge: charged + %d ≤ capacity", env.gateway().Expect.Admission.CheckCost)
 	}
 	return "settled + estimate ≤ capacity"
+}
+
+// epochWindows reports whether the gateway's windows are fixed and aligned to the Unix epoch (a
+// counter keyed by now/window), so that a sequence must start after a boundary to fit in one.
+func (env *Env) epochWindows() bool {
+	a := env.gateway().Expect.Admission
+	return a.Window == undertest.WindowFixed && a.Anchor != undertest.AnchorFirstHit
+}
+
+// inOneWindow reports whether t falls in the window a sequence started at start (with its
+// subject's first charge) is in: the same epoch window for epoch-aligned fixed windows, within a
+// window of start for windows anchored at a key's first hit; always for sliding windows.
+func (env *Env) inOneWindow(start, t time.Time, w time.Duration) bool {
+	a := env.gateway().Expect.Admission
+	switch {
+	case a.Window != undertest.WindowFixed:
+		return true
+	case a.Anchor == undertest.AnchorFirstHit:
+		return t.Sub(start) < w
+	}
+	return t.UnixNano()/int64(w) == start.UnixNano()/int64(w)
 }
 
 // maxPredicted bounds a pure prediction's admissions (a rule that would admit for ever).

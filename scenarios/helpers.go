@@ -14,7 +14,6 @@ import (
 	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
-	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -125,7 +124,9 @@ func (env *Env) fixedWindowStart(ctx context.Context, r *Result, offset time.Dur
 
 // fixedWindowStartOf is fixedWindowStart for a rule whose window is w.
 func (env *Env) fixedWindowStartOf(ctx context.Context, r *Result, w, offset time.Duration) error {
-	if env.gateway().Expect.Admission.Window != undertest.WindowFixed {
+	if !env.epochWindows() {
+		// Sliding: any sequence shorter than the window fits. Fixed from a key's first hit:
+		// the scenario's own subjects start their windows with their first requests.
 		return nil
 	}
 	wait := (w - time.Duration(time.Now().UnixNano()%int64(w)) + offset) % w

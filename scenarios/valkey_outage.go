@@ -142,7 +142,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	} else {
 		r.NotMade(fmt.Sprintf("every replica stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
 	}
-	r.Key("503 within %s (SLO %s), recovered", dec.worst.Round(time.Millisecond), slo)
+	r.Key("%s; recovered", dec.key(env, "Valkey was stopped", slo))
 	return r
 }
 

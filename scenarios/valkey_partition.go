@@ -149,8 +149,8 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	// from a settled gateway.
 	if !env.inspects() {
 		r.NotMade(fmt.Sprintf("gateway-a stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
-		r.Key("cut-off replica %d within %s (SLO %s), other replicas admitted %d/%d, recovered in %s",
-			env.gateway().Expect.StoreFailure.Status, dec.worst.Round(time.Millisecond), slo, admittedOnB, max(2, len(healthy)), rec.elapsed.Round(time.Millisecond))
+		r.Key("cut-off replica: %s; other replicas admitted %d/%d, recovered in %s",
+			dec.key(env, "cut off from "+strings.Join(stores, ", "), slo), admittedOnB, max(2, len(healthy)), rec.elapsed.Round(time.Millisecond))
 		return r
 	}
 	stable := env.checkStaysRecovered(ctx, r, gwA, "the heal", healAt, stableReadInterval)

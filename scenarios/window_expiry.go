@@ -95,7 +95,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	for _, o := range ex.Outcomes {
 		if o.Admitted() {
 			starts, ends = append(starts, o.Start), append(ends, o.End)
-			charges = append(charges, charge(o, p.Estimate))
+			charges = append(charges, charge(o, env.admitCost()))
 		}
 	}
 	if len(charges) == 0 || !ex.Denied {
@@ -107,9 +107,9 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	// Every gateway counts every charge of the window: a replica on its own clock, ahead by
 	// more than the window, never sees the others' charges and admits past the budget.
 	env.checkPredictedAdmissions(r, ex, p)
-	plan, ok := planRecovery(starts, ends, charges, p.Capacity, p.Estimate, window, bucket, margin)
+	plan, ok := planRecovery(starts, ends, charges, p.Capacity, env.admitCost(), window, bucket, margin)
 	if !ok {
-		return r.Error(fmt.Errorf("charges %v never leave room for an estimate of %d in a capacity of %d", charges, p.Estimate, p.Capacity))
+		return r.Error(fmt.Errorf("charges %v never leave room for an admission of %d in a capacity of %d", charges, env.admitCost(), p.Capacity))
 	}
 	lastCharge := ends[len(ends)-1]
 	rel := func(t time.Time) float64 { return seconds(t.Sub(lastCharge)) }
