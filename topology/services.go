@@ -32,8 +32,10 @@ var ServiceEngines = []string{EngineNetns}
 
 // CheckServices refuses a run of spec on engine when its gateway profile has services the
 // engine cannot place, or whose peer engine is not built, saying what to do.
-func CheckServices(engine string, spec Spec) error {
-	gw := GatewayProfile(spec)
+func CheckServices(engine string, spec Spec) error { return CheckServicesOf(engine, GatewayProfile(spec)) }
+
+// CheckServicesOf is CheckServices for gateway profile gw.
+func CheckServicesOf(engine string, gw *undertest.Profile) error {
 	if len(gw.Services) == 0 {
 		return nil
 	}

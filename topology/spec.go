@@ -122,7 +122,7 @@ func (s *Spec) validate() error {
 		}
 	}
 	if gw := GatewayProfile(*s); !gw.ExpressesWindow(s.Deployment.Profile.Window) {
-		return windowError(gw, s.Deployment.Profile)
+		return WindowError(gw, s.Deployment.Profile)
 	}
 	mode, err := denyMode(s.DenyMode)
 	if err != nil {
@@ -184,9 +184,9 @@ func (s Spec) PolicyProfile(p *deployment.Profile) deployment.Profile {
 	return s.Deployment.Profile
 }
 
-// windowError says a gateway profile's engine cannot express the run's window, and which of the
+// WindowError says a gateway profile's engine cannot express the run's window, and which of the
 // qualification's profiles it can run.
-func windowError(gw *undertest.Profile, p deployment.Profile) error {
+func WindowError(gw *undertest.Profile, p deployment.Profile) error {
 	var fit []string
 	for _, n := range deployment.ProfileNames() {
 		if q, err := deployment.ProfileByName(n); err == nil && gw.ExpressesWindow(q.Window) {
