@@ -32,7 +32,9 @@ var ServiceEngines = []string{EngineNetns}
 
 // CheckServices refuses a run of spec on engine when its gateway profile has services the
 // engine cannot place, or whose peer engine is not built, saying what to do.
-func CheckServices(engine string, spec Spec) error { return CheckServicesOf(engine, GatewayProfile(spec)) }
+func CheckServices(engine string, spec Spec) error {
+	return CheckServicesOf(engine, GatewayProfile(spec))
+}
 
 // CheckServicesOf is CheckServices for gateway profile gw.
 func CheckServicesOf(engine string, gw *undertest.Profile) error {
