@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 func windowExpiry() Scenario {
@@ -168,6 +169,15 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 		retryAfterTruth(r, h.RetryAfter, h.Reset, denied, recovered)
 	} else {
 		r.NotMade("every 429's Retry-After is true", "the gateway sends no Retry-After")
+	}
+	if recovered.End.Before(plan.Earliest) {
+		why := ""
+		if env.gateway().Expect.Admission.Window == undertest.WindowFixed {
+			why = ": a fixed window forgets all its usage at once, at its end"
+		}
+		r.Key("forgot usage %.1fs early: admitted again %.2fs after the last charge, where a %s window keeps it %.2f–%.2fs%s",
+			seconds(plan.Earliest.Sub(recovered.End)), seconds(observed), window, rel(plan.Earliest), rel(plan.Latest), why)
+		return r
 	}
 	r.Key("recovered %.2fs after the last charge (theory %.2f–%.2fs)", seconds(observed), rel(plan.Earliest), rel(plan.Latest))
 	return r

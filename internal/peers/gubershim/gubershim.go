@@ -226,5 +226,5 @@ func (g *Limiter) ready(ctx context.Context) error {
 // Run serves the shim from its config until ctx ends.
 func Run(ctx context.Context, c *Config, users map[string]string, log *slog.Logger) error {
 	g := &Limiter{l: c.Limit, client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}}, log: log}
-	return shim.RunWithReady(ctx, "gubernator", c.Front, users, g, g.ready, log)
+	return shim.RunWithReady(ctx, "gubernator", c.Front, users, g, g.ready, true, log)
 }

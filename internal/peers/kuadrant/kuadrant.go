@@ -151,5 +151,7 @@ func Run(ctx context.Context, c *Config, users map[string]string, log *slog.Logg
 	if c.RateLimit.TimeoutMS > 0 {
 		t = time.Duration(c.RateLimit.TimeoutMS) * time.Millisecond
 	}
-	return shim.Run(ctx, "kuadrant", c.Front, users, &Limiter{c: c.RateLimit, client: client, timeout: t, log: log}, log)
+	// Kuadrant's denials are OpenAI-style JSON, and so are its 401s here (AuthPolicy's own
+	// answer is the harness's front door).
+	return shim.RunWithReady(ctx, "kuadrant", c.Front, users, &Limiter{c: c.RateLimit, client: client, timeout: t, log: log}, nil, true, log)
 }

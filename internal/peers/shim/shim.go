@@ -144,17 +144,20 @@ type Server struct {
 	next    atomic.Uint64
 	client  *http.Client
 	ready   func(context.Context) error
+	// openAIErrors: the shim's own answers are OpenAI-style JSON errors (a shim whose denials
+	// are), else Envoy's plain text.
+	openAIErrors bool
 }
 
 // Run serves the shim until ctx ends, then shuts both listeners down.
 func Run(ctx context.Context, name string, front Front, users map[string]string, l Limiter, log *slog.Logger) error {
-	return RunWithReady(ctx, name, front, users, l, nil, log)
+	return RunWithReady(ctx, name, front, users, l, nil, false, log)
 }
 
-// RunWithReady is Run with a readiness condition of the shim's own: /readyz answers 503 while
-// ready fails (nil: ready once listening).
-func RunWithReady(ctx context.Context, name string, front Front, users map[string]string, l Limiter, ready func(context.Context) error, log *slog.Logger) error {
-	s := &Server{name: name, front: front, users: users, limiter: l, log: log, ready: ready,
+// RunWithReady is Run with a readiness condition of the shim's own (/readyz answers 503 while
+// ready fails; nil: ready once listening) and OpenAI-style JSON bodies for the shim's own 401s.
+func RunWithReady(ctx context.Context, name string, front Front, users map[string]string, l Limiter, ready func(context.Context) error, openAIErrors bool, log *slog.Logger) error {
+	s := &Server{name: name, front: front, users: users, limiter: l, log: log, ready: ready, openAIErrors: openAIErrors,
 		client: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, DisableCompression: true}}}
 	data := &http.Server{Handler: http.HandlerFunc(s.chat), ReadHeaderTimeout: 10 * time.Second}
 	admin := &http.Server{Handler: http.HandlerFunc(s.admin), ReadHeaderTimeout: 10 * time.Second}
@@ -222,7 +225,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		// Before the body: a client announcing one it never sends still gets its 401.
 		w.Header().Set("WWW-Authenticate", `Basic realm="`+s.name+`"`)
 		w.Header().Set("Connection", "close")
-		writeAnswer(w, Answer{Status: http.StatusUnauthorized, ContentType: "text/plain", Body: []byte("User authentication failed.\n")})
+		a := Answer{Status: http.StatusUnauthorized, ContentType: "text/plain", Body: []byte("User authentication failed.\n")}
+		if s.openAIErrors {
+			a.ContentType, a.Body = "application/json", []byte(`{"error": {"message": "User authentication failed.", "type": "authentication_error", "code": 401}}`)
+		}
+		writeAnswer(w, a)
 		return
 	}
 	adm := s.limiter.Admit(r.Context(), subject)
