@@ -62,6 +62,11 @@ func (env *Env) inOneWindow(start, t time.Time, w time.Duration) bool {
 	return t.UnixNano()/int64(w) == start.UnixNano()/int64(w)
 }
 
+// chargeLag is how long a sequential exhaustion waits after each admitted response of a
+// check-then-charge gateway for its fire-and-forget charge to land (one RPC and one store write
+// on this machine; far below a window).
+const chargeLag = 100 * time.Millisecond
+
 // maxPredicted bounds a pure prediction's admissions (a rule that would admit for ever).
 const maxPredicted = 10_000
 

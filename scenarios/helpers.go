@@ -179,6 +179,13 @@ func (env *Env) exhaustOf(ctx context.Context, rule, subject, labelPrefix string
 		if err != nil {
 			return ex, err
 		}
+		if env.checksThenCharges() {
+			// Its charge is sent once the response has ended, fire and forget: let it land, so
+			// that the next decision tests the admission rule, not that race.
+			if err := waitUntil(ctx, time.Now().Add(chargeLag)); err != nil {
+				return ex, err
+			}
+		}
 		if !env.inspects() {
 			ex.Blind = true
 			var sum int64

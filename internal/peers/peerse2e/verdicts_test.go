@@ -64,6 +64,10 @@ type verdict struct {
 	status   evidence.Status
 	fragment string // in the deciding fact (key fact or reason); "" for any
 	blackBox bool
+	// timing, when set, says why the verdict depends on timing the peer does not control
+	// (a 20 ms deadline met under load, GLOBAL's copies synchronised every 100 ms): another
+	// status is logged, not failed.
+	timing string
 }
 
 // runPeer runs the whole reference qualification on peer (netns) and returns its results, or
@@ -121,6 +125,8 @@ func checkVerdicts(t *testing.T, peer string, results []evidence.ScenarioResult,
 		switch {
 		case !ok:
 			diffs = append(diffs, fmt.Sprintf("%s: %s (%s), not pinned", r.Name, r.Status, firstLine(fact)))
+		case (r.Status != want.status || (want.fragment != "" && !strings.Contains(fact, want.fragment))) && want.timing != "":
+			t.Logf("%s: %s (pinned %s with %q; timing-dependent: %s): %s", r.Name, r.Status, want.status, want.fragment, want.timing, firstLine(fact))
 		case r.Status != want.status || (want.fragment != "" && !strings.Contains(fact, want.fragment)):
 			diffs = append(diffs, fmt.Sprintf("%s: was %s with %q, now %s: %s", r.Name, want.status, want.fragment, r.Status, firstLine(fact)))
 		case r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox:
@@ -146,4 +152,129 @@ func firstLine(s string) string {
 		s = s[:297] + "..."
 	}
 	return s
+}
+
+// The verdicts every peer shares by design: the harness-side front door (authentication, the
+// proxy), the network policy, and the skips of what no peer profile offers.
+func common(over map[string]verdict) map[string]verdict {
+	v := map[string]verdict{
+		"probe-no-quota":  {evidence.Passed, "", true, ""},
+		"valid-auth":      {evidence.Passed, "", true, ""},
+		"auth-rejection":  {evidence.Passed, "", true, ""},
+		"network-policy":  {evidence.Passed, "", false, ""},
+		"gateway-restart": {evidence.Passed, "", true, ""},
+		// A generation outlasting the reference profile's minute cannot fit the gateways'
+		// 60 s upstream timeout: the black-box check is not made there.
+		"long-generation": {evidence.Skipped, "does not fit the gateways' 1m0s upstream timeout", false, ""},
+		"hard-gate":       {evidence.Skipped, "needs the scenarios' own rules", false, ""},
+		"layered-budgets": {evidence.Skipped, "needs the scenarios' own rules", false, ""},
+		"model-budgets":   {evidence.Skipped, "needs the scenarios' own rules", false, ""},
+		"valkey-failover": {evidence.Skipped, "needs quota inspection", false, ""},
+	}
+	for k, x := range over {
+		v[k] = x
+	}
+	return v
+}
+
+// envoyCheckThenCharge are the verdicts of Envoy AI Gateway's usage-based limit on envoy
+// ratelimit, whatever its failure mode: charged only after a response, it admits a whole
+// burst, forgets a cut stream, and lets the request that crosses the budget through; its
+// fixed epoch window forgets usage at its end; the limit lives in the service's config.
+var envoyCheckThenCharge = map[string]verdict{
+	// check-then-charge, cost 0: 0…60 charged admit, 7 requests of 10 tokens.
+	"shared-budget":    {evidence.Passed, "7 admitted (predicted 7)", true, twentyMSAny},
+	"concurrency":      {evidence.Failed, "over-admitted 180 tokens in one window under concurrency", true, ""},
+	"window-expiry":    {evidence.Failed, "", true, ""},
+	"gateway-crash":    {evidence.Passed, "admitted 5 of 5", true, ""},
+	"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
+	"rolling-upgrade":  {evidence.Skipped, "needs a restart on another budget", false, ""},
+	"sustained-load":   {evidence.Failed, "", false, ""},
+}
+
+// TestEnvoyAIGatewayVerdicts pins profile envoy-ai-gateway (failure_mode_deny false).
+func TestEnvoyAIGatewayVerdicts(t *testing.T) {
+	pins := common(envoyCheckThenCharge)
+	pins["window-expiry"] = verdict{evidence.Failed, "forgot usage", true, ""}
+	pins["sustained-load"] = verdict{evidence.Failed, "over-admitted", false, ""}
+	// Fails open: Valkey stopped, or gateway-a cut from the rate-limit service, it admits.
+	pins["valkey-outage"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
+	pins["valkey-partition"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
+	checkVerdicts(t, "envoy-ai-gateway", runPeer(t, "envoy-ai-gateway", 15*time.Minute), pins)
+}
+
+// TestEnvoyAIGatewayFailClosedVerdicts pins profile envoy-ai-gateway-fail-closed. Its 20 ms
+// filter timeout (Envoy's default) is also met under load by a healthy service on a busy
+// machine: such a request is refused with 500, which gateway-crash, window-expiry and
+// sustained-load see; their first failed check then names it (load-dependent, so only their
+// status is pinned where it is).
+func TestEnvoyAIGatewayFailClosedVerdicts(t *testing.T) {
+	pins := common(envoyCheckThenCharge)
+	pins["valkey-outage"] = verdict{evidence.Passed, "500 within", true, ""}
+	pins["valkey-partition"] = verdict{evidence.Passed, "500 within", true, ""}
+	pins["gateway-crash"] = verdict{evidence.Passed, "admitted 5 of 5", true, twentyMS}
+	checkVerdicts(t, "envoy-ai-gateway-fail-closed", runPeer(t, "envoy-ai-gateway-fail-closed", 15*time.Minute), pins)
+}
+
+// twentyMSAny is why a sequential Envoy verdict can move under load: a check that misses the
+// 20 ms timeout admits unchecked (fail open) or answers 500 (fail closed).
+const twentyMSAny = "Envoy's 20 ms rate-limit timeout, met by a healthy service on a busy machine, decides by the failure mode"
+
+// twentyMS is why a fail-closed Envoy verdict can move under load.
+const twentyMS = "Envoy's 20 ms rate-limit timeout, met by a healthy service on a busy machine, answers 500"
+
+// TestKuadrantVerdicts pins profile kuadrant (check count + 1, report after; fails open).
+func TestKuadrantVerdicts(t *testing.T) {
+	checkVerdicts(t, "kuadrant", runPeer(t, "kuadrant", 15*time.Minute), common(map[string]verdict{
+		// count + 1 ≤ 60: six requests of 10 tokens, the sixth leaving exactly 60 charged.
+		"shared-budget":    {evidence.Passed, "6 admitted (predicted 6)", true, ""},
+		"concurrency":      {evidence.Failed, "over-admitted 180 tokens in one window under concurrency", true, ""},
+		"window-expiry":    {evidence.Failed, "forgot usage", true, ""},
+		"gateway-crash":    {evidence.Passed, "admitted 5 of 5", true, ""},
+		"valkey-outage":    {evidence.Failed, "the gateway fails open", true, ""},
+		"valkey-partition": {evidence.Failed, "the gateway fails open", true, ""},
+		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
+		"rolling-upgrade":  {evidence.Skipped, "needs a restart on another budget", false, ""},
+		// 10-token requests on 60: count + 1 refuses at exactly 60, so none crosses it.
+		"sustained-load": {evidence.Passed, "", false, ""},
+	}))
+}
+
+// globalSync is why a GLOBAL verdict can move: each node answers from its own copy of a key
+// until the owner's broadcast lands (GUBER_GLOBAL_SYNC_WAIT, 100 ms by default).
+const globalSync = "GLOBAL's per-node copies are synchronised asynchronously"
+
+// TestGubernatorGlobalVerdicts pins profile gubernator-global.
+func TestGubernatorGlobalVerdicts(t *testing.T) {
+	checkVerdicts(t, "gubernator-global", runPeer(t, "gubernator-global", 10*time.Minute), common(map[string]verdict{
+		"shared-budget":    {evidence.Failed, "admitted == predicted from settled usage", true, ""},
+		"concurrency":      {evidence.Failed, "over-admitted", true, ""},
+		"window-expiry":    {evidence.Failed, "", true, globalSync},
+		"gateway-restart":  {evidence.Failed, "", true, globalSync},
+		"gateway-crash":    {evidence.Failed, "", true, globalSync},
+		"valkey-outage":    {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		"valkey-partition": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
+		"rolling-upgrade":  {evidence.Failed, "", true, ""},
+		"sustained-load":   {evidence.Passed, "", false, globalSync},
+	}))
+}
+
+// TestGubernatorVerdicts pins profile gubernator (BATCHING: every hit decided by the key's
+// owner; hits = the estimate, then the difference).
+func TestGubernatorVerdicts(t *testing.T) {
+	checkVerdicts(t, "gubernator", runPeer(t, "gubernator", 10*time.Minute), common(map[string]verdict{
+		"shared-budget":    {evidence.Passed, "5 admitted (predicted 5)", true, ""},
+		"concurrency":      {evidence.Passed, "4/24 admitted", true, ""},
+		"window-expiry":    {evidence.Passed, "", true, ""},
+		"gateway-crash":    {evidence.Passed, "admitted 3 of 5", true, ""},
+		"valkey-outage":    {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		"valkey-partition": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		// A client that went away keeps the estimate charged, not what was generated.
+		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
+		// P2's 15 s duration on the same key makes gubernator expire it 15 s after its
+		// creation: P1's minute forgets the burst early.
+		"rolling-upgrade": {evidence.Failed, "no usage leaves P1's window early", true, ""},
+		"sustained-load":  {evidence.Passed, "", false, ""},
+	}))
 }

@@ -39,7 +39,9 @@ func Markdown(runs []Run, command string) []byte {
 	b.WriteString("what the real gateway does around it (internal/peers; the sources are cited in each shim's package comment).\n")
 	b.WriteString("A verdict is the qualification's: the scenario's checks, derived from the contract and the profile's declared\n")
 	b.WriteString("admission model, never from quotaqual's own gateway. `✓` passed, `✗` failed, `○` skipped (with the reason), `[bb]`\n")
-	b.WriteString("decided on black-box evidence (provider-side counts and the request history; no quota inspection).\n\n")
+	b.WriteString("decided on black-box evidence (provider-side counts and the request history; no quota inspection).\n")
+	b.WriteString("What each peer's design predicted before its first run, the comparison with these outcomes, and the hand checks\n")
+	b.WriteString("of every failure with raw requests against the live processes are in [peers-predictions.md](peers-predictions.md).\n\n")
 
 	b.WriteString("| peer | engine | what it is | run |\n|---|---|---|---|\n")
 	for _, r := range runs {
