@@ -110,7 +110,30 @@ func runPeer(t *testing.T, peer string, timeout time.Duration) []evidence.Scenar
 		t.Fatalf("run --json printed no results (%v, %q)\nstderr:\n%s", err, out.Error, stderr.String())
 	}
 	t.Logf("%s: %d scenarios in %s", peer, len(out.Results), time.Since(start).Round(time.Second))
+	if dir := os.Getenv(EnvKeepRuns); dir != "" {
+		keepRun(t, dir, peer, stdout.Bytes(), start, cmd.ProcessState.ExitCode())
+	}
 	return out.Results
+}
+
+// EnvKeepRuns, when set, names a directory where each run's JSON is kept as `quotaqual peers
+// table --runs` reads it, so the verdict table can be written from the very runs the pins
+// were checked on: QUOTAQUAL_PEERS_RUNS=DIR go test ./internal/peers/peerse2e, then quotaqual
+// peers table --runs DIR --out docs/peers.md.
+const EnvKeepRuns = "QUOTAQUAL_PEERS_RUNS"
+
+// keepRun writes a run's JSON and its meta (what peers table reads) into dir.
+func keepRun(t *testing.T, dir, peer string, runJSON []byte, start time.Time, code int) {
+	t.Helper()
+	meta, _ := json.MarshalIndent(map[string]any{"profile": peer, "qualification_profile": "reference",
+		"started": start.UTC(), "wall_ns": time.Since(start), "exit_code": code}, "", "  ")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		err = errors.Join(os.WriteFile(filepath.Join(dir, peer+".json"), runJSON, 0o644),
+			os.WriteFile(filepath.Join(dir, peer+".meta.json"), meta, 0o644))
+		if err != nil {
+			t.Errorf("keeping the run in %s: %v", dir, err)
+		}
+	}
 }
 
 // checkVerdicts compares results with pinned and fails once, listing every difference.
