@@ -34,14 +34,7 @@ func TestPeerProfilesRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := append(d.GatewayEnv("10.0.0.5:6379"), d.StoreEnv()...)
-	getenv := func(k string) (string, bool) {
-		for _, kv := range secrets {
-			if name, v, _ := strings.Cut(kv, "="); name == k {
-				return v, true
-			}
-		}
-		return "", false
-	}
+	getenv := lookupIn(secrets)
 	found := 0
 	for _, name := range undertest.ShippedNames() {
 		p, err := undertest.Shipped(name)
@@ -119,5 +112,17 @@ func TestPeerProfilesRender(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no shipped peer profile")
+	}
+}
+
+// lookupIn is a getenv over a NAME=value list.
+func lookupIn(env []string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for _, kv := range env {
+			if name, v, _ := strings.Cut(kv, "="); name == k {
+				return v, true
+			}
+		}
+		return "", false
 	}
 }

@@ -26,14 +26,7 @@ func TestShippedProfiles(t *testing.T) {
 	}
 	d := testDeployment(t, deployment.BackendValkey)
 	secrets := append(d.GatewayEnv("10.0.0.5:6379"), d.StoreEnv()...)
-	getenv := func(k string) (string, bool) {
-		for _, kv := range secrets {
-			if name, v, _ := strings.Cut(kv, "="); name == k {
-				return v, true
-			}
-		}
-		return "", false
-	}
+	getenv := lookupIn(secrets)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			p, err := undertest.Shipped(name)

@@ -84,18 +84,16 @@ type Limiter struct {
 // Load reads and checks the config and resolves the users' passwords from getenv.
 func Load(path string, getenv func(string) (string, bool)) (*Config, map[string]string, error) {
 	var c Config
-	if err := shim.Decode(path, &c); err != nil {
-		return nil, nil, fmt.Errorf("envoy-ai-gateway shim: %w", err)
-	}
-	users, err := c.Front.Check(getenv)
-	if err == nil {
-		err = c.RateLimit.check()
-	}
+	users, err := shim.Load("envoy-ai-gateway", path, &c, getenv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("envoy-ai-gateway shim: %s: %w", path, err)
+		return nil, nil, err
 	}
 	return &c, users, nil
 }
+
+// FrontConfig and CheckEngine make Config a shim.Config.
+func (c *Config) FrontConfig() shim.Front { return c.Front }
+func (c *Config) CheckEngine() error      { return c.RateLimit.check() }
 
 func (r RateLimit) check() error {
 	var errs []error

@@ -69,18 +69,16 @@ const DenyBody = `{"error": {"message": "Too Many Requests", "type": "rate_limit
 // Load reads and checks the config and resolves the users' passwords from getenv.
 func Load(path string, getenv func(string) (string, bool)) (*Config, map[string]string, error) {
 	var c Config
-	if err := shim.Decode(path, &c); err != nil {
-		return nil, nil, fmt.Errorf("kuadrant shim: %w", err)
-	}
-	users, err := c.Front.Check(getenv)
-	if err == nil {
-		err = c.RateLimit.check()
-	}
+	users, err := shim.Load("kuadrant", path, &c, getenv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kuadrant shim: %s: %w", path, err)
+		return nil, nil, err
 	}
 	return &c, users, nil
 }
+
+// FrontConfig and CheckEngine make Config a shim.Config.
+func (c *Config) FrontConfig() shim.Front { return c.Front }
+func (c *Config) CheckEngine() error      { return c.RateLimit.check() }
 
 func (r RateLimit) check() error {
 	var errs []error

@@ -86,6 +86,28 @@ func (f Front) Check(getenv func(string) (string, bool)) (map[string]string, err
 	return users, nil
 }
 
+// Config is a shim's whole config: the front every shim shares and its engine's part.
+type Config interface {
+	FrontConfig() Front
+	CheckEngine() error
+}
+
+// Load reads shim name's config at path strictly into c, checks it and resolves the users'
+// passwords from getenv; every problem names the shim and the file.
+func Load(name, path string, c Config, getenv func(string) (string, bool)) (map[string]string, error) {
+	if err := Decode(path, c); err != nil {
+		return nil, fmt.Errorf("%s shim: %w", name, err)
+	}
+	users, err := c.FrontConfig().Check(getenv)
+	if err == nil {
+		err = c.CheckEngine()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s shim: %s: %w", name, path, err)
+	}
+	return users, nil
+}
+
 // Decode reads a shim's JSON config strictly (an unknown field is an error) into v.
 func Decode(path string, v any) error {
 	b, err := os.ReadFile(path)
