@@ -54,7 +54,7 @@ func Markdown(runs []Run, command string) []byte {
 			eng = append(eng, s)
 		}
 		run := fmt.Sprintf("%s, %s, %s, %s", r.Date.UTC().Format("2006-01-02 15:04Z"), r.Topology, "--profile "+r.Qualify, r.Wall.Round(time.Second))
-		if r.Error != "" {
+		if r.Error != "" && len(r.Results) == 0 { // a run that did not come up; a failed scenario is in the tables
 			run += ": " + cell(r.Error)
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.Profile.Name, strings.Join(eng, ", "), cell(r.Profile.Description), run)
