@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/quotaqual/quotaqual/internal/version.Version=$(VERSION)
 BIN      := bin/quotaqual
 
-.PHONY: deps build test bench lint run image kind-node-image clean mutants
+.PHONY: deps build test bench lint run image kind-node-image clean mutants peers peers-table
 
 # Installs valkey-server (bookworm-backports), nftables, iproute2, util-linux when missing.
 deps:
@@ -56,6 +56,19 @@ image:
 # (default /var/tmp/quotaqual-kind-build), outside the repository.
 kind-node-image:
 	bash hack/kind-node-image/build-node-image.sh
+
+# The third-party rate-limit engines qualified through the gateway seam (internal/peers: envoy
+# ratelimit, gubernator), pinned there, built from the Go module proxy into the cache directory
+# ($QUOTAQUAL_PEERS_DIR, else ~/.cache/quotaqual/peers/<name>@<version>/): minutes the first
+# time, a no-op after. `make run` and `make test` do not need them; the tests that do skip
+# without them.
+peers: build
+	./$(BIN) peers build
+
+# docs/peers.md from real runs of every peer profile (netns, --profile reference): tens of
+# minutes on 2 cores.
+peers-table: peers
+	./$(BIN) peers table --out docs/peers.md
 
 clean:
 	rm -rf bin quotaqual-evidence

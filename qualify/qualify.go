@@ -154,6 +154,18 @@ func (o *Options) Validate() error {
 			return &UsageError{fmt.Errorf("--gateway: %w", err)}
 		}
 		o.gateway = gw
+		if p, err := deployment.ProfileByName(o.Profile); err == nil && !gw.ExpressesWindow(p.Window) {
+			return &UsageError{fmt.Errorf("--gateway %s: %w", gw.Name, topology.WindowError(gw, p))}
+		}
+		if len(gw.Services) > 0 {
+			engine := o.Topology
+			if engine == "" || engine == topology.EngineAuto {
+				engine, _ = topology.DetectAuto()
+			}
+			if err := topology.CheckServicesOf(engine, gw); err != nil {
+				return &UsageError{fmt.Errorf("--gateway %s: %w", gw.Name, err)}
+			}
+		}
 		if o.Store == topology.StoreCluster && !gw.Caps.StoreCluster {
 			return &UsageError{fmt.Errorf("--gateway %s with --store cluster: the profile does not declare capabilities.store_cluster (its config takes one store address, not a cluster's nodes): use --store single", gw.Name)}
 		}

@@ -29,23 +29,29 @@ func concurrency() Scenario {
 	}
 }
 
-// interval is one admitted request's time in flight, as the client saw it.
+// interval is one admitted request's time in flight, as the client saw it, and the tokens it
+// holds meanwhile (0: the caller's per-request weight).
 type interval struct {
 	Start, End time.Time
+	Tokens     int64
 }
 
 // peakReserved reconstructs the peak reserved tokens from the admitted requests' intervals:
-// the most intervals in flight at one instant, times the estimate. An interval holds its
-// reservation from Start to End inclusive, so one ending exactly when another starts counts as
-// overlapping (conservative).
+// the most tokens held by the intervals in flight at one instant, each holding its Tokens or,
+// when it has none, estimate. An interval holds from Start to End inclusive, so one ending
+// exactly when another starts counts as overlapping (conservative).
 func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 	type edge struct {
 		t     time.Time
-		delta int
+		delta int64
 	}
 	edges := make([]edge, 0, 2*len(ivs))
 	for _, iv := range ivs {
-		edges = append(edges, edge{iv.Start, +1}, edge{iv.End, -1})
+		w := iv.Tokens
+		if w == 0 {
+			w = estimate
+		}
+		edges = append(edges, edge{iv.Start, +w}, edge{iv.End, -w})
 	}
 	sort.Slice(edges, func(i, j int) bool {
 		if !edges[i].t.Equal(edges[j].t) {
@@ -53,14 +59,14 @@ func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 		}
 		return edges[i].delta > edges[j].delta // starts before ends at the same instant
 	})
-	n, best := 0, 0
+	var n, best int64
 	for _, e := range edges {
 		n += e.delta
 		if n > best {
 			best, at = n, e.t
 		}
 	}
-	return int64(best) * estimate, at
+	return best, at
 }
 
 // concurrencyRule is the rule concurrency's burst runs under, its lease and how long the
@@ -84,6 +90,16 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 	rule, lease, hold := concurrencyRule(env)
 	allowed := p.Capacity / p.Estimate
+	ctc := env.checksThenCharges()
+	if ctc {
+		// Nothing is charged before a response ends and every decision comes before the first
+		// one does (the providers hold each admitted request): the model admits the burst.
+		allowed = 0
+		if env.admitCost() <= p.Capacity {
+			allowed = int64(p.Burst)
+		}
+		r.Fact("admission_model", env.admissionRule()+": nothing is charged before a response ends")
+	}
 	r.Fact("rule", rule)
 	r.Fact("burst", p.Burst)
 	r.Fact("hold", hold.String())
@@ -140,7 +156,13 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		switch o.Status {
 		case http.StatusOK:
 			admitted++
-			ivs = append(ivs, interval{o.Start, o.End})
+			iv := interval{Start: o.Start, End: o.End}
+			if ctc {
+				// Holding nothing, each admitted request still spends what it used: the
+				// tokens admitted at once are what the budget lets through together.
+				iv.Tokens = max(1, charge(o, env.admitCost()))
+			}
+			ivs = append(ivs, iv)
 			if firstAdmittedEnd.IsZero() || o.End.Before(firstAdmittedEnd) {
 				firstAdmittedEnd = o.End
 			}
@@ -195,14 +217,22 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		r.Fact("settled_after_burst", idle.Settled())
 	}
 
-	r.Check("admitted == capacity / estimate", allowed, admitted, int64(admitted) == allowed)
+	if ctc {
+		r.Check("admitted == what check-then-charge admits (the whole burst: nothing is charged before a response ends)", allowed, admitted, int64(admitted) == allowed)
+	} else {
+		r.Check("admitted == capacity / estimate", allowed, admitted, int64(admitted) == allowed)
+	}
 	r.Check("every other request denied with 429", p.Burst-admitted, denied, denied == p.Burst-admitted && other == 0)
 	env.checkEveryReplicaDecided(r, "the burst", perGateway)
 	inspected := env.inspects()
 	if inspected {
 		r.Check("peak reserved ≤ capacity (sampled from the ledger)", fmt.Sprintf("≤ %d", p.Capacity), sampledPeak, sampledPeak <= p.Capacity)
 	}
-	r.Check("peak reserved ≤ capacity (reconstructed from the history)", fmt.Sprintf("≤ %d", p.Capacity), histPeak, histPeak <= p.Capacity)
+	if ctc {
+		r.Check("tokens admitted at once ≤ capacity (reconstructed from the history: each admitted request's reported usage)", fmt.Sprintf("≤ %d", p.Capacity), histPeak, histPeak <= p.Capacity)
+	} else {
+		r.Check("peak reserved ≤ capacity (reconstructed from the history)", fmt.Sprintf("≤ %d", p.Capacity), histPeak, histPeak <= p.Capacity)
+	}
 	if inspected {
 		r.Check("the sampler saw reservations in flight (the sampled peak is not vacuous)", fmt.Sprintf("≥ %d", p.Estimate), sampledPeak, sampledPeak >= p.Estimate)
 	}
@@ -232,6 +262,15 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		r.Fact("last_denial_ms_after_release", ms(lastDecision.Sub(released)))
 		r.Fact("first_admitted_end_ms_after_release", ms(firstAdmittedEnd.Sub(released)))
 	}
+	if histPeak > p.Capacity {
+		why := "more requests admitted at once than the budget holds"
+		if ctc {
+			why = "charged after the response"
+		}
+		r.Key("over-admitted %d tokens in one window under concurrency (%d of %d requests admitted at once, %d tokens on a budget of %d): %s",
+			histPeak-p.Capacity, admitted, p.Burst, histPeak, p.Capacity, why)
+		return r
+	}
 	if !inspected {
 		r.Key("%d/%d admitted, peak reserved %d reconstructed (cap %d)", admitted, p.Burst, histPeak, p.Capacity)
 		return r
@@ -250,7 +289,7 @@ func checkHeldInFlight(r *Result, samples []evidence.LedgerSample, outs []Outcom
 	var spans []interval
 	for _, o := range outs {
 		if o.Admitted() {
-			spans = append(spans, interval{o.End.Add(-hold), o.Start.Add(hold)})
+			spans = append(spans, interval{Start: o.End.Add(-hold), End: o.Start.Add(hold)})
 		}
 	}
 	var bad []string

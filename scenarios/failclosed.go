@@ -10,10 +10,11 @@ import (
 // What valkey-outage and valkey-partition share: a request answered while the store is out of
 // reach must fail closed in bounded time, and once the store is back admission must recover.
 
-// decisions collects how long each fail-closed answer took.
+// decisions collects how long each fail-closed answer took, and what each was.
 type decisions struct {
-	ms    []float64
-	worst time.Duration
+	ms       []float64
+	worst    time.Duration
+	statuses []int
 }
 
 // checkFailClosed checks one answer given while the store was out of reach: the gateway's
@@ -22,6 +23,7 @@ type decisions struct {
 func (d *decisions) checkFailClosed(env *Env, r *Result, what string, o Outcome, slo time.Duration) {
 	d.ms = append(d.ms, ms(o.Latency))
 	d.worst = max(d.worst, o.Latency)
+	d.statuses = append(d.statuses, o.Status)
 	env.checkStoreFailure(r, what, o)
 	r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
 }
@@ -36,6 +38,30 @@ func (env *Env) checkStoreFailure(r *Result, what string, o Outcome) {
 		return
 	}
 	r.Check(what+" error type", want.ErrorType, o.ErrorType, o.ErrorType == want.ErrorType)
+}
+
+// key is the key fact of the answers given while the store was out of reach (while: "Valkey
+// was stopped"), saying what was observed: how many were admitted anyway (the gateway fails
+// open), the statuses when they were not the store-failure answer, else the worst time taken.
+func (d *decisions) key(env *Env, while string, slo time.Duration) string {
+	want := env.gateway().Expect.StoreFailure.Status
+	admitted, other := 0, 0
+	for _, s := range d.statuses {
+		switch s {
+		case http.StatusOK:
+			admitted++
+		case want:
+		default:
+			other++
+		}
+	}
+	switch {
+	case admitted > 0:
+		return fmt.Sprintf("admitted %d of %d requests while %s: the gateway fails open (answered %s)", admitted, len(d.statuses), while, tally(d.statuses))
+	case other > 0:
+		return fmt.Sprintf("answered %s while %s, not its store-failure %d", tally(d.statuses), while, want)
+	}
+	return fmt.Sprintf("answered %s while %s, slowest %s", tally(d.statuses), while, durAtMost(d.worst, "SLO", slo))
 }
 
 // record adds the decision times to the result's facts.

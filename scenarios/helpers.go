@@ -14,7 +14,6 @@ import (
 	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
-	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -134,7 +133,9 @@ func (env *Env) fixedWindowStart(ctx context.Context, r *Result, offset time.Dur
 
 // fixedWindowStartOf is fixedWindowStart for a rule whose window is w.
 func (env *Env) fixedWindowStartOf(ctx context.Context, r *Result, w, offset time.Duration) error {
-	if env.gateway().Expect.Admission.Window != undertest.WindowFixed {
+	if !env.epochWindows() {
+		// Sliding: any sequence shorter than the window fits. Fixed from a key's first hit:
+		// the scenario's own subjects start their windows with their first requests.
 		return nil
 	}
 	wait := (w - time.Duration(time.Now().UnixNano()%int64(w)) + offset) % w
@@ -187,12 +188,19 @@ func (env *Env) exhaustOf(ctx context.Context, rule, subject, labelPrefix string
 		if err != nil {
 			return ex, err
 		}
+		if env.checksThenCharges() {
+			// Its charge is sent once the response has ended, fire and forget: let it land, so
+			// that the next decision tests the admission rule, not that race.
+			if err := waitUntil(ctx, time.Now().Add(chargeLag)); err != nil {
+				return ex, err
+			}
+		}
 		if !env.inspects() {
 			ex.Blind = true
 			var sum int64
 			for _, o := range ex.Outcomes {
 				if o.Admitted() {
-					sum += charge(o, env.Profile.Estimate)
+					sum += charge(o, env.admitCost())
 				}
 			}
 			ex.Settled = append(ex.Settled, sum)
@@ -210,14 +218,16 @@ type exchange struct {
 }
 
 // checkPredictedAdmissions checks a sequential exhaustion within one window against the rule
-// replayed on the responses' own usage: admitted while settled + estimate ≤ capacity, and
-// every decision as the replay says. It returns the predicted admissions.
-func checkPredictedAdmissions(r *Result, ex exhaustion, p deployment.Profile) int {
+// replayed on the responses' own usage under the gateway's admission model (admit iff
+// settled + cost ≤ capacity, cost the estimate or, for check-then-charge, the check's own),
+// and every decision as the replay says. It returns the predicted admissions.
+func (env *Env) checkPredictedAdmissions(r *Result, ex exhaustion, p deployment.Profile) int {
+	cost := env.admitCostOf(p)
 	obs := make([]exchange, len(ex.Outcomes))
 	for i, o := range ex.Outcomes {
-		obs[i] = exchange{Admitted: o.Admitted(), Charge: charge(o, p.Estimate)}
+		obs[i] = exchange{Admitted: o.Admitted(), Charge: charge(o, cost)}
 	}
-	pred, predicted := predictAdmissions(p.Capacity, p.Estimate, chatUsage(p, 1).TotalTokens, obs)
+	pred, predicted := predictAdmissions(p.Capacity, cost, chatUsage(p, 1).TotalTokens, obs)
 	var wrong []string
 	for i := range obs {
 		if pred[i] != obs[i].Admitted {
@@ -226,7 +236,7 @@ func checkPredictedAdmissions(r *Result, ex exhaustion, p deployment.Profile) in
 	}
 	r.Fact("predicted_admitted", predicted)
 	r.Fact("observed_admitted", ex.Admitted)
-	r.Check("admitted == predicted from settled usage (settled + estimate ≤ capacity)", predicted, ex.Admitted, ex.Admitted == predicted)
+	r.Check("admitted == predicted from settled usage ("+env.admissionRule()+")", predicted, ex.Admitted, ex.Admitted == predicted)
 	r.Check("every decision matches the rule replayed on the observed usage", "no mismatch", wrong, len(wrong) == 0)
 	return predicted
 }
@@ -248,6 +258,8 @@ func predictAdmissions(capacity, estimate, fallback int64, obs []exchange) (pred
 		}
 		return c
 	}
+	// A check-then-charge rule (estimate 0) admits while the charges stay within the
+	// capacity; a run of responses without usage would never end: no finite prediction.
 	pred = make([]bool, len(obs))
 	var settled int64
 	for i, o := range obs {
@@ -256,11 +268,14 @@ func predictAdmissions(capacity, estimate, fallback int64, obs []exchange) (pred
 			settled += chargeOf(i)
 		}
 	}
-	if estimate <= 0 {
+	if estimate < 0 || (estimate == 0 && fallback <= 0) {
 		return pred, -1 // every request would be admitted: no finite prediction
 	}
 	settled = 0
 	for i := 0; settled+estimate <= capacity; i++ {
+		if i > maxPredicted {
+			return pred, -1
+		}
 		admitted++
 		settled += chargeOf(i)
 	}
@@ -425,7 +440,7 @@ type budgetRound struct {
 }
 
 func (env *Env) newBudgetRound() *budgetRound {
-	return &budgetRound{usage: chatUsage(env.Profile, 1).TotalTokens, estimate: env.Profile.Estimate,
+	return &budgetRound{usage: chatUsage(env.Profile, 1).TotalTokens, estimate: env.admitCost(),
 		capacity: env.Profile.Capacity, sent: map[string]int64{}}
 }
 

@@ -262,11 +262,11 @@ func TestPeakReservedFromHistory(t *testing.T) {
 		want int64
 	}{
 		{"no admissions", nil, 0},
-		{"one request", []interval{{at(0), at(100)}}, 15},
-		{"four held together", []interval{{at(0), at(1500)}, {at(2), at(1502)}, {at(5), at(1490)}, {at(9), at(1600)}}, 60},
-		{"sequential requests never overlap", []interval{{at(0), at(10)}, {at(11), at(20)}, {at(21), at(30)}}, 15},
-		{"touching intervals count as overlapping", []interval{{at(0), at(10)}, {at(10), at(20)}}, 30},
-		{"five with a gap: peak is the widest instant", []interval{{at(0), at(100)}, {at(50), at(150)}, {at(60), at(70)}, {at(120), at(200)}, {at(160), at(170)}}, 45},
+		{"one request", []interval{{Start: at(0), End: at(100)}}, 15},
+		{"four held together", []interval{{Start: at(0), End: at(1500)}, {Start: at(2), End: at(1502)}, {Start: at(5), End: at(1490)}, {Start: at(9), End: at(1600)}}, 60},
+		{"sequential requests never overlap", []interval{{Start: at(0), End: at(10)}, {Start: at(11), End: at(20)}, {Start: at(21), End: at(30)}}, 15},
+		{"touching intervals count as overlapping", []interval{{Start: at(0), End: at(10)}, {Start: at(10), End: at(20)}}, 30},
+		{"five with a gap: peak is the widest instant", []interval{{Start: at(0), End: at(100)}, {Start: at(50), End: at(150)}, {Start: at(60), End: at(70)}, {Start: at(120), End: at(200)}, {Start: at(160), End: at(170)}}, 45},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

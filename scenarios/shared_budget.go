@@ -69,8 +69,8 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	}
 	r.Check("admitted responses report the stub's deterministic usage", fmt.Sprintf("total_tokens %d each", expected.TotalTokens), usageMismatch, len(usageMismatch) == 0)
 	r.Check("exhaustion ended with 429", http.StatusTooManyRequests, last.Status, ex.Denied)
-	predicted := checkPredictedAdmissions(r, ex, p)
-	env.checkRemainingTruth(r, ex, p.Capacity, p.Estimate)
+	predicted := env.checkPredictedAdmissions(r, ex, p)
+	env.checkRemainingTruth(r, ex, p.Capacity, env.admitCost())
 
 	// The next request is denied on every gateway: the budget spent is seen by each replica,
 	// also by those the exhaustion never reached.
@@ -188,14 +188,17 @@ func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p deployme
 		r.NotMade(what+": Retry-After", "the gateway sends none")
 	}
 	if h.Limit != "" {
-		lim := o.Headers.Get(h.Limit)
+		lim := limitValue(o.Headers.Get(h.Limit))
 		r.Check(what+": "+strings.ToLower(h.Limit)+" is the capacity", strconv.FormatInt(p.Capacity, 10), lim, lim == strconv.FormatInt(p.Capacity, 10))
 	} else {
 		r.NotMade(what+": the limit header", "the gateway sends none")
 	}
 	if h.Remaining != "" {
+		// A denial leaves less than one admission needs: below the estimate, or, for a
+		// check-then-charge gateway, below its check's cost (none left when that is 0).
+		need := max(1, env.admitCost())
 		rem, err := strconv.ParseInt(o.Headers.Get(h.Remaining), 10, 64)
-		r.Check(what+": "+strings.ToLower(h.Remaining)+" below the estimate", fmt.Sprintf("0..%d", p.Estimate-1), o.Headers.Get(h.Remaining), err == nil && rem >= 0 && rem < p.Estimate)
+		r.Check(what+": "+strings.ToLower(h.Remaining)+" below what an admission needs", fmt.Sprintf("0..%d", need-1), o.Headers.Get(h.Remaining), err == nil && rem >= 0 && rem < need)
 	} else {
 		r.NotMade(what+": the remaining header", "the gateway sends none")
 	}

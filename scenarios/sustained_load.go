@@ -108,12 +108,12 @@ func runSustainedLoad(ctx context.Context, env *Env) *Result {
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call counts after: %w", err))
 	}
-	judgeSustainedLoad(r, p, plan, reqs, TotalDelta(before, after), after)
+	judgeSustainedLoad(r, env.checksThenCharges(), p, plan, reqs, TotalDelta(before, after), after)
 	return r
 }
 
 // judgeSustainedLoad records the load's facts and decides it from the history.
-func judgeSustainedLoad(r *Result, p deployment.Profile, plan loadPlan, reqs []loadRequest, providerCalls int64, providers ProviderSnapshot) {
+func judgeSustainedLoad(r *Result, ctc bool, p deployment.Profile, plan loadPlan, reqs []loadRequest, providerCalls int64, providers ProviderSnapshot) {
 	var admitted, denied, unavailable, other5xx, noAnswer, otherStatus int
 	var admitLat, denyLat, lag []time.Duration
 	for _, q := range reqs {
@@ -199,6 +199,15 @@ func judgeSustainedLoad(r *Result, p deployment.Profile, plan loadPlan, reqs []l
 		"0 tokens over, every subject", over, len(over) == 0)
 	r.Check("no subject within its budget (requests × estimate ≤ capacity) was denied", "none", spurious, len(spurious) == 0)
 	r.Check("every subject driven past its budget was denied (the load reached the gate)", "all denied at least once", neverDenied, len(neverDenied) == 0)
+	if len(over) > 0 {
+		why := ""
+		if ctc {
+			why = ": each request is admitted on the usage already charged, so the one that crosses the budget is let through"
+		}
+		r.Key("over-admitted up to %d tokens in one window for %d of %d subjects under %d requests at %.0f/s%s",
+			worst, len(over), len(plan.hot)+len(plan.cool), len(reqs), rate, why)
+		return
+	}
 	r.Key("%d requests at %.0f/s (target %d) to %d subjects: %d admitted, %d denied, %d 503; over-admission %d tokens; admission p50/p99 %.1f/%.1f ms, gateway overhead p50/p99 %.1f/%.1f ms",
 		len(reqs), rate, p.SustainedRate, len(plan.hot)+len(plan.cool), admitted, denied, unavailable, worst,
 		ms(quantile(admitLat, 0.5)), ms(quantile(admitLat, 0.99)), ms(quantile(overhead, 0.5)), ms(quantile(overhead, 0.99)))

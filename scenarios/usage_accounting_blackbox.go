@@ -10,7 +10,6 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/providerstub"
-	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // runUsageAccountingBlackBox is usage-accounting for a gateway that does not render the
@@ -33,11 +32,16 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	r.NotMade("the oversized response, both provider errors, n > 1 and both output bounds are charged what the provider counted, "+
 		"and settlements handed over together are none of them dropped", why+": on the run's rule those charges deny nothing a probe could see")
 	r.NotMade("the cut stream is charged no more than generated + the input estimate, and exactly: only a lower bound shows in admissions", why)
-	if p.Estimate <= inFlightSlack || p.Capacity < p.Estimate {
+	need := env.admitCost() // what the next request's admission adds before it compares
+	stop := int(p.Capacity)
+	if env.checksThenCharges() {
+		// A check-then-charge gateway refuses only once the charge is past the capacity minus
+		// its check's cost: read enough chunks that what certainly was generated is.
+		stop = int(p.Capacity-need) + inFlightSlack + 1
+	} else if p.Estimate <= inFlightSlack || p.Capacity < p.Estimate {
 		return r.Error(fmt.Errorf("profile %s: estimate %d must exceed the in-flight slack %d and capacity %d must hold one estimate, or a cut stream's charge cannot show in an admission",
 			p.Name, p.Estimate, inFlightSlack, p.Capacity))
 	}
-	stop := int(p.Capacity)
 	tokens := max(400, 4*stop)
 	r.Fact("rule", fmt.Sprintf("the run's rule: %d tokens reserved, capacity %d per %s", p.Estimate, p.Capacity, p.Window))
 	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
@@ -76,15 +80,19 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	}
 	next := env.Chat(ctx, ChatCall{Gateway: gwB, Label: "next-after-the-cut-stream", Subject: appB})
 	r.Fact("charged_at_least_if_metered", lo)
-	r.Check(fmt.Sprintf("%s: charged at least what the provider generated (≥ %d): the next request, needing %d of %d, is denied", label, lo, p.Estimate, p.Capacity),
-		http.StatusTooManyRequests, next.Status, lo+p.Estimate <= p.Capacity || next.Status == http.StatusTooManyRequests)
-	if lo+p.Estimate <= p.Capacity {
+	r.Check(fmt.Sprintf("%s: charged at least what the provider generated (≥ %d): the next request, needing %d of %d, is denied", label, lo, need, p.Capacity),
+		http.StatusTooManyRequests, next.Status, lo+need <= p.Capacity || next.Status == http.StatusTooManyRequests)
+	if lo+need <= p.Capacity {
 		r.Error(fmt.Errorf("the provider generated only %d tokens before the client left: a charge of that size denies nothing, not decided", pr.GeneratedTokens))
 	}
-	if env.gateway().Expect.Admission.Window == undertest.WindowFixed && next.Start.UnixNano()/int64(p.Window) != start.UnixNano()/int64(p.Window) {
+	if !env.inOneWindow(start, next.Start, p.Window) {
 		r.Error(errors.New("a fixed window's boundary fell between the stream and the probe: not decided"))
 	}
-	r.Key("a stream cut after %d chunks read (%d tokens generated); the next request (needs %d of %d) answered %d", stop, pr.GeneratedTokens, p.Estimate, p.Capacity, next.Status)
+	if lo+need > p.Capacity && next.Admitted() {
+		r.Key("a stream the client cut short after %d chunks (%d tokens generated) was not charged them: the next request was admitted on a budget of %d", stop, pr.GeneratedTokens, p.Capacity)
+		return r
+	}
+	r.Key("a stream cut after %d chunks read (%d tokens generated); the next request (needs %d of %d) answered %d", stop, pr.GeneratedTokens, need, p.Capacity, next.Status)
 	return r
 }
 

@@ -40,7 +40,7 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 	var outs []Outcome
 	for k := range max(2*len(subs), len(env.gateways())) {
 		s, gw := subs[k%len(subs)], env.alternate(k)
-		fits := sent[s]*usage+env.Profile.Estimate <= env.Profile.Capacity
+		fits := sent[s]*usage+env.admitCost() <= env.Profile.Capacity
 		sent[s]++
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "valid-" + s, Subject: s})
 		outs = append(outs, o)
@@ -53,7 +53,7 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 			r.Check(fmt.Sprintf("%s on %s names a provider site", s, gw), "one of west, central, east", o.Site, isSite(o.Site))
 		}
 		if limitHeader != "" {
-			limit := headerOf(o.Headers, limitHeader)
+			limit := limitValue(headerOf(o.Headers, limitHeader))
 			r.Check(fmt.Sprintf("%s on %s: %s is the capacity", s, gw, strings.ToLower(limitHeader)),
 				strconv.FormatInt(env.Profile.Capacity, 10), limit, limit == strconv.FormatInt(env.Profile.Capacity, 10))
 		}

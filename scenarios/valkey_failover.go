@@ -415,7 +415,7 @@ func judgeFailover(r *Result, capacity, estimate int64, hist []sentRequest, held
 	for _, o := range hist {
 		statusCount[o.Status]++
 		if o.Admitted() {
-			ivs = append(ivs, interval{o.Start, o.End})
+			ivs = append(ivs, interval{Start: o.Start, End: o.End})
 		}
 		if o.Status == http.StatusServiceUnavailable {
 			gw := o.gateway

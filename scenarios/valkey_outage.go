@@ -148,7 +148,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	} else {
 		r.NotMade(fmt.Sprintf("every replica stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
 	}
-	r.Key("answered %s during the outage, slowest %s; %s", tally(during), durAtMost(dec.worst, "SLO", slo), recoveryPhrase(r.passedSince(recovery)))
+	r.Key("%s; %s", dec.key(env, "Valkey was stopped", slo), recoveryPhrase(r.passedSince(recovery)))
 	return r
 }
 

@@ -2,11 +2,11 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
-
-	"github.com/quotaqual/quotaqual/topology"
 )
 
 // partitionRequests is how many requests the cut-off gateway gets at once while partitioned.
@@ -55,12 +55,27 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("provider call counts before: %w", err))
 	}
 
-	env.Progressf("partitioning gateway-a from valkey")
+	// The quota store as the gateway reaches it: the run's Valkey, or what the gateway's
+	// profile names instead (a rate-limit service that keeps its counters in Valkey behind it).
+	stores := env.gateway().StoreHosts()
+	r.Fact("cut_from", stores)
+	env.Progressf("partitioning gateway-a from %s", strings.Join(stores, ", "))
 	cutAt := time.Now()
-	endFault := env.Fault("partition", gwA+"→"+topology.HostValkey)
+	endFault := env.Fault("partition", gwA+"→"+strings.Join(stores, ","))
 	defer endFault() // the window ends once healed, on every path
-	if err := env.Topo.Partition(ctx, gwA, topology.HostValkey); err != nil {
-		return r.Error(fmt.Errorf("partitioning gateway-a from valkey: %w", err))
+	healAll := func(ctx context.Context) error {
+		var errs []error
+		for _, h := range stores {
+			errs = append(errs, env.Topo.Heal(ctx, gwA, h))
+		}
+		return errors.Join(errs...)
+	}
+	for _, h := range stores {
+		if err := env.Topo.Partition(ctx, gwA, h); err != nil {
+			r.Error(fmt.Errorf("partitioning gateway-a from %s: %w", h, err))
+			_ = healAll(context.WithoutCancel(ctx))
+			return r
+		}
 	}
 	r.Fact("partition_ms", ms(time.Since(cutAt)))
 	healed := false
@@ -68,7 +83,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		if !healed {
 			c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
 			defer cancel()
-			if err := env.Topo.Heal(c, gwA, topology.HostValkey); err != nil {
+			if err := healAll(c); err != nil {
 				r.Error(fmt.Errorf("healing the partition after a failed step: %w", err))
 			}
 		}
@@ -119,7 +134,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	env.Progressf("healing the partition")
 	healAt := time.Now()
 	healed = true
-	err = env.Topo.Heal(ctx, gwA, topology.HostValkey)
+	err = healAll(ctx)
 	endFault()
 	if err != nil {
 		return r.Error(fmt.Errorf("healing the partition: %w", err))
@@ -137,8 +152,8 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	// from a settled gateway.
 	if !env.inspects() {
 		r.NotMade(fmt.Sprintf("gateway-a stays recovered: %d store reads in a row answer", stableReads), "no quota inspection to read the store through")
-		r.Key("cut-off replica answered %s, slowest %s; other replicas admitted %d/%d; %s",
-			tally(statuses(cut)), durAtMost(dec.worst, "SLO", slo), admittedOnB, max(2, len(healthy)), partitionRecovery(r.passedSince(recovery), rec, 0))
+		r.Key("cut-off replica %s; other replicas admitted %d/%d; %s",
+			dec.key(env, "cut off from "+strings.Join(stores, ", "), slo), admittedOnB, max(2, len(healthy)), partitionRecovery(r.passedSince(recovery), rec, 0))
 		return r
 	}
 	stable := env.checkStaysRecovered(ctx, r, gwA, "the heal", healAt, stableReadInterval)

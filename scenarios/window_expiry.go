@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 func windowExpiry() Scenario {
@@ -98,7 +99,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	for _, o := range ex.Outcomes {
 		if o.Admitted() {
 			starts, ends = append(starts, o.Start), append(ends, o.End)
-			charges = append(charges, charge(o, p.Estimate))
+			charges = append(charges, charge(o, env.admitCost()))
 		}
 	}
 	if len(charges) == 0 || !ex.Denied {
@@ -109,10 +110,10 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 		exhaustedAt.Sub(starts[0]).Round(time.Millisecond).String(), exhaustedAt.Sub(starts[0]) < window)
 	// Every gateway counts every charge of the window: a replica on its own clock, ahead by
 	// more than the window, never sees the others' charges and admits past the budget.
-	checkPredictedAdmissions(r, ex, p)
-	plan, ok := planRecovery(starts, ends, charges, p.Capacity, p.Estimate, window, bucket, margin)
+	env.checkPredictedAdmissions(r, ex, p)
+	plan, ok := planRecovery(starts, ends, charges, p.Capacity, env.admitCost(), window, bucket, margin)
 	if !ok {
-		return r.Error(fmt.Errorf("charges %v never leave room for an estimate of %d in a capacity of %d", charges, p.Estimate, p.Capacity))
+		return r.Error(fmt.Errorf("charges %v never leave room for an admission of %d in a capacity of %d", charges, env.admitCost(), p.Capacity))
 	}
 	lastCharge := ends[len(ends)-1]
 	rel := func(t time.Time) float64 { return seconds(t.Sub(lastCharge)) }
@@ -177,7 +178,13 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	when := fmt.Sprintf("%.2fs after the last charge", seconds(observed))
 	switch {
 	case recovered.End.Before(plan.Earliest):
-		when += fmt.Sprintf(", answered before the theory's %.2f–%.2fs", rel(plan.Earliest), rel(plan.Latest))
+		why := ""
+		if env.gateway().Expect.Admission.Window == undertest.WindowFixed {
+			why = ": a fixed window forgets all its usage at once, at its end"
+		}
+		r.Key("forgot usage %.1fs early: admitted again %s, answered before a %s window's theory of %.2f–%.2fs%s",
+			seconds(plan.Earliest.Sub(recovered.End)), when, window, rel(plan.Earliest), rel(plan.Latest), why)
+		return r
 	case recovered.Start.After(plan.Latest):
 		when += fmt.Sprintf(", sent %.2fs, after the theory's %.2f–%.2fs", rel(recovered.Start), rel(plan.Earliest), rel(plan.Latest))
 	default:

@@ -39,6 +39,7 @@ type Base struct {
 	InValkeyNet func(f func() error) error
 
 	gwRecipes map[string]*gatewayRecipe // how each gateway was launched (gateway_launch.go)
+	services  serviceSet                // the gateway profile's services (services.go)
 }
 
 // NewBase is the Base of an engine named engine, with no component yet.

@@ -97,6 +97,9 @@ func New(engine string, spec Spec) (Topology, error) {
 	if err := CheckStore(engine, spec.Store); err != nil {
 		return nil, err
 	}
+	if err := CheckServices(engine, spec); err != nil {
+		return nil, err
+	}
 	return e.New(spec)
 }
 

@@ -45,6 +45,7 @@ func (b *Base) LaunchGateway(name, stem string, a deployment.Addresses, p deploy
 		return GatewayLaunch{}, err
 	}
 	f.Binary = b.Spec.Binary
+	f.Services = b.services.facts()
 	f.ConfigPath = filepath.Join(b.configDir(), stem+filepath.Ext(gw.Config.File))
 	y, err := gw.Render(f)
 	if err != nil {

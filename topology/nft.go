@@ -58,6 +58,9 @@ func CompileNFT(p Policy, host string, addrs map[string]string, mode string) (st
 			set = "{ " + strings.Join(srcs, ", ") + " }"
 		}
 		fmt.Fprintf(&b, "\t\tip saddr %s tcp dport %d accept comment %q\n", set, r.Port, r.Name)
+		if r.UDP {
+			fmt.Fprintf(&b, "\t\tip saddr %s udp dport %d accept comment %q\n", set, r.Port, r.Name+"-udp")
+		}
 	}
 	b.WriteString(denyLines("\t\t", mode, false))
 	b.WriteString("\t}\n}\n")

@@ -17,6 +17,9 @@ const HostObserver = "observer"
 // (loopback) is not subject to it.
 type Policy struct {
 	Rules []PolicyRule
+	// ServiceHosts are the gateway profile's service replicas (WithServicePolicy), hosts the
+	// policy knows beside the fixed ones.
+	ServiceHosts []string
 }
 
 // PolicyRule allows TCP connections to Host:Port from each host in From.
@@ -25,6 +28,8 @@ type PolicyRule struct {
 	Host string // the target host (a Kubernetes NetworkPolicy's podSelector)
 	Port int    // the target TCP port
 	From []string
+	// UDP allows the same port over UDP too (a membership protocol's gossip).
+	UDP bool
 }
 
 // DefaultPolicy is the qualification's policy for the given ports and gateways:
@@ -88,7 +93,7 @@ func (p Policy) RulesFor(host string) []PolicyRule {
 // valid port.
 func (p Policy) Validate() error {
 	component := func(h string) bool {
-		return h == HostClient || h == HostValkey || IsGateway(h) || slices.Contains(Providers, h) || IsStoreHost(h)
+		return h == HostClient || h == HostValkey || IsGateway(h) || slices.Contains(Providers, h) || IsStoreHost(h) || slices.Contains(p.ServiceHosts, h)
 	}
 	known := func(h string) bool { return h == HostObserver || component(h) }
 	for _, r := range p.Rules {

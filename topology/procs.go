@@ -32,6 +32,7 @@ type Component struct {
 	env      []string // full environment (secrets only here, never in argv)
 	logPath  string
 	readyURL string // polled until it answers 200
+	dir      string // working directory ("" for the harness's)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -67,6 +68,7 @@ func (c *Component) start() error {
 	}
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
 	cmd.Env = c.env
+	cmd.Dir = c.dir
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = ComponentAttr()
 	if err := cmd.Start(); err != nil {

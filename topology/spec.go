@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -120,6 +121,9 @@ func (s *Spec) validate() error {
 			return fmt.Errorf("store %s: the deployment's gateways run the memory backend, which uses no store: use store %s", s.Store, StoreSingle)
 		}
 	}
+	if gw := GatewayProfile(*s); !gw.ExpressesWindow(s.Deployment.Profile.Window) {
+		return WindowError(gw, s.Deployment.Profile)
+	}
 	mode, err := denyMode(s.DenyMode)
 	if err != nil {
 		return err
@@ -178,4 +182,21 @@ func (s Spec) PolicyProfile(p *deployment.Profile) deployment.Profile {
 		return *p
 	}
 	return s.Deployment.Profile
+}
+
+// WindowError says a gateway profile's engine cannot express the run's window, and which of the
+// qualification's profiles it can run.
+func WindowError(gw *undertest.Profile, p deployment.Profile) error {
+	var fit []string
+	for _, n := range deployment.ProfileNames() {
+		if q, err := deployment.ProfileByName(n); err == nil && gw.ExpressesWindow(q.Window) {
+			fit = append(fit, fmt.Sprintf("--profile %s (a %s window)", n, q.Window))
+		}
+	}
+	fix := "no qualification profile has such a window"
+	if len(fit) > 0 {
+		fix = "run it with " + strings.Join(fit, " or ")
+	}
+	return fmt.Errorf("gateway profile %s: its engine expresses only windows of %s (expect.admission.windows), and profile %s's rule has a %s window: %s",
+		gw.Name, strings.Join(gw.Expect.Admission.Windows, ", "), p.Name, p.Window, fix)
 }

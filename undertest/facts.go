@@ -32,6 +32,27 @@ type Facts struct {
 	// ScenarioRules are the scenarios' own rules, rendered ahead of the qualification's rule;
 	// a template is handed only those its profile's capabilities.rules can express (Render).
 	ScenarioRules []deployment.ScenarioRule
+	// Services are the profile's service replicas by service name (services.go), set by the
+	// topology that runs them; empty for a profile without services.
+	Services map[string][]ServiceReplica
+}
+
+// ServiceAt is the host:port of port on the first replica of service ("" when there is none):
+// {{.ServiceAt "ratelimit" "grpc"}} in a template.
+func (f Facts) ServiceAt(service, port string) string {
+	if rs := f.Services[service]; len(rs) > 0 {
+		return rs[0].At(port)
+	}
+	return ""
+}
+
+// ServiceAddrs is the host:port of port on every replica of service, in order.
+func (f Facts) ServiceAddrs(service, port string) []string {
+	var out []string
+	for _, r := range f.Services[service] {
+		out = append(out, r.At(port))
+	}
+	return out
 }
 
 // User is one Basic-Auth principal; its password is in the environment variable PasswordEnv.
@@ -171,4 +192,19 @@ func (p *Profile) RenderFor(d *deployment.Deployment, name string, a deployment.
 		return nil, err
 	}
 	return p.Render(f)
+}
+
+// ServiceFor is the host:port of port on the replica of service that this gateway asks:
+// gateway-a the first replica, gateway-b the second, … round the replicas (a sidecar-like
+// placement; "" when the service has no replica).
+func (f Facts) ServiceFor(service, port string) string {
+	rs := f.Services[service]
+	if len(rs) == 0 {
+		return ""
+	}
+	i := 0
+	if n := len(f.Name); n > 0 && f.Name[n-1] >= 'a' && f.Name[n-1] <= 'z' {
+		i = int(f.Name[n-1] - 'a')
+	}
+	return rs[i%len(rs)].At(port)
 }

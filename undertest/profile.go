@@ -36,6 +36,9 @@ const (
 	Unverified Status = "unverified"
 	// Test: a gateway written for the tests (internal/altgateway).
 	Test Status = "test"
+	// Peer: a third-party rate-limit engine (internal/peers) driven by a shim that does what
+	// the real gateway does around it; its verdicts come from real runs (docs/peers.md).
+	Peer Status = "peer"
 )
 
 // Inspection kinds: how the harness can read a subject's quota state from the gateway.
@@ -50,6 +53,16 @@ const (
 const (
 	AdmitFixedEstimate = "fixed-estimate" // a configured number of tokens per request
 	AdmitMaxTokens     = "max-tokens"     // the request's output bound (plus its input)
+	// AdmitCheckThenCharge reserves nothing: a request is admitted iff the usage already
+	// charged (plus the check's own cost) is within the capacity, and its usage is charged
+	// after the response. Everything in flight is admitted against the same charged usage.
+	AdmitCheckThenCharge = "check-then-charge"
+)
+
+// Window anchors of a fixed window.
+const (
+	AnchorEpoch    = "epoch"     // windows start at multiples of the window since the Unix epoch
+	AnchorFirstHit = "first-hit" // a window starts at the first charge after the last one ended
 )
 
 // Window kinds of a gateway's accounting.
@@ -77,6 +90,8 @@ type Profile struct {
 	Liveness Readiness    `yaml:"liveness"`
 	Expect   Expect       `yaml:"expect"`
 	Caps     Capabilities `yaml:"capabilities"`
+	// Services are processes of the gateway's own the topology runs beside it (services.go).
+	Services []Service `yaml:"services"`
 
 	tmpl *template.Template // Config.Template, parsed by validate
 	argv []*template.Template
@@ -154,9 +169,19 @@ type Attribution struct {
 
 // Admission is the gateway's admission model.
 type Admission struct {
-	Model string `yaml:"model"` // fixed-estimate or max-tokens
+	Model string `yaml:"model"` // fixed-estimate, max-tokens or check-then-charge
+	// CheckCost, for check-then-charge: what the check adds to the charged usage before it
+	// compares with the capacity (0: admitted while charged ≤ capacity, as envoy ratelimit's
+	// hits_addend 0; 1: while charged + 1 ≤ capacity, as Limitador's check of one hit).
+	CheckCost int64 `yaml:"check_cost"`
 	// Window: sliding or fixed.
 	Window string `yaml:"window"`
+	// Anchor, for a fixed window: epoch (default) or first-hit.
+	Anchor string `yaml:"anchor"`
+	// Windows are the only windows the gateway's engine can express (e.g. envoy ratelimit's
+	// 1s, 1m, 1h, 24h); empty: any. A run whose rule has another window stops before anything
+	// starts, naming the profiles that fit.
+	Windows []string `yaml:"windows"`
 	// Granularity is the accounting bucket: usage leaves a window at most this late.
 	// "ledger" means quotaqual's ledger rule (1 s up to a one-minute window, window/60
 	// rounded up to whole seconds beyond).
@@ -192,6 +217,10 @@ type Capabilities struct {
 	// lever can run side by side. Without it every scenario runs alone: a provider call that
 	// names no scenario counts against all of them.
 	ForwardsScenarioHeader bool `yaml:"forwards_scenario_header"`
+	// StoreHosts are the hosts the gateway reaches its quota state through, which
+	// valkey-partition cuts a gateway off from: [valkey] when empty; a gateway that asks a
+	// rate-limit service names the service's hosts (the service reaches Valkey behind it).
+	StoreHosts []string `yaml:"store_hosts"`
 }
 
 // Load reads and validates a profile file. Every problem is reported with its path in the
@@ -230,9 +259,9 @@ func (p *Profile) validate() strictyaml.Errors {
 		bad("name", "%q is not a profile name: use 1-48 characters of a-z, 0-9 and '-'", p.Name)
 	}
 	switch p.Status {
-	case Verified, KnownBad, Unverified, Test:
+	case Verified, KnownBad, Unverified, Test, Peer:
 	default:
-		bad("status", "%q is unknown: use %s, %s, %s or %s", p.Status, Verified, KnownBad, Unverified, Test)
+		bad("status", "%q is unknown: use %s, %s, %s, %s or %s", p.Status, Verified, KnownBad, Unverified, Test, Peer)
 	}
 	if strings.TrimSpace(p.Description) == "" {
 		bad("description", "missing: say what this gateway is and how far it is proven")
@@ -312,10 +341,27 @@ func (p *Profile) validate() strictyaml.Errors {
 			bad(path, "%q is not an HTTP header name", h)
 		}
 	}
-	switch p.Expect.Admission.Model {
+	switch a := p.Expect.Admission; a.Model {
 	case AdmitFixedEstimate, AdmitMaxTokens:
+		if a.CheckCost != 0 {
+			bad("expect.admission.check_cost", "only a check-then-charge model has a check cost: remove it or use model %s", AdmitCheckThenCharge)
+		}
+	case AdmitCheckThenCharge:
+		if a.CheckCost < 0 {
+			bad("expect.admission.check_cost", "%d is negative: give what the check adds before it compares (0 or 1)", a.CheckCost)
+		}
 	default:
-		bad("expect.admission.model", "%q is unknown: use %s or %s", p.Expect.Admission.Model, AdmitFixedEstimate, AdmitMaxTokens)
+		bad("expect.admission.model", "%q is unknown: use %s, %s or %s", a.Model, AdmitFixedEstimate, AdmitMaxTokens, AdmitCheckThenCharge)
+	}
+	switch p.Expect.Admission.Anchor {
+	case "", AnchorEpoch, AnchorFirstHit:
+	default:
+		bad("expect.admission.anchor", "%q is unknown: use %s or %s", p.Expect.Admission.Anchor, AnchorEpoch, AnchorFirstHit)
+	}
+	for i, w := range p.Expect.Admission.Windows {
+		if d, err := time.ParseDuration(w); err != nil || d <= 0 {
+			bad(fmt.Sprintf("expect.admission.windows[%d]", i), "%q is not a duration: give one like 1m", w)
+		}
 	}
 	switch p.Expect.Admission.Window {
 	case WindowSliding, WindowFixed:
@@ -338,8 +384,27 @@ func (p *Profile) validate() strictyaml.Errors {
 		bad("capabilities.quota_inspection", "%q is unknown: use %s or %s", p.Caps.QuotaInspection, InspectNone, InspectQuotaqualAdmin)
 	}
 	p.validateRules(bad)
+	p.validateServices(bad)
 	return errs
 }
+
+// ExpressesWindow reports whether the gateway's engine can express a window of w (every
+// window, when the profile lists none).
+func (p *Profile) ExpressesWindow(w time.Duration) bool {
+	if len(p.Expect.Admission.Windows) == 0 {
+		return true
+	}
+	for _, s := range p.Expect.Admission.Windows {
+		if d, _ := time.ParseDuration(s); d == w {
+			return true
+		}
+	}
+	return false
+}
+
+// ChecksThenCharges reports whether the gateway admits on charged usage alone (no
+// reservation): AdmitCheckThenCharge.
+func (p *Profile) ChecksThenCharges() bool { return p.Expect.Admission.Model == AdmitCheckThenCharge }
 
 // LedgerGranularity names quotaqual's ledger bucket rule as an accounting granularity.
 const LedgerGranularity = "ledger"

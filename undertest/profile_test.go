@@ -26,14 +26,7 @@ func TestShippedProfiles(t *testing.T) {
 	}
 	d := testDeployment(t, deployment.BackendValkey)
 	secrets := append(d.GatewayEnv("10.0.0.5:6379"), d.StoreEnv()...)
-	getenv := func(k string) (string, bool) {
-		for _, kv := range secrets {
-			if name, v, _ := strings.Cut(kv, "="); name == k {
-				return v, true
-			}
-		}
-		return "", false
-	}
+	getenv := lookupIn(secrets)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			p, err := undertest.Shipped(name)
@@ -83,6 +76,9 @@ func TestShippedProfiles(t *testing.T) {
 					t.Fatalf("altgateway refuses the rendered config: %v\n%s", err, y)
 				}
 			default:
+				if p.Status == undertest.Peer {
+					return // TestPeerProfilesRender renders them, on a window they express
+				}
 				if p.Status != undertest.Unverified || !strings.Contains(p.Description, "UNVERIFIED") {
 					t.Errorf("foreign profile %s is %s (%q): a template this repository never ran must say it is unverified", name, p.Status, p.Description)
 				}

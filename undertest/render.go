@@ -28,6 +28,24 @@ var funcs = template.FuncMap{
 	// port and host split a host:port fact (a gateway that takes its port as a flag).
 	"port": func(hp string) string { _, p, _ := net.SplitHostPort(hp); return p },
 	"host": func(hp string) string { h, _, _ := net.SplitHostPort(hp); return h },
+	// windowunit is a window as envoy ratelimit's unit (second, minute, hour, day); a window
+	// that is none of them is an error (the profile's expect.admission.windows stops such a run
+	// before it renders).
+	"windowunit": windowUnit,
+}
+
+func windowUnit(d time.Duration) (string, error) {
+	switch d {
+	case time.Second:
+		return "second", nil
+	case time.Minute:
+		return "minute", nil
+	case time.Hour:
+		return "hour", nil
+	case 24 * time.Hour:
+		return "day", nil
+	}
+	return "", fmt.Errorf("a window of %s is no rate-limit unit (second, minute, hour, day)", d)
 }
 
 func parseTemplate(s string) (*template.Template, error) {

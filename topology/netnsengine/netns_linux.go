@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -69,6 +70,14 @@ func init() {
 	}
 }
 
+// serviceAddr and serviceVeth place the i-th service replica of a gateway profile (its
+// services, see topology/services.go): 198.18.0.(60+i), veth "x0" … (at most 20).
+func serviceAddr(i int) string { return fmt.Sprintf("198.18.0.%d", 60+i) }
+func serviceVeth(i int) string { return fmt.Sprintf("x%d", i) }
+
+// maxServiceHosts is how many service replicas a netns run places (198.18.0.60-79).
+const maxServiceHosts = 20
+
 // netnsHosts are the hosts a netns run with these gateways builds: the components and the
 // replicated store group.
 func netnsHosts(gateways []string) []string {
@@ -92,6 +101,10 @@ type netnsTopo struct {
 	partitions map[[2]string]bool
 
 	store storeGroup // the replicated store group (netns_store.go)
+
+	// addrs and veths are netnsAddrs and vethCodes plus the gateway profile's service hosts.
+	addrs, veths map[string]string
+	services     []string // the service hosts, in profile order
 }
 
 func newNetns(spec topology.Spec) (topology.Topology, error) {
@@ -117,7 +130,18 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 		home:       home,
 		handles:    map[string]netns.NsHandle{},
 		partitions: map[[2]string]bool{},
+		addrs:      maps.Clone(netnsAddrs),
+		veths:      maps.Clone(vethCodes),
 	}
+	gw := topology.GatewayProfile(spec)
+	t.services = gw.ServiceHosts()
+	if len(t.services) > maxServiceHosts {
+		return nil, fmt.Errorf("gateway profile %s has %d service replicas: the netns topology places at most %d", gw.Name, len(t.services), maxServiceHosts)
+	}
+	for i, h := range t.services {
+		t.addrs[h], t.veths[h] = serviceAddr(i), serviceVeth(i)
+	}
+	t.policy = topology.WithServicePolicy(t.policy, gw, spec.GatewayHosts(), netnsPorts.Valkey)
 	if spec.Store == topology.StoreCluster {
 		t.policy = withClusterPolicy(t.policy)
 	}
@@ -146,15 +170,17 @@ func (t *netnsTopo) Client() *http.Client      { return t.client }
 func (t *netnsTopo) nsName(host string) string { return t.prefix + host }
 func (t *netnsTopo) nsPath(host string) string { return "/run/netns/" + t.nsName(host) }
 
-// hosts are the run's hosts: netnsHosts, less the store group's when the run leaves it out.
+// hosts are the run's hosts: netnsHosts, less the store group's when the run leaves it out,
+// plus the gateway profile's service hosts.
 func (t *netnsTopo) hosts() []string {
+	hs := netnsHosts(t.Gateways())
 	if t.Spec.WithoutStoreGroup {
-		return topology.ComponentHosts(t.Gateways())
+		hs = topology.ComponentHosts(t.Gateways())
 	}
-	return netnsHosts(t.Gateways())
+	return append(hs, t.services...)
 }
 func (t *netnsTopo) hostAddr(host string) string {
-	return netnsAddrs[host]
+	return t.addrs[host]
 }
 
 // addrOf is host's address when this run has that host (the observer included).
@@ -162,7 +188,7 @@ func (t *netnsTopo) addrOf(host string) (string, bool) {
 	if host != topology.HostObserver && !slices.Contains(t.hosts(), host) {
 		return "", false
 	}
-	a, ok := netnsAddrs[host]
+	a, ok := t.addrs[host]
 	return a, ok
 }
 func (t *netnsTopo) url(host string, port int) string {
@@ -206,6 +232,16 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 
 	if err := t.startStore(ctx); err != nil {
 		return fmt.Errorf("starting the replicated store group: %w", err)
+	}
+
+	// The gateway profile's own services (a rate-limit engine) come up after the store they
+	// may use and before the gateways that ask them.
+	if err := t.LaunchServices(ctx, deployment.Addresses{ValkeyAddr: t.ValkeyAt, Providers: t.providerAddrs(),
+		DataListen: ":" + strconv.Itoa(netnsPorts.GatewayData), AdminListen: ":" + strconv.Itoa(netnsPorts.GatewayAdmin)},
+		func(host string) topology.ServiceHost {
+			return topology.ServiceHost{IP: t.hostAddr(host), Wrap: t.wrap(host)}
+		}); err != nil {
+		return err
 	}
 
 	var provs []*topology.Component
@@ -267,8 +303,8 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 		bridgeName, t.hostAddr(topology.HostObserver), prefixLen, bridgeName, bridgeName)
 	for _, h := range t.hosts() {
 		fmt.Fprintf(&b, "netns add %s\n", t.nsName(h))
-		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", vethCodes[h], t.nsName(h))
-		fmt.Fprintf(&b, "link set qv-%s master %s up\n", vethCodes[h], bridgeName)
+		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", t.veths[h], t.nsName(h))
+		fmt.Fprintf(&b, "link set qv-%s master %s up\n", t.veths[h], bridgeName)
 	}
 	if err := run(ctx, b.String(), "ip", "-batch", "-"); err != nil {
 		return fmt.Errorf("building the bridge and namespaces: %w", err)
@@ -284,7 +320,7 @@ func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 				errs[i] = fmt.Errorf("addressing %s: %w", h, err)
 				return
 			}
-			rules, err := topology.CompileNFT(t.policy, h, netnsAddrs, t.Spec.DenyMode)
+			rules, err := topology.CompileNFT(t.policy, h, t.addrs, t.Spec.DenyMode)
 			if err != nil {
 				errs[i] = err
 				return
@@ -479,8 +515,8 @@ func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
 		// asynchronously, which would make the names collide with the next Up.
 		var b strings.Builder
 		for _, h := range t.hosts() {
-			if _, err := net.InterfaceByName("qv-" + vethCodes[h]); err == nil {
-				fmt.Fprintf(&b, "link del qv-%s\n", vethCodes[h])
+			if _, err := net.InterfaceByName("qv-" + t.veths[h]); err == nil {
+				fmt.Fprintf(&b, "link del qv-%s\n", t.veths[h])
 			}
 		}
 		for _, n := range names {
@@ -535,7 +571,7 @@ func (t *netnsTopo) Facts() map[string]any {
 	}
 	addrs := map[string]string{}
 	for _, h := range append(t.hosts(), topology.HostObserver) {
-		addrs[h] = netnsAddrs[h]
+		addrs[h] = t.addrs[h]
 	}
 	var rules []string
 	for _, r := range t.policy.Rules {
@@ -549,5 +585,17 @@ func (t *netnsTopo) Facts() map[string]any {
 	f["network_policy"] = rules
 	f["isolation"] = "one unprivileged user+net+mount+pid namespace per run; one network namespace per host; nftables ingress policy per host"
 	f["store_group"] = t.storeFacts()
+	if sv := t.ServiceFacts(); sv != nil {
+		f["services"] = sv
+	}
 	return f
+}
+
+// providerAddrs are the providers' data URLs as the gateways reach them.
+func (t *netnsTopo) providerAddrs() []deployment.ProviderAddr {
+	var out []deployment.ProviderAddr
+	for _, host := range topology.Providers {
+		out = append(out, deployment.ProviderAddr{Site: topology.SiteOf(host), URL: t.url(host, netnsPorts.ProviderData)})
+	}
+	return out
 }
