@@ -602,7 +602,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	// Whatever ends the relay, what was read so far is accounted.
 	defer func() {
 		if sse != nil {
-			m.usage, m.usageSeen, m.usageGarbled, m.relayed = sse.usage, sse.seen, sse.garbled, sse.relayed
+			m.usage, m.usageSeen, m.usageGarbled, m.relayed = sse.usage, sse.seen, sse.garbled || sse.understated(), sse.relayed
 			return
 		}
 		m.usage, m.usageSeen = js.result()

@@ -110,12 +110,20 @@ func (j *jsonUsageReader) feed(p []byte) {
 	}
 }
 
-// result is the usage of the body: parsed whole, or read from the tail of a large body.
+// result is the usage of the body: parsed whole, or read from the tail of a large body. A body
+// kept whole whose usage reports fewer completion tokens than the words its choices carry
+// understates what was generated: its usage is unknown (a body too large to keep whole is
+// trusted, its text being gone).
 func (j *jsonUsageReader) result() (int64, bool) {
-	if !j.tooBig {
-		return parseUsageJSON(j.buf)
+	if j.tooBig {
+		return usageFromTail(j.buf)
 	}
-	return usageFromTail(j.buf)
+	u := readUsageJSON(j.buf)
+	n, ok := u.tokens()
+	if ok && *u.CompletionTokens < bodyWords(j.buf) {
+		return 0, false
+	}
+	return n, ok
 }
 
 // relayedTokens is the body's bytes / 4: a pessimistic count of what a 2xx body whose usage
@@ -168,8 +176,13 @@ var (
 // matches case-insensitively, and a repeated one is decoded into the same object; a member that
 // does not decode garbles the usage. Only the usage members are decoded.
 func parseUsageJSON(body []byte) (tokens int64, ok bool) {
+	return readUsageJSON(body).tokens()
+}
+
+// readUsageJSON is the usage object parseUsageJSON reads; nil when there is none to read.
+func readUsageJSON(body []byte) *usageJSON {
 	if !json.Valid(body) {
-		return 0, false
+		return nil
 	}
 	var u *usageJSON
 	isObject, err := walkObject(body, func(key []byte, raw json.RawMessage) error {
@@ -179,9 +192,79 @@ func parseUsageJSON(body []byte) (tokens int64, ok bool) {
 		return decodeUsage(raw, &u)
 	})
 	if !isObject || err != nil {
-		return 0, false
+		return nil
 	}
-	return u.tokens()
+	return u
+}
+
+// bodyWords counts the words of a chat completion body's output: the text of every choice
+// (content, reasoning, refusal, tool-call arguments, or legacy text), as outputWords counts
+// them; 0 for a body it cannot read so.
+func bodyWords(body []byte) int64 {
+	if !bytes.Contains(body, []byte(`"choices"`)) {
+		return 0
+	}
+	var resp struct {
+		Choices []struct {
+			Text    string      `json:"text"`
+			Message outputTexts `json:"message"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(body, &resp) != nil {
+		return 0
+	}
+	var n int64
+	for _, c := range resp.Choices {
+		n += countWords(c.Text) + c.Message.words()
+	}
+	return n
+}
+
+// outputTexts are the fields of a message (or a stream's delta) that carry generated text.
+type outputTexts struct {
+	Content          string `json:"content"`
+	ReasoningContent string `json:"reasoning_content"`
+	Refusal          string `json:"refusal"`
+	ToolCalls        []struct {
+		Function struct {
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// bytes is the length of the text.
+func (o *outputTexts) bytes() int {
+	b := len(o.Content) + len(o.ReasoningContent) + len(o.Refusal)
+	for _, tc := range o.ToolCalls {
+		b += len(tc.Function.Arguments)
+	}
+	return b
+}
+
+// words counts the words of the text (countWords).
+func (o *outputTexts) words() int64 {
+	n := countWords(o.Content) + countWords(o.ReasoningContent) + countWords(o.Refusal)
+	for _, tc := range o.ToolCalls {
+		n += countWords(tc.Function.Arguments)
+	}
+	return n
+}
+
+// countWords counts the runs of non-whitespace in s: a floor of the tokens that produced s,
+// since tokenizers split text at whitespace (a token never spans a word break) and a provider
+// sends whole tokens. A usage reporting fewer completion tokens than the words relayed
+// understates what was generated.
+func countWords(s string) int64 {
+	var n int64
+	in := false
+	for i := 0; i < len(s); i++ {
+		space := s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'
+		if !space && !in {
+			n++
+		}
+		in = !space
+	}
+	return n
 }
 
 // decodeUsage is json.Unmarshal(raw, u) for a valid JSON value, an object read member by
@@ -222,10 +305,12 @@ type sseFilter struct {
 	pending []byte // bytes of an incomplete event
 	raw     bool   // an event exceeded maxSSEEvent: pass everything through, usage unknown
 
-	usage   int64
-	seen    bool  // a valid usage object was read
-	garbled bool  // a usage object could not be read
-	relayed int64 // output tokens in the content chunks read (relayedTokens)
+	usage      int64
+	completion int64 // the largest completion_tokens of a valid usage object
+	seen       bool  // a valid usage object was read
+	garbled    bool  // a usage object could not be read
+	relayed    int64 // output tokens in the content chunks read (relayedOutput)
+	words      int64 // words in the content chunks read (relayedOutput)
 }
 
 // feed processes p and appends the bytes to send to the client to out.
@@ -284,18 +369,26 @@ func (f *sseFilter) finish(out []byte) []byte {
 	return out
 }
 
-// result reports the usage read from the stream.
+// result reports the usage read from the stream: unknown when garbled or understated.
 func (f *sseFilter) result() (int64, bool) {
-	if f.garbled || !f.seen {
+	if f.garbled || !f.seen || f.understated() {
 		return 0, false
 	}
 	return f.usage, true
 }
 
+// understated reports a stream whose usage counts fewer completion tokens than the words its
+// content chunks carried (countWords): it understates what was generated.
+func (f *sseFilter) understated() bool {
+	return f.seen && f.completion < f.words
+}
+
 // keep reads one complete event and reports whether it goes to the client.
 func (f *sseFilter) keep(ev []byte) bool {
 	data := sseData(ev)
-	f.relayed += relayedTokens(data)
+	tokens, words := relayedOutput(data)
+	f.relayed += tokens
+	f.words += words
 	if data == nil || !bytes.Contains(data, []byte(`"usage"`)) {
 		return true
 	}
@@ -314,6 +407,7 @@ func (f *sseFilter) keep(ev []byte) bool {
 		if !f.seen || n > f.usage {
 			f.usage = n
 		}
+		f.completion = max(f.completion, *chunk.Usage.CompletionTokens)
 		f.seen = true
 	} else {
 		f.garbled = true
@@ -321,42 +415,30 @@ func (f *sseFilter) keep(ev []byte) bool {
 	return !(f.dropUsageChunk && len(chunk.Choices) == 0)
 }
 
-// relayedTokens counts the output tokens of one chunk's data: per choice with any text (delta
+// relayedOutput counts the output of one chunk's data. tokens: per choice with any text (delta
 // content, reasoning, refusal, tool-call arguments, or legacy text), ceil(text bytes / 4) and at
 // least one — one token per chunk as providers stream, and no undercount when they batch.
-func relayedTokens(data []byte) int64 {
+// words: the words of that text (countWords), a floor of its tokens.
+func relayedOutput(data []byte) (tokens, words int64) {
 	if !bytes.Contains(data, []byte(`"choices"`)) {
-		return 0
+		return 0, 0
 	}
 	var chunk struct {
 		Choices []struct {
-			Text  string `json:"text"`
-			Delta struct {
-				Content          string `json:"content"`
-				ReasoningContent string `json:"reasoning_content"`
-				Refusal          string `json:"refusal"`
-				ToolCalls        []struct {
-					Function struct {
-						Arguments string `json:"arguments"`
-					} `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"delta"`
+			Text  string      `json:"text"`
+			Delta outputTexts `json:"delta"`
 		} `json:"choices"`
 	}
 	if json.Unmarshal(data, &chunk) != nil {
-		return 0
+		return 0, 0
 	}
-	var n int64
 	for _, c := range chunk.Choices {
-		b := len(c.Text) + len(c.Delta.Content) + len(c.Delta.ReasoningContent) + len(c.Delta.Refusal)
-		for _, tc := range c.Delta.ToolCalls {
-			b += len(tc.Function.Arguments)
+		if b := len(c.Text) + c.Delta.bytes(); b > 0 {
+			tokens += max(1, int64(b+3)/4)
 		}
-		if b > 0 {
-			n += max(1, int64(b+3)/4)
-		}
+		words += countWords(c.Text) + c.Delta.words()
 	}
-	return n
+	return tokens, words
 }
 
 // sseData returns the concatenated data field of one event (lines "data:" joined by '\n'),
