@@ -223,6 +223,11 @@ type ProviderRequest struct {
 	GeneratedTokens      int64     `json:"generated_tokens"` // completion tokens generated and sent
 	ClientGone           bool      `json:"client_gone"`
 	DurationMS           float64   `json:"duration_ms"`
+	// The field the stub read MaxTokens from ("" when none), n, and the hostile usage it
+	// reported ("" the truth: providerstub.UsageMetadata).
+	BoundField string `json:"bound_field"`
+	Choices    int64  `json:"choices"`
+	UsageMode  string `json:"usage_mode"`
 }
 
 // Consumed is what the provider counted for the request: its prompt and the completion

@@ -146,6 +146,10 @@ var altGatewayVerdicts = map[string]verdict{
 	"long-generation": {evidence.Failed, "every concurrent request was denied", true},
 	// No black-box path: the run's rule promises no hard gate, and there is no other rule.
 	"hard-gate": {evidence.Skipped, "no black-box check of it can be made", false},
+	// Neither a rule with enforcement hard nor one estimating from the output bound; nor one
+	// with room for every hostile usage case.
+	"output-bound":   {evidence.Skipped, "needs the scenario's own rules", false},
+	"provider-usage": {evidence.Skipped, "needs the scenario's own rule", false},
 	// Its rules have one window each and the scenarios' own rules are not rendered for it.
 	"layered-budgets": {evidence.Skipped, "needs the scenarios' own rules", false},
 	"model-budgets":   {evidence.Skipped, "needs the scenarios' own rules", false},
