@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/ledger"
 )
 
@@ -21,6 +22,9 @@ type usageJSON struct {
 // tokens returns the tokens to charge: max(total_tokens, prompt_tokens + completion_tokens).
 // prompt_tokens and completion_tokens are required; negative or absurd figures are garbled.
 func (u *usageJSON) tokens() (int64, bool) {
+	if n, ok, mutated := mutateUsageTokens(u); mutated {
+		return n, ok
+	}
 	if u == nil || u.PromptTokens == nil || u.CompletionTokens == nil {
 		return 0, false
 	}
@@ -42,6 +46,14 @@ func (u *usageJSON) tokens() (int64, bool) {
 		return 0, false
 	}
 	return sum, true
+}
+
+// completion is completion_tokens, 0 when absent.
+func (u *usageJSON) completion() int64 {
+	if u == nil || u.CompletionTokens == nil {
+		return 0
+	}
+	return *u.CompletionTokens
 }
 
 // metered is what the gateway saw of an admitted request's consumption; charge turns it into
@@ -120,7 +132,7 @@ func (j *jsonUsageReader) result() (int64, bool) {
 	}
 	u := readUsageJSON(j.buf)
 	n, ok := u.tokens()
-	if ok && *u.CompletionTokens < bodyWords(j.buf) {
+	if ok && u.completion() < bodyWords(j.buf) && !mutant.Is(mutant.UsageUnderstatedTrusted) {
 		return 0, false
 	}
 	return n, ok
@@ -197,30 +209,44 @@ func readUsageJSON(body []byte) *usageJSON {
 	return u
 }
 
-// bodyWords counts the words of a chat completion body's output: the text of every choice
-// (content, reasoning, refusal, tool-call arguments, or legacy text), as outputWords counts
-// them; 0 for a body it cannot read so.
+// bodyWords counts the words of a chat completion body's output: the text of every choice, as
+// countWords counts them; 0 for a body it cannot read so.
 func bodyWords(body []byte) int64 {
-	if !bytes.Contains(body, []byte(`"choices"`)) {
-		return 0
-	}
-	var resp struct {
-		Choices []struct {
-			Text    string      `json:"text"`
-			Message outputTexts `json:"message"`
-		} `json:"choices"`
-	}
-	if json.Unmarshal(body, &resp) != nil {
-		return 0
-	}
 	var n int64
-	for _, c := range resp.Choices {
-		n += countWords(c.Text) + c.Message.words()
+	for _, c := range choiceOutputs(body) {
+		n += c.words()
 	}
 	return n
 }
 
-// outputTexts are the fields of a message (or a stream's delta) that carry generated text.
+// choiceOutput is the generated text of one choice: of a chat completion (message), of a
+// stream's chunk (delta), or legacy text.
+type choiceOutput struct {
+	Text    string      `json:"text"`
+	Message outputTexts `json:"message"`
+	Delta   outputTexts `json:"delta"`
+}
+
+func (c *choiceOutput) bytes() int   { return len(c.Text) + c.Message.bytes() + c.Delta.bytes() }
+func (c *choiceOutput) words() int64 { return countWords(c.Text) + c.Message.words() + c.Delta.words() }
+
+// choiceOutputs reads the choices of a chat completion or of one chunk's data; none when it
+// has no "choices" it can read.
+func choiceOutputs(data []byte) []choiceOutput {
+	if !bytes.Contains(data, []byte(`"choices"`)) {
+		return nil
+	}
+	var v struct {
+		Choices []choiceOutput `json:"choices"`
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	return v.Choices
+}
+
+// outputTexts are the fields of a message, or a stream's delta, that carry generated text:
+// content, reasoning, refusal and tool-call arguments.
 type outputTexts struct {
 	Content          string `json:"content"`
 	ReasoningContent string `json:"reasoning_content"`
@@ -380,7 +406,7 @@ func (f *sseFilter) result() (int64, bool) {
 // understated reports a stream whose usage counts fewer completion tokens than the words its
 // content chunks carried (countWords): it understates what was generated.
 func (f *sseFilter) understated() bool {
-	return f.seen && f.completion < f.words
+	return f.seen && f.completion < f.words && !mutant.Is(mutant.UsageUnderstatedTrusted)
 }
 
 // keep reads one complete event and reports whether it goes to the client.
@@ -404,10 +430,12 @@ func (f *sseFilter) keep(ev []byte) bool {
 	}
 	if n, ok := chunk.Usage.tokens(); ok {
 		// Running totals: keep the largest seen.
+		prev := f.usage
 		if !f.seen || n > f.usage {
 			f.usage = n
 		}
-		f.completion = max(f.completion, *chunk.Usage.CompletionTokens)
+		f.usage = mutateRunningUsage(f.seen, prev, n, f.usage)
+		f.completion = max(f.completion, chunk.Usage.completion())
 		f.seen = true
 	} else {
 		f.garbled = true
@@ -420,23 +448,11 @@ func (f *sseFilter) keep(ev []byte) bool {
 // least one — one token per chunk as providers stream, and no undercount when they batch.
 // words: the words of that text (countWords), a floor of its tokens.
 func relayedOutput(data []byte) (tokens, words int64) {
-	if !bytes.Contains(data, []byte(`"choices"`)) {
-		return 0, 0
-	}
-	var chunk struct {
-		Choices []struct {
-			Text  string      `json:"text"`
-			Delta outputTexts `json:"delta"`
-		} `json:"choices"`
-	}
-	if json.Unmarshal(data, &chunk) != nil {
-		return 0, 0
-	}
-	for _, c := range chunk.Choices {
-		if b := len(c.Text) + c.Delta.bytes(); b > 0 {
+	for _, c := range choiceOutputs(data) {
+		if b := c.bytes(); b > 0 {
 			tokens += max(1, int64(b+3)/4)
 		}
-		words += countWords(c.Text) + c.Delta.words()
+		words += c.words()
 	}
 	return tokens, words
 }

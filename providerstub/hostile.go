@@ -17,22 +17,23 @@ const UsageMetadata = "quotaqual_usage"
 
 // The hostile usage modes. p and c are the true prompt and completion tokens.
 const (
-	UsageMissing        = "missing"         // no usage: no "usage" member, no usage chunk
-	UsagePromptOnly     = "prompt-only"     // {prompt_tokens: p}
-	UsageCompletionOnly = "completion-only" // {completion_tokens: c}
-	UsageNegative       = "negative"        // {p, -c, p-c}: completion_tokens negated
-	UsageTotalBelow     = "total-below"     // {p, c, 1}: total_tokens below prompt + completion
-	UsageTotalAbove     = "total-above"     // {p, c, p+c+1000}: total_tokens above prompt + completion
-	UsageHuge           = "huge"            // {p, 2^62, p+2^62}: beyond any budget (2^53), no overflow
-	UsageOverflow       = "overflow"        // {2^62, 2^62, 2^63-1}: prompt + completion overflows int64
-	UsageUnderstated    = "understated"     // {p, 1, p+1}: one completion token, whatever was generated
+	UsageMissing            = "missing"             // no usage: no "usage" member, no usage chunk
+	UsagePromptOnly         = "prompt-only"         // {prompt_tokens: p}
+	UsageCompletionOnly     = "completion-only"     // {completion_tokens: c}
+	UsageNegativePrompt     = "negative-prompt"     // {-1000, c, c-1000}: a negative prompt_tokens
+	UsageNegativeCompletion = "negative-completion" // {p, -c, p-c}: completion_tokens negated
+	UsageTotalBelow         = "total-below"         // {p, c, 1}: total_tokens below prompt + completion
+	UsageTotalAbove         = "total-above"         // {p, c, p+c+1000}: total_tokens above prompt + completion
+	UsageHuge               = "huge"                // {p, 2^62, p+2^62}: beyond any budget (2^53), no overflow
+	UsageOverflow           = "overflow"            // {2^62, 2^62, 2^63-1}: prompt + completion overflows int64
+	UsageUnderstated        = "understated"         // {p, 1, p+1}: one completion token, whatever was generated
 	// Streamed only (each usage object is one usage chunk):
 	UsageDuplicated    = "duplicated"    // the true usage chunk, twice
 	UsageContradicting = "contradicting" // the true usage chunk, then an understated one
 )
 
 // UsageModes lists every hostile usage mode.
-var UsageModes = []string{UsageMissing, UsagePromptOnly, UsageCompletionOnly, UsageNegative, UsageTotalBelow,
+var UsageModes = []string{UsageMissing, UsagePromptOnly, UsageCompletionOnly, UsageNegativePrompt, UsageNegativeCompletion, UsageTotalBelow,
 	UsageTotalAbove, UsageHuge, UsageOverflow, UsageUnderstated, UsageDuplicated, UsageContradicting}
 
 // streamedOnly are the modes that need a stream: a JSON body has one usage member.
@@ -69,7 +70,9 @@ func reportedUsage(mode string, u Usage) []map[string]int64 {
 		return []map[string]int64{{"prompt_tokens": u.PromptTokens}}
 	case UsageCompletionOnly:
 		return []map[string]int64{{"completion_tokens": u.CompletionTokens}}
-	case UsageNegative:
+	case UsageNegativePrompt:
+		return []map[string]int64{obj(-1000, u.CompletionTokens, u.CompletionTokens-1000)}
+	case UsageNegativeCompletion:
 		return []map[string]int64{obj(u.PromptTokens, -u.CompletionTokens, u.PromptTokens-u.CompletionTokens)}
 	case UsageTotalBelow:
 		return []map[string]int64{obj(u.PromptTokens, u.CompletionTokens, 1)}

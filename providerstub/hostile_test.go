@@ -121,7 +121,8 @@ func TestHostileUsageModes(t *testing.T) {
 		{UsageMissing, nil, false},
 		{UsagePromptOnly, []map[string]int64{{"prompt_tokens": p}}, false},
 		{UsageCompletionOnly, []map[string]int64{{"completion_tokens": c}}, false},
-		{UsageNegative, []map[string]int64{obj(p, -c, p-c)}, false},
+		{UsageNegativePrompt, []map[string]int64{obj(-1000, c, c-1000)}, false},
+		{UsageNegativeCompletion, []map[string]int64{obj(p, -c, p-c)}, false},
 		{UsageTotalBelow, []map[string]int64{obj(p, c, 1)}, false},
 		{UsageTotalAbove, []map[string]int64{obj(p, c, p+c+1000)}, false},
 		{UsageHuge, []map[string]int64{obj(p, 1<<62, p+1<<62)}, false},
@@ -156,7 +157,7 @@ func TestHostileUsageModes(t *testing.T) {
 		}
 	}
 	t.Run("a provider error reports the hostile usage too", func(t *testing.T) {
-		resp := s.post(t, `{"messages":[{"role":"user","content":"hi"}],"metadata":{"quotaqual_tokens":"40","quotaqual_fail_status":"500","quotaqual_usage":"negative"}}`)
+		resp := s.post(t, `{"messages":[{"role":"user","content":"hi"}],"metadata":{"quotaqual_tokens":"40","quotaqual_fail_status":"500","quotaqual_usage":"negative-completion"}}`)
 		defer resp.Body.Close()
 		var v struct{ Usage map[string]int64 }
 		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 500 || !reflect.DeepEqual(v.Usage, obj(p, -c, p-c)) {

@@ -33,6 +33,7 @@ type chargeMeter struct {
 	probe    ChatCall
 	cost     int64 // a probe's estimate, equal to its usage
 	held     int64 // settled + held tokens of the key that the meter accounts for
+	spent    bool  // a probe found no room left: held is only a floor (the capacity)
 	probes   int   // sent so far
 	gateway  func() string
 	turn     int
@@ -100,7 +101,7 @@ func (m *chargeMeter) charge(ctx context.Context, want func(int64) bool) (charge
 		if c.last.Status != http.StatusOK {
 			// No room left (or the gateway stopped answering): what the case took is at
 			// least what the key had left.
-			m.held = m.capacity
+			m.held, m.spent = m.capacity, true
 			c.tokens = m.capacity - base
 			return c, nil
 		}
@@ -120,6 +121,29 @@ func (m *chargeMeter) charge(ctx context.Context, want func(int64) bool) (charge
 		}
 		wait = min(2*wait, 250*time.Millisecond)
 	}
+}
+
+// checkLedger checks, with quota inspection, that the ledger's settled usage of the meter's key
+// under rule is what the remaining header showed (at least the capacity, when it showed no room
+// left). It returns the ledger's figure for the facts.
+func (m *chargeMeter) checkLedger(ctx context.Context, r *sharedResult, what, rule string) any {
+	if !m.env.inspects() {
+		return "not read (no quota inspection)"
+	}
+	q, err := m.env.waitIdleOf(ctx, gwA, rule, m.subject)
+	if err != nil {
+		r.do(func(r *Result) { r.Error(fmt.Errorf("%s: %w", what, err)) })
+		return "not read: " + err.Error()
+	}
+	got, want := q.Settled(), m.held
+	r.do(func(r *Result) {
+		if m.spent {
+			r.Check(what+": the ledger's settled usage is at least what the remaining header showed (no room left)", fmt.Sprintf("≥ %d", want), got, got >= want)
+			return
+		}
+		r.Check(what+": the ledger's settled usage equals what the remaining header showed", want, got, got == want)
+	})
+	return got
 }
 
 // providerRecord finds o's request, by the request id the gateway echoes, in the providers'

@@ -170,7 +170,7 @@ func topologyRunBin(t *testing.T, engine, bin string, tweak func(*deployment.Dep
 		}
 	})
 	var recs []evidence.RequestRecord
-	env := &Env{Topo: topo, Deployment: d, Profile: p,
+	env := &Env{Topo: topo, Deployment: d, Profile: p, Gateway: spec.Gateway,
 		Record:   func(r evidence.RequestRecord) { recs = append(recs, r) },
 		Progress: func(s string) { t.Log(s) },
 	}

@@ -270,19 +270,7 @@ func checkMeterOutputBounds(ctx context.Context, env *Env, r *sharedResult, stre
 			exact++
 		}
 	}
-	held := m.held
-	var settled any = "not read (no quota inspection)"
-	if env.inspects() {
-		q, err := env.waitIdleOf(ctx, gwA, deployment.OutputBoundMeterRule, subject)
-		if err != nil {
-			r.do(func(r *Result) { r.Error(fmt.Errorf("meter %s: %w", kind, err)) })
-		} else {
-			settled = q.Settled()
-			r.do(func(r *Result) {
-				r.Check("meter ("+kind+"): the ledger's settled usage equals what the remaining header showed", held, q.Settled(), q.Settled() == held)
-			})
-		}
-	}
+	held, settled := m.held, m.checkLedger(ctx, r, "meter ("+kind+")", deployment.OutputBoundMeterRule)
 	r.do(func(r *Result) {
 		r.Fact("meter_"+kind+"_cases", facts)
 		r.Fact("meter_"+kind+"_settled", map[string]any{"read_from_headers": held, "in_ledger": settled})

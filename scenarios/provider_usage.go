@@ -36,7 +36,8 @@ const hostileGenerated = 40
 // gateway that charges them locks the subject's budget for the rest of its cases).
 func hostileModes(stream bool) []string {
 	modes := []string{providerstub.UsageMissing, providerstub.UsagePromptOnly, providerstub.UsageCompletionOnly,
-		providerstub.UsageNegative, providerstub.UsageTotalBelow, providerstub.UsageTotalAbove, providerstub.UsageUnderstated}
+		providerstub.UsageNegativePrompt, providerstub.UsageNegativeCompletion, providerstub.UsageTotalBelow,
+		providerstub.UsageTotalAbove, providerstub.UsageUnderstated}
 	if stream {
 		modes = append(modes, providerstub.UsageDuplicated, providerstub.UsageContradicting)
 	}
@@ -130,19 +131,7 @@ func checkHostileUsage(ctx context.Context, env *Env, r *sharedResult, stream bo
 			below = append(below, fmt.Sprintf("%s: charged %d < %d generated", mode, got.tokens, pr.GeneratedTokens))
 		}
 	}
-	held := m.held
-	var settled any = "not read (no quota inspection)"
-	if env.inspects() {
-		q, err := env.waitIdleOf(ctx, gwA, deployment.ProviderUsageRule, subject)
-		if err != nil {
-			r.do(func(r *Result) { r.Error(fmt.Errorf("%s: %w", kind, err)) })
-		} else {
-			settled = q.Settled()
-			r.do(func(r *Result) {
-				r.Check(kind+": the ledger's settled usage equals what the remaining header showed", held, q.Settled(), q.Settled() == held)
-			})
-		}
-	}
+	held, settled := m.held, m.checkLedger(ctx, r, kind, deployment.ProviderUsageRule)
 	r.do(func(r *Result) {
 		r.Fact(kind+"_cases", facts)
 		r.Fact(kind+"_settled", map[string]any{"read_from_headers": held, "in_ledger": settled})
