@@ -12,11 +12,11 @@ import (
 )
 
 // chargeMeter reads, from outside, what one subject's key holds under a rule that estimates
-// from the output bound (strategy max_tokens): from the remaining header of admitted responses,
-// capacity − (settled + held) − own estimate at the admission, which every gateway profile that
-// sends it declares. So a request's reservation and its charge are seen without quota
-// inspection, which a gateway that renders the scenario's rule but offers no /admin/quota
-// does not have.
+// from the output bound (strategy max_tokens), from the remaining header of admitted responses:
+// capacity − (settled + held) − the request's own estimate, at its admission (as the gateway
+// profile declares it: expect.quota_headers.remaining). So a request's reservation and its
+// charge are seen without quota inspection — all a gateway that renders the scenario's rule but
+// offers no /admin/quota shows.
 //
 // A request's reservation is read from its own response: the key held exactly what the meter
 // knows before it (each case is sent after the previous one was charged). Its charge is read
@@ -99,8 +99,8 @@ func (m *chargeMeter) charge(ctx context.Context, want func(int64) bool) (charge
 		p.Label = fmt.Sprintf("%s-%d", m.probe.Label, m.probes)
 		c.last = m.env.Chat(ctx, p)
 		if c.last.Status != http.StatusOK {
-			// No room left (or the gateway stopped answering): what the case took is at
-			// least what the key had left.
+			// Not admitted: the caller reports the status. A 429 says no room was left, so
+			// the case took at least what the key had left; the meter can read no further.
 			m.held, m.spent = m.capacity, true
 			c.tokens = m.capacity - base
 			return c, nil

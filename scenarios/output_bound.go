@@ -146,7 +146,7 @@ func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) strin
 	for i, c := range cases {
 		o := outs[i]
 		_, pr, found := snap.FindRequest(o.RequestID)
-		f := map[string]any{"status": o.Status, "reserved": c.reservation}
+		f := map[string]any{"status": o.Status, "reservation_by_the_rule": c.reservation}
 		facts[c.label] = f
 		if o.Status != http.StatusOK {
 			continue
