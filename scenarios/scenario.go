@@ -89,9 +89,11 @@ type Scenario struct {
 // All returns the scenarios in the qualification's order: the nine of the upstream
 // qualification with gateway-crash after gateway-restart (a gateway killed with a request in
 // flight), then valkey-partition (one replica cut off from the store), then the metering
-// scenarios (usage-accounting, long-generation, hard-gate, output-bound, provider-usage), the
-// rule shapes (layered-budgets: two windows; model-budgets: a key per model), then
-// valkey-failover (a split brain of the replicated store group), then rolling-upgrade (a policy change while both
+// scenarios (usage-accounting, long-generation, hard-gate), the rule shapes (layered-budgets:
+// two windows; model-budgets: a key per model), the metering clauses along their dimensions
+// (output-bound, provider-usage: after layered-budgets, the longest of the scenarios side by
+// side, so that it starts as early as before them), then valkey-failover (a split brain of the
+// replicated store group), then rolling-upgrade (a policy change while both
 // gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
 // profile's default run).
 func All() []Scenario {
@@ -110,10 +112,10 @@ func All() []Scenario {
 		usageAccounting(),
 		longGeneration(),
 		hardGate(),
-		outputBound(),
-		providerUsage(),
 		layeredBudgets(),
 		modelBudgets(),
+		outputBound(),
+		providerUsage(),
 		valkeyFailover(),
 		rollingUpgrade(),
 		sustainedLoad(),

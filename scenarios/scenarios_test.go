@@ -32,7 +32,7 @@ func testEnv(caps topology.Capabilities) *Env {
 func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
 		"window-expiry", "gateway-restart", "gateway-crash", "valkey-outage", "network-policy", "valkey-partition",
-		"usage-accounting", "long-generation", "hard-gate", "output-bound", "provider-usage", "layered-budgets", "model-budgets", "valkey-failover", "rolling-upgrade", "sustained-load"}
+		"usage-accounting", "long-generation", "hard-gate", "layered-budgets", "model-budgets", "output-bound", "provider-usage", "valkey-failover", "rolling-upgrade", "sustained-load"}
 	got := Names()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("All() = %v, want %v", got, want)
