@@ -265,7 +265,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	rec.estimate = est
 	if rule.Enforcement == ledger.EnforcementHard {
 		// The provider is asked for no more than the reservation covers after the prompt.
-		limit, ok := rule.OutputLimit(facts, est)
+		limit, ok := rule.OutputLimit(mutateClampFacts(facts), est)
 		if !ok {
 			s.deny(w, rec, http.StatusBadRequest, resultBadRequest, wire.CodePromptFillsQuota,
 				wire.TypeInvalidRequest, wire.CodePromptFillsQuota, fmt.Sprintf(
@@ -478,6 +478,7 @@ func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
 		if cr.MaxTokens != nil {
 			obj["max_tokens"] = json.RawMessage(strconv.FormatInt(min(max(*cr.MaxTokens, 1), cr.clampOutput), 10))
 		}
+		mutateClamp(obj, cr)
 	}
 	if !stream || wantsUsage {
 		nb, err := json.Marshal(obj)
@@ -602,7 +603,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	// Whatever ends the relay, what was read so far is accounted.
 	defer func() {
 		if sse != nil {
-			m.usage, m.usageSeen, m.usageGarbled, m.relayed = sse.usage, sse.seen, sse.garbled, sse.relayed
+			m.usage, m.usageSeen, m.usageGarbled, m.relayed = sse.usage, sse.seen, sse.garbled || sse.understated(), sse.relayed
 			return
 		}
 		m.usage, m.usageSeen = js.result()

@@ -68,21 +68,22 @@ func TestUsageFromTheTailOfALargeBody(t *testing.T) {
 	}
 }
 
-func TestRelayedTokensCountContentChunks(t *testing.T) {
+func TestRelayedOutputCountsContentChunks(t *testing.T) {
 	for _, tc := range []struct {
-		data string
-		want int64
+		data          string
+		tokens, words int64
 	}{
-		{`{"choices":[{"index":0,"delta":{"content":" tok"}}]}`, 1},
-		{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, 0},
-		{`{"choices":[{"index":0,"delta":{"content":"tok"}},{"index":1,"delta":{"content":"tok"}}]}`, 2},
-		{`{"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 40) + `"}}]}`, 10},
-		{`{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"{\"a\":1}"}}]}}]}`, 2},
-		{`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0},
-		{`[DONE]`, 0},
+		{`{"choices":[{"index":0,"delta":{"content":" tok"}}]}`, 1, 1},
+		{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, 0, 0},
+		{`{"choices":[{"index":0,"delta":{"content":"tok"}},{"index":1,"delta":{"content":"tok"}}]}`, 2, 2},
+		{`{"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 40) + `"}}]}`, 10, 1},
+		{`{"choices":[{"index":0,"delta":{"content":" a b\tc\n\nd "}}]}`, 3, 4},
+		{`{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"{\"a\":1}"}}]}}]}`, 2, 1},
+		{`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}`, 0, 0},
+		{`[DONE]`, 0, 0},
 	} {
-		if got := relayedTokens([]byte(tc.data)); got != tc.want {
-			t.Errorf("relayedTokens(%s) = %d, want %d", tc.data, got, tc.want)
+		if tokens, words := relayedOutput([]byte(tc.data)); tokens != tc.tokens || words != tc.words {
+			t.Errorf("relayedOutput(%s) = %d tokens, %d words; want %d, %d", tc.data, tokens, words, tc.tokens, tc.words)
 		}
 	}
 }

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/quotaqual/quotaqual/ledger"
@@ -32,3 +33,11 @@ func (s *Server) mutateAdmitted(http.Header, *ledger.Quota, *upstream) {}
 func (s *Server) mutateRetry(_ *http.Request, _ []byte, resp *http.Response, err error) (*http.Response, error) {
 	return resp, err
 }
+
+func mutateClampFacts(f ledger.RequestFacts) ledger.RequestFacts { return f }
+
+func mutateClamp(map[string]json.RawMessage, *chatRequest) {}
+
+func mutateUsageTokens(*usageJSON) (n int64, ok, mutated bool) { return 0, false, false }
+
+func mutateRunningUsage(_ bool, _, _, usage int64) int64 { return usage }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -286,4 +287,73 @@ func (m *mutantLedger) chargeLast(parent context.Context, timeout time.Duration)
 	if d, err := m.Ledger.Reserve(ctx, m.widen(q, 1<<40), key, 1); err == nil && d.Admitted {
 		_, _ = m.Ledger.Settle(ctx, d.Reservation, ledger.Usage{Tokens: 1, Known: true})
 	}
+}
+
+// mutateClampFacts breaks the hard clamp's division among the choices (hard-clamp-ignores-n).
+func mutateClampFacts(f ledger.RequestFacts) ledger.RequestFacts {
+	if mutant.Is(mutant.HardClampIgnoresN) {
+		f.Choices = nil
+	}
+	return f
+}
+
+// mutateClamp undoes part of the hard clamp written into the forwarded body: max_completion_tokens
+// goes back to what the client sent (hard-clamp-max-tokens-only: only max_tokens is clamped), or
+// is dropped when the client sent none (hard-clamp-sent-fields-only: only the fields sent are).
+func mutateClamp(obj map[string]json.RawMessage, cr *chatRequest) {
+	switch {
+	case mutant.Is(mutant.HardClampMaxTokensOnly) && cr.MaxCompletionTokens != nil:
+		obj["max_completion_tokens"] = json.RawMessage(strconv.FormatInt(*cr.MaxCompletionTokens, 10))
+	case mutant.Is(mutant.HardClampMaxTokensOnly), mutant.Is(mutant.HardClampSentFieldsOnly) && cr.MaxCompletionTokens == nil:
+		delete(obj, "max_completion_tokens")
+	}
+}
+
+// mutateUsageTokens reads a usage object the broken ways: its total trusted as it is
+// (usage-trusts-total), its figures added up whatever their sign (usage-trusts-negative) or
+// size, in int64 arithmetic (usage-unbounded). mutated is false when the usage is read as
+// always.
+func mutateUsageTokens(u *usageJSON) (n int64, ok, mutated bool) {
+	if u == nil || u.PromptTokens == nil || u.CompletionTokens == nil {
+		return 0, false, false
+	}
+	p, c := *u.PromptTokens, *u.CompletionTokens
+	switch mutant.Active() {
+	case mutant.UsageTrustsTotal:
+		if t := u.TotalTokens; t != nil && *t >= 0 && *t <= maxUsageTokens {
+			return *t, true, true
+		}
+	case mutant.UsageTrustsNegative:
+		if p > maxUsageTokens || c > maxUsageTokens {
+			return 0, false, true
+		}
+		sum := p + c
+		if t := u.TotalTokens; t != nil && *t <= maxUsageTokens && *t > sum {
+			sum = *t
+		}
+		return sum, true, true
+	case mutant.UsageUnbounded:
+		if p < 0 || c < 0 {
+			return 0, false, true
+		}
+		sum := p + c // may overflow
+		if t := u.TotalTokens; t != nil && *t > sum {
+			sum = *t
+		}
+		return sum, true, true
+	}
+	return 0, false, false
+}
+
+// mutateRunningUsage breaks how a stream's usage chunks combine: each added to the charge
+// (usage-chunks-summed), or the last replacing the others (usage-last-chunk-wins). usage is
+// the combination read as always (the largest).
+func mutateRunningUsage(seen bool, prev, n, usage int64) int64 {
+	switch {
+	case mutant.Is(mutant.UsageChunksSummed) && seen:
+		return prev + n
+	case mutant.Is(mutant.UsageLastChunkWins):
+		return n
+	}
+	return usage
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/quotaqual/quotaqual/internal/mutant"
 	"github.com/quotaqual/quotaqual/ledger"
 )
 
@@ -21,6 +22,9 @@ type usageJSON struct {
 // tokens returns the tokens to charge: max(total_tokens, prompt_tokens + completion_tokens).
 // prompt_tokens and completion_tokens are required; negative or absurd figures are garbled.
 func (u *usageJSON) tokens() (int64, bool) {
+	if n, ok, mutated := mutateUsageTokens(u); mutated {
+		return n, ok
+	}
 	if u == nil || u.PromptTokens == nil || u.CompletionTokens == nil {
 		return 0, false
 	}
@@ -42,6 +46,14 @@ func (u *usageJSON) tokens() (int64, bool) {
 		return 0, false
 	}
 	return sum, true
+}
+
+// completion is completion_tokens, 0 when absent.
+func (u *usageJSON) completion() int64 {
+	if u == nil || u.CompletionTokens == nil {
+		return 0
+	}
+	return *u.CompletionTokens
 }
 
 // metered is what the gateway saw of an admitted request's consumption; charge turns it into
@@ -110,12 +122,20 @@ func (j *jsonUsageReader) feed(p []byte) {
 	}
 }
 
-// result is the usage of the body: parsed whole, or read from the tail of a large body.
+// result is the usage of the body: parsed whole, or read from the tail of a large body. A body
+// kept whole whose usage reports fewer completion tokens than the words its choices carry
+// understates what was generated: its usage is unknown (a body too large to keep whole is
+// trusted, its text being gone).
 func (j *jsonUsageReader) result() (int64, bool) {
-	if !j.tooBig {
-		return parseUsageJSON(j.buf)
+	if j.tooBig {
+		return usageFromTail(j.buf)
 	}
-	return usageFromTail(j.buf)
+	u := readUsageJSON(j.buf)
+	n, ok := u.tokens()
+	if ok && u.completion() < bodyWords(j.buf) && !mutant.Is(mutant.UsageUnderstatedTrusted) {
+		return 0, false
+	}
+	return n, ok
 }
 
 // relayedTokens is the body's bytes / 4: a pessimistic count of what a 2xx body whose usage
@@ -168,8 +188,13 @@ var (
 // matches case-insensitively, and a repeated one is decoded into the same object; a member that
 // does not decode garbles the usage. Only the usage members are decoded.
 func parseUsageJSON(body []byte) (tokens int64, ok bool) {
+	return readUsageJSON(body).tokens()
+}
+
+// readUsageJSON is the usage object parseUsageJSON reads; nil when there is none to read.
+func readUsageJSON(body []byte) *usageJSON {
 	if !json.Valid(body) {
-		return 0, false
+		return nil
 	}
 	var u *usageJSON
 	isObject, err := walkObject(body, func(key []byte, raw json.RawMessage) error {
@@ -179,9 +204,93 @@ func parseUsageJSON(body []byte) (tokens int64, ok bool) {
 		return decodeUsage(raw, &u)
 	})
 	if !isObject || err != nil {
-		return 0, false
+		return nil
 	}
-	return u.tokens()
+	return u
+}
+
+// bodyWords counts the words of a chat completion body's output: the text of every choice, as
+// countWords counts them; 0 for a body it cannot read so.
+func bodyWords(body []byte) int64 {
+	var n int64
+	for _, c := range choiceOutputs(body) {
+		n += c.words()
+	}
+	return n
+}
+
+// choiceOutput is the generated text of one choice: of a chat completion (message), of a
+// stream's chunk (delta), or legacy text.
+type choiceOutput struct {
+	Text    string      `json:"text"`
+	Message outputTexts `json:"message"`
+	Delta   outputTexts `json:"delta"`
+}
+
+func (c *choiceOutput) bytes() int   { return len(c.Text) + c.Message.bytes() + c.Delta.bytes() }
+func (c *choiceOutput) words() int64 { return countWords(c.Text) + c.Message.words() + c.Delta.words() }
+
+// choiceOutputs reads the choices of a chat completion or of one chunk's data; none when it
+// has no "choices" it can read.
+func choiceOutputs(data []byte) []choiceOutput {
+	if !bytes.Contains(data, []byte(`"choices"`)) {
+		return nil
+	}
+	var v struct {
+		Choices []choiceOutput `json:"choices"`
+	}
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	return v.Choices
+}
+
+// outputTexts are the fields of a message, or a stream's delta, that carry generated text:
+// content, reasoning, refusal and tool-call arguments.
+type outputTexts struct {
+	Content          string `json:"content"`
+	ReasoningContent string `json:"reasoning_content"`
+	Refusal          string `json:"refusal"`
+	ToolCalls        []struct {
+		Function struct {
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// bytes is the length of the text.
+func (o *outputTexts) bytes() int {
+	b := len(o.Content) + len(o.ReasoningContent) + len(o.Refusal)
+	for _, tc := range o.ToolCalls {
+		b += len(tc.Function.Arguments)
+	}
+	return b
+}
+
+// words counts the words of the text (countWords).
+func (o *outputTexts) words() int64 {
+	n := countWords(o.Content) + countWords(o.ReasoningContent) + countWords(o.Refusal)
+	for _, tc := range o.ToolCalls {
+		n += countWords(tc.Function.Arguments)
+	}
+	return n
+}
+
+// countWords counts the runs of non-whitespace in s: a floor of the tokens that produced s,
+// since tokenizers split text at whitespace (a token never spans a word break) and a provider
+// sends whole tokens. A usage reporting fewer completion tokens than the words relayed
+// understates what was generated.
+func countWords(s string) int64 {
+	var n int64
+	in := false
+	for i := 0; i < len(s); i++ {
+		space := s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'
+		if !space && !in {
+			n++
+		}
+		in = !space
+	}
+	return n
 }
 
 // decodeUsage is json.Unmarshal(raw, u) for a valid JSON value, an object read member by
@@ -222,10 +331,12 @@ type sseFilter struct {
 	pending []byte // bytes of an incomplete event
 	raw     bool   // an event exceeded maxSSEEvent: pass everything through, usage unknown
 
-	usage   int64
-	seen    bool  // a valid usage object was read
-	garbled bool  // a usage object could not be read
-	relayed int64 // output tokens in the content chunks read (relayedTokens)
+	usage      int64
+	completion int64 // the largest completion_tokens of a valid usage object
+	seen       bool  // a valid usage object was read
+	garbled    bool  // a usage object could not be read
+	relayed    int64 // output tokens in the content chunks read (relayedOutput)
+	words      int64 // words in the content chunks read (relayedOutput)
 }
 
 // feed processes p and appends the bytes to send to the client to out.
@@ -284,18 +395,26 @@ func (f *sseFilter) finish(out []byte) []byte {
 	return out
 }
 
-// result reports the usage read from the stream.
+// result reports the usage read from the stream: unknown when garbled or understated.
 func (f *sseFilter) result() (int64, bool) {
-	if f.garbled || !f.seen {
+	if f.garbled || !f.seen || f.understated() {
 		return 0, false
 	}
 	return f.usage, true
 }
 
+// understated reports a stream whose usage counts fewer completion tokens than the words its
+// content chunks carried (countWords): it understates what was generated.
+func (f *sseFilter) understated() bool {
+	return f.seen && f.completion < f.words && !mutant.Is(mutant.UsageUnderstatedTrusted)
+}
+
 // keep reads one complete event and reports whether it goes to the client.
 func (f *sseFilter) keep(ev []byte) bool {
 	data := sseData(ev)
-	f.relayed += relayedTokens(data)
+	tokens, words := relayedOutput(data)
+	f.relayed += tokens
+	f.words += words
 	if data == nil || !bytes.Contains(data, []byte(`"usage"`)) {
 		return true
 	}
@@ -311,9 +430,12 @@ func (f *sseFilter) keep(ev []byte) bool {
 	}
 	if n, ok := chunk.Usage.tokens(); ok {
 		// Running totals: keep the largest seen.
+		prev := f.usage
 		if !f.seen || n > f.usage {
 			f.usage = n
 		}
+		f.usage = mutateRunningUsage(f.seen, prev, n, f.usage)
+		f.completion = max(f.completion, chunk.Usage.completion())
 		f.seen = true
 	} else {
 		f.garbled = true
@@ -321,42 +443,18 @@ func (f *sseFilter) keep(ev []byte) bool {
 	return !(f.dropUsageChunk && len(chunk.Choices) == 0)
 }
 
-// relayedTokens counts the output tokens of one chunk's data: per choice with any text (delta
+// relayedOutput counts the output of one chunk's data. tokens: per choice with any text (delta
 // content, reasoning, refusal, tool-call arguments, or legacy text), ceil(text bytes / 4) and at
 // least one — one token per chunk as providers stream, and no undercount when they batch.
-func relayedTokens(data []byte) int64 {
-	if !bytes.Contains(data, []byte(`"choices"`)) {
-		return 0
-	}
-	var chunk struct {
-		Choices []struct {
-			Text  string `json:"text"`
-			Delta struct {
-				Content          string `json:"content"`
-				ReasoningContent string `json:"reasoning_content"`
-				Refusal          string `json:"refusal"`
-				ToolCalls        []struct {
-					Function struct {
-						Arguments string `json:"arguments"`
-					} `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"delta"`
-		} `json:"choices"`
-	}
-	if json.Unmarshal(data, &chunk) != nil {
-		return 0
-	}
-	var n int64
-	for _, c := range chunk.Choices {
-		b := len(c.Text) + len(c.Delta.Content) + len(c.Delta.ReasoningContent) + len(c.Delta.Refusal)
-		for _, tc := range c.Delta.ToolCalls {
-			b += len(tc.Function.Arguments)
+// words: the words of that text (countWords), a floor of its tokens.
+func relayedOutput(data []byte) (tokens, words int64) {
+	for _, c := range choiceOutputs(data) {
+		if b := c.bytes(); b > 0 {
+			tokens += max(1, int64(b+3)/4)
 		}
-		if b > 0 {
-			n += max(1, int64(b+3)/4)
-		}
+		words += c.words()
 	}
-	return n
+	return tokens, words
 }
 
 // sseData returns the concatenated data field of one event (lines "data:" joined by '\n'),

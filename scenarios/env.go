@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -223,6 +224,11 @@ type ProviderRequest struct {
 	GeneratedTokens      int64     `json:"generated_tokens"` // completion tokens generated and sent
 	ClientGone           bool      `json:"client_gone"`
 	DurationMS           float64   `json:"duration_ms"`
+	// The field the stub read MaxTokens from ("" when none), n, and the hostile usage it
+	// reported ("" the truth: providerstub.UsageMetadata).
+	BoundField string `json:"bound_field"`
+	Choices    int64  `json:"choices"`
+	UsageMode  string `json:"usage_mode"`
 }
 
 // Consumed is what the provider counted for the request: its prompt and the completion
@@ -406,6 +412,30 @@ func (env *Env) ownRule(name string) (rule deployment.ScenarioRule, why string) 
 		}
 	}
 	return rule, "needs its own rule " + name + ", which this run does not render (the deployment has no users of " + name + ")"
+}
+
+// ownRulesWhy says why the gateway under test cannot express every rule of scenario (those
+// naming it as their Scenario, or named like it), "" when it can: the runner skips a scenario
+// that needs its own rules with this reason, naming each part.
+func (env *Env) ownRulesWhy(scenario string) string {
+	if env == nil || env.Deployment == nil {
+		return "needs its own rules, which this run does not render (no deployment)"
+	}
+	var whys []string
+	found := false
+	for _, r := range env.Deployment.ScenarioRules() {
+		if r.Name != scenario && r.Scenario != scenario {
+			continue
+		}
+		found = true
+		if why := env.gateway().CannotExpress(r, deployment.FormatDuration(env.Profile.Lease)); why != "" && !slices.Contains(whys, why) {
+			whys = append(whys, why)
+		}
+	}
+	if !found {
+		return "needs its own rule, which this run does not render (the deployment has no users of " + scenario + ")"
+	}
+	return strings.Join(whys, "; ")
 }
 
 // hasOwnRule reports whether the gateway under test has the scenario rule named name.

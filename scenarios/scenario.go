@@ -97,8 +97,10 @@ type Scenario struct {
 // qualification with gateway-crash after gateway-restart (a gateway killed with a request in
 // flight), then valkey-partition (one replica cut off from the store), then the metering
 // scenarios (usage-accounting, long-generation, hard-gate), the rule shapes (layered-budgets:
-// two windows; model-budgets: a key per model), then valkey-failover (a split
-// brain of the replicated store group), then rolling-upgrade (a policy change while both
+// two windows; model-budgets: a key per model), the metering clauses along their dimensions
+// (output-bound, provider-usage: after layered-budgets, the longest of the scenarios side by
+// side, so that it starts as early as before them), then valkey-failover (a split brain of the
+// replicated store group), then rolling-upgrade (a policy change while both
 // gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
 // profile's default run).
 func All() []Scenario {
@@ -119,6 +121,8 @@ func All() []Scenario {
 		hardGate(),
 		layeredBudgets(),
 		modelBudgets(),
+		outputBound(),
+		providerUsage(),
 		valkeyFailover(),
 		rollingUpgrade(),
 		sustainedLoad(),
@@ -448,7 +452,7 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 	}
 	reason := missingNeed(sc.Needs, caps, env.gateway())
 	if slices.Contains(sc.Needs, NeedScenarioRules) {
-		if _, why := env.ownRule(sc.Name); why != "" {
+		if why := env.ownRulesWhy(sc.Name); why != "" {
 			reason = strings.Join(slices.DeleteFunc([]string{reason, why}, func(s string) bool { return s == "" }), "; ")
 		}
 	}

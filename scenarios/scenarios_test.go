@@ -32,7 +32,7 @@ func testEnv(caps topology.Capabilities) *Env {
 func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
 		"window-expiry", "gateway-restart", "gateway-crash", "valkey-outage", "network-policy", "valkey-partition",
-		"usage-accounting", "long-generation", "hard-gate", "layered-budgets", "model-budgets", "valkey-failover", "rolling-upgrade", "sustained-load"}
+		"usage-accounting", "long-generation", "hard-gate", "layered-budgets", "model-budgets", "output-bound", "provider-usage", "valkey-failover", "rolling-upgrade", "sustained-load"}
 	got := Names()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("All() = %v, want %v", got, want)
@@ -47,7 +47,7 @@ func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
 func TestSelect(t *testing.T) {
 	t.Run("no names selects all", func(t *testing.T) {
 		got, err := Select(nil)
-		if err != nil || len(got) != len(Names()) || len(got) != 19 {
+		if err != nil || len(got) != len(Names()) || len(got) != 21 {
 			t.Fatalf("Select(nil) = %d scenarios, %v", len(got), err)
 		}
 	})
@@ -55,11 +55,11 @@ func TestSelect(t *testing.T) {
 		quick, _ := ForProfile("quick", nil)
 		ref, _ := ForProfile("reference", nil)
 		asked, err := ForProfile("quick", []string{"sustained-load"})
-		if len(quick) != 18 || slices.ContainsFunc(quick, func(s Scenario) bool { return s.Name == "sustained-load" }) {
+		if len(quick) != 20 || slices.ContainsFunc(quick, func(s Scenario) bool { return s.Name == "sustained-load" }) {
 			t.Errorf("quick's default run: %d scenarios, sustained-load must not be one of them", len(quick))
 		}
-		if len(ref) != 19 || ref[18].Name != "sustained-load" {
-			t.Errorf("reference's default run: %d scenarios, want all 19 ending with sustained-load", len(ref))
+		if len(ref) != 21 || ref[20].Name != "sustained-load" {
+			t.Errorf("reference's default run: %d scenarios, want all 21 ending with sustained-load", len(ref))
 		}
 		if err != nil || len(asked) != 1 || asked[0].Name != "sustained-load" {
 			t.Errorf("--scenario sustained-load in quick: %v, %v", asked, err)

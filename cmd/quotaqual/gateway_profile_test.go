@@ -150,6 +150,8 @@ var altGatewayVerdicts = map[string]verdict{
 	"hard-gate":       {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no hard)", false},
 	"layered-budgets": {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no windows)", false},
 	"model-budgets":   {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no model-key)", false},
+	"output-bound":    {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules", false},
+	"provider-usage":  {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules", false},
 	// Its config cannot name the replicated store group: nothing to fail over.
 	"valkey-failover": {evidence.Skipped, "needs the replicated store group", false},
 	// Each policy's window is a counter key of its own (the key holds Unix time / period), so the two

@@ -39,6 +39,8 @@ var keyFactRuns = []struct {
 	{name: "401-without-www-authenticate", mutant: mutant.NoWWWAuthenticate, scenarios: []string{"auth-rejection"}},
 	{name: "black-box profile, estimate-on-disconnect", mutant: mutant.EstimateOnDisconnect, gateway: blackBoxProfile, scenarios: []string{"usage-accounting"}},
 	{name: "black-box profile, sweep-unread-key", mutant: mutant.SweepUnreadKey, gateway: blackBoxProfile, scenarios: []string{"gateway-crash"}},
+	{name: "hard-clamp-ignores-n", mutant: mutant.HardClampIgnoresN, scenarios: []string{"output-bound"}},
+	{name: "black-box profile, usage-trusts-total", mutant: mutant.UsageTrustsTotal, gateway: blackBoxProfile, scenarios: []string{"provider-usage"}},
 }
 
 // TestKeyFactsOfFailedRunsAreObservations renders every scenario's key fact from failing real

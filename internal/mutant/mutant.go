@@ -59,6 +59,15 @@ const (
 	FirstBudgetOnly              Name = "first-budget-only"
 	ModelLeftOutOfKey            Name = "model-left-out-of-key"
 	DenialTypedInsufficientQuota Name = "429-typed-insufficient-quota"
+	HardClampIgnoresN            Name = "hard-clamp-ignores-n"
+	HardClampMaxTokensOnly       Name = "hard-clamp-max-tokens-only"
+	HardClampSentFieldsOnly      Name = "hard-clamp-sent-fields-only"
+	UsageTrustsTotal             Name = "usage-trusts-total"
+	UsageTrustsNegative          Name = "usage-trusts-negative"
+	UsageUnbounded               Name = "usage-unbounded"
+	UsageChunksSummed            Name = "usage-chunks-summed"
+	UsageLastChunkWins           Name = "usage-last-chunk-wins"
+	UsageUnderstatedTrusted      Name = "usage-understated-trusted"
 )
 
 // Mutant describes one broken variant.
@@ -152,7 +161,34 @@ var Catalogue = []Mutant{
 		[]string{"usage-accounting"}, ""},
 	{LegacyEstimate, "gateway", "truthful metering",
 		"the estimate reads max_tokens before max_completion_tokens (the bound providers honour) and ignores n",
-		[]string{"usage-accounting"}, ""},
+		[]string{"usage-accounting", "output-bound"}, ""},
+	{HardClampIgnoresN, "gateway", "hard gate (output bound)",
+		"the hard clamp divides the reservation's room among one choice, not n: a request for n > 1 choices is forwarded a bound per choice n times too large",
+		[]string{"output-bound"}, ""},
+	{HardClampMaxTokensOnly, "gateway", "hard gate (output bound)",
+		"the hard clamp rewrites max_tokens only (the legacy field): max_completion_tokens, which providers honour first, is forwarded as the client sent it, and a request without max_tokens unbounded",
+		[]string{"output-bound"}, ""},
+	{HardClampSentFieldsOnly, "gateway", "hard gate (output bound)",
+		"the hard clamp rewrites only the output-bound fields the client sent: a request with neither is forwarded without a bound",
+		[]string{"output-bound"}, ""},
+	{UsageTrustsTotal, "gateway", "truthful metering (provider usage)",
+		"a reported total_tokens is charged as it is, also when it is below prompt_tokens + completion_tokens",
+		[]string{"provider-usage"}, ""},
+	{UsageTrustsNegative, "gateway", "truthful metering (provider usage)",
+		"negative usage figures are added up as they are: a negative prompt_tokens lowers the charge (below zero, the ledger charges nothing)",
+		[]string{"provider-usage"}, "a negative completion_tokens is caught anyway: it reports fewer completion tokens than the words relayed"},
+	{UsageUnbounded, "gateway", "truthful metering (provider usage)",
+		"usage figures are not bounded: one beyond any budget (2^62) is charged, saturating the ledger at 2^53 and spending the subject's budget, and prompt + completion may overflow int64",
+		[]string{"provider-usage"}, ""},
+	{UsageChunksSummed, "gateway", "truthful metering (provider usage)",
+		"every SSE usage chunk is added to the charge as if each were an increment, not a running total: the same usage chunk twice is charged twice",
+		[]string{"provider-usage"}, ""},
+	{UsageLastChunkWins, "gateway", "truthful metering (provider usage)",
+		"the last SSE usage chunk replaces the earlier ones: a usage contradicted by a smaller one after it is charged the smaller",
+		[]string{"provider-usage"}, ""},
+	{UsageUnderstatedTrusted, "gateway", "truthful metering (provider usage)",
+		"a usage reporting fewer completion tokens than the words its response carried is charged as reported (1 token for 40 generated), in the body and in the stream",
+		[]string{"provider-usage"}, ""},
 	{SettlementBacklogDrops, "gateway", "truthful metering",
 		"settlement has room for one job at a time and no queue: a settlement handed over while another is in progress is dropped, so its reservation is charged its estimate when the lease runs out instead of its usage (the bounded settle pool of 2026-11, which dropped thousands of settlements a second at 32 clients, scaled down to what a 2-core qualification can load)",
 		[]string{"usage-accounting"}, "by its responses-ending-together case: eight responses per gateway that the providers release at one instant, so their settlements are handed over at once (concurrency's few admitted requests end milliseconds apart, about as long as a settlement takes); the gateway test TestSustainedConcurrencySettlesEveryRequestAtItsUsage catches the unscaled defect"},

@@ -1,0 +1,281 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/quotaqual/quotaqual/deployment"
+)
+
+func outputBound() Scenario {
+	return Scenario{
+		Name: deployment.OutputBoundScenario,
+		Summary: "every form of the output bound — max_completion_tokens only, max_tokens only, both (disagreeing by an order of " +
+			"magnitude either way, or the client's own below the clamp), neither, n > 1 — streamed and not, under a hard rule " +
+			"(a burst of all of them, each asking for far more than its reservation) and under a meter rule (one after another)",
+		Invariant: "hard gate: nothing generated beyond the reservation, counted at the providers — per request (prompt + generated ≤ " +
+			"reserved, the bound forwarded × n ≤ reserved − prompt and never above the client's own) and per window (≤ capacity); " +
+			"meter: the reservation is the bound the provider honours (max_completion_tokens before max_tokens, else the fallback) " +
+			"× n, and the charge what the provider counted",
+		// Both clauses are read from outside (the providers' call logs, the remaining header);
+		// inspection only adds the ledger's figures.
+		// The run's rule reserves a fixed estimate whatever the bound, in a window with room for
+		// four requests: only the scenario's own rules can show what it checks.
+		Needs:    []Need{NeedScenarioRules},
+		Prefers:  []Need{NeedQuotaInspection},
+		BlackBox: "sees, at the providers, every request's honoured bound, what it generated and the prompt it counted, and each reservation and charge through the remaining header of the request's own response and of neutral probes sent after it; cannot see the ledger's settled and reserved figures (with inspection only a cross-check)",
+		Run:      runOutputBound,
+	}
+}
+
+// outputBoundAsk is what the stub generates per choice unless the bound it honours is smaller:
+// far beyond the hard rule's reservation, and beyond the meter cases' small bounds.
+const outputBoundAsk = 500
+
+// outputBoundForms are the output-bound forms every clause is tried with. big and small are the
+// bounds of a form; n its choices.
+func outputBoundForms(big, small int64) []struct {
+	label string
+	call  ChatCall
+} {
+	mct := func(v int64, more ...any) map[string]any {
+		f := map[string]any{"max_completion_tokens": int(v)}
+		for i := 0; i+1 < len(more); i += 2 {
+			f[more[i].(string)] = more[i+1]
+		}
+		return f
+	}
+	return []struct {
+		label string
+		call  ChatCall
+	}{
+		{"max_completion_tokens", ChatCall{MaxTokens: -1, Fields: mct(big)}},
+		{"max_tokens", ChatCall{MaxTokens: big}},
+		{"both-completion-larger", ChatCall{MaxTokens: big / 10, Fields: mct(big)}},
+		{"both-max-tokens-larger", ChatCall{MaxTokens: big, Fields: mct(big / 10)}},
+		{"both-own-below", ChatCall{MaxTokens: big, Fields: mct(small)}},
+		{"neither", ChatCall{MaxTokens: -1}},
+		{"n3-max_completion_tokens", ChatCall{MaxTokens: -1, Fields: mct(big, "n", 3)}},
+		{"n3-max_tokens", ChatCall{MaxTokens: big, Fields: map[string]any{"n": 3}}},
+		{"n3-neither", ChatCall{MaxTokens: -1, Fields: map[string]any{"n": 3}}},
+	}
+}
+
+func runOutputBound(ctx context.Context, env *Env) *Result {
+	res := env.NewResult()
+	if !env.echoesRequestID() {
+		return res.Skip(needsRequestID(env))
+	}
+	res.Fact("meter_rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s",
+		deployment.OutputBoundMeterRule, env.Profile.Estimate, deployment.UsageAccountingCapacity, deployment.OutputBoundWindow))
+	r := &sharedResult{r: res}
+	var wg sync.WaitGroup
+	var hardKey string
+	meterKeys := make([]string, 2)
+	wg.Add(3)
+	go func() { defer wg.Done(); hardKey = checkHardOutputBounds(ctx, env, r) }()
+	// The meter cases, one after another per subject, both subjects at once: application-b's
+	// not streamed, application-c's streamed.
+	for i, stream := range []bool{false, true} {
+		go func() { defer wg.Done(); meterKeys[i] = checkMeterOutputBounds(ctx, env, r, stream) }()
+	}
+	wg.Wait()
+	if !env.inspects() {
+		res.DecidedBy("the providers' call logs", "the remaining-tokens header of admitted responses")
+		res.NotMade("the ledger's settled usage equals the charges read from outside", "no quota inspection")
+	}
+	res.Key("hard: %s; meter: %s", hardKey, strings.Join(meterKeys, ", "))
+	return res
+}
+
+// checkHardOutputBounds sends every form, streamed and not, at once under the hard rule
+// (OutputBoundHardEstimate per choice; a capacity of exactly what they all reserve) and checks
+// at the providers that nothing was generated beyond any reservation. It returns the key fact's
+// part.
+func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) string {
+	est, capacity := deployment.OutputBoundHardEstimate, deployment.OutputBoundHardCapacity
+	type hardCase struct {
+		label       string
+		call        ChatCall
+		own, n      int64
+		reservation int64
+	}
+	var cases []hardCase
+	var total int64
+	for _, stream := range []bool{false, true} {
+		for _, f := range outputBoundForms(10*outputBoundAsk, 3) {
+			c := hardCase{label: f.label, call: f.call, own: boundOf(f.call), n: choicesOf(f.call)}
+			if stream {
+				c.label += "-stream"
+			}
+			c.reservation = est * c.n
+			c.call.Stream, c.call.Subject, c.call.Label = stream, appA, "hard-"+c.label
+			c.call.Metadata = generate(outputBoundAsk, "")
+			total += c.reservation
+			cases = append(cases, c)
+		}
+	}
+	r.do(func(r *Result) {
+		r.Fact("hard_rule", fmt.Sprintf("%s: enforcement hard, %d tokens reserved per choice, capacity %d per %s (all %d cases at once)",
+			deployment.OutputBoundHardRule, est, capacity, deployment.OutputBoundWindow, len(cases)))
+	})
+	if total != capacity {
+		r.do(func(r *Result) {
+			r.Error(fmt.Errorf("the hard cases reserve %d together, the rule's capacity is %d: they must be equal for every case to be admitted and the window to be full, not decided", total, capacity))
+		})
+		return "not decided"
+	}
+	outs := env.chatAtOnce(ctx, len(cases), func(i int) ChatCall {
+		c := cases[i].call
+		c.Gateway = env.alternate(i)
+		return c
+	})
+	snap, err := env.settledProviders(ctx)
+	if err != nil {
+		r.do(func(r *Result) { r.Error(fmt.Errorf("hard: reading the provider call logs: %w", err)) })
+		return "not decided"
+	}
+	var admitted, logged int
+	var windowUsage, largest int64
+	var over, unbounded, raised []string
+	facts := map[string]any{}
+	for i, c := range cases {
+		o := outs[i]
+		_, pr, found := snap.FindRequest(o.RequestID)
+		f := map[string]any{"status": o.Status, "reservation_by_the_rule": c.reservation}
+		facts[c.label] = f
+		if o.Status != http.StatusOK {
+			continue
+		}
+		if admitted++; !found {
+			continue
+		}
+		logged++
+		consumed := pr.PromptTokens + pr.GeneratedTokens
+		windowUsage += consumed
+		largest = max(largest, consumed)
+		f["consumed"], f["generated"], f["prompt"], f["bound_field"] = consumed, pr.GeneratedTokens, pr.PromptTokens, pr.BoundField
+		if consumed > c.reservation {
+			over = append(over, fmt.Sprintf("%s: %d > %d", c.label, consumed, c.reservation))
+		}
+		switch {
+		case pr.MaxTokens == nil:
+			unbounded = append(unbounded, c.label+": no bound")
+		default:
+			f["bound"] = *pr.MaxTokens
+			if *pr.MaxTokens*c.n > c.reservation-pr.PromptTokens {
+				unbounded = append(unbounded, fmt.Sprintf("%s: %d × %d > %d − %d", c.label, *pr.MaxTokens, c.n, c.reservation, pr.PromptTokens))
+			}
+			if c.own > 0 && *pr.MaxTokens > c.own {
+				raised = append(raised, fmt.Sprintf("%s: %d > the client's %d", c.label, *pr.MaxTokens, c.own))
+			}
+		}
+	}
+	var settled any = "not read (no quota inspection)"
+	if env.inspects() {
+		if q, err := env.waitIdleOf(ctx, gwA, deployment.OutputBoundHardRule, appA); err != nil {
+			r.do(func(r *Result) { r.Error(fmt.Errorf("hard: %w", err)) })
+		} else {
+			settled = q.Settled()
+		}
+	}
+	r.do(func(r *Result) {
+		r.Fact("hard_cases", facts)
+		r.Fact("hard_window_usage_at_the_providers", windowUsage)
+		r.Fact("hard_settled_in_ledger", settled)
+		r.Check("hard: every form admitted (together they reserve exactly the capacity)", len(cases), admitted, admitted == len(cases))
+		r.Check("hard: every admitted request logged by a provider", admitted, logged, logged == admitted)
+		r.Check("hard: no request consumed more than its reservation (prompt + generated, at the providers)", "none over", over, len(over) == 0)
+		r.Check("hard: every request forwarded with a bound that, times n, leaves the prompt room in its reservation", "all bounded", unbounded, len(unbounded) == 0)
+		r.Check("hard: no request forwarded with a bound above the client's own", "none raised", raised, len(raised) == 0)
+		r.Check("hard: usage within the window ≤ capacity (at the providers)", fmt.Sprintf("≤ %d", capacity), windowUsage, windowUsage <= capacity)
+	})
+	return fmt.Sprintf("%d/%d admitted, window usage %d (cap %d), largest request %d", admitted, len(cases), windowUsage, capacity, largest)
+}
+
+// checkMeterOutputBounds sends every form under the meter rule, one after another, streamed or
+// not, and checks each one's reservation and charge through a chargeMeter. It returns the key
+// fact's part.
+func checkMeterOutputBounds(ctx context.Context, env *Env, r *sharedResult, stream bool) string {
+	subject, kind := appB, "json"
+	if stream {
+		subject, kind = appC, "stream"
+	}
+	fallback := env.Profile.Estimate
+	const ask = 40 // per choice: above the small bounds, below the large ones
+	m, ok := env.newChargeMeter(subject, "meter-"+kind, deployment.UsageAccountingCapacity)
+	if !ok {
+		r.do(func(r *Result) {
+			r.NotMade("meter ("+kind+"): each form's reservation and charge", errNoRemainingHeader.Error())
+		})
+		return kind + " not made"
+	}
+	forms := outputBoundForms(300, 3)
+	if stream {
+		// A stream whose client asks for no usage: the gateway must still read it.
+		forms = append(forms, struct {
+			label string
+			call  ChatCall
+		}{"max_completion_tokens-no-include-usage", ChatCall{MaxTokens: -1, Fields: map[string]any{"max_completion_tokens": 30, "stream_options": nil}}})
+	}
+	facts := map[string]any{}
+	var wrongReserved, wrongCharge []string
+	var exact int
+	for i, f := range forms {
+		c := f.call
+		c.Gateway, c.Subject, c.Label, c.Stream = env.alternate(i), subject, "meter-"+kind+"-"+f.label, stream
+		c.Metadata = generate(ask, "")
+		o := env.Chat(ctx, c)
+		fact := map[string]any{"status": o.Status}
+		facts[f.label] = fact
+		if o.Status != http.StatusOK {
+			wrongReserved = append(wrongReserved, fmt.Sprintf("%s: answered %d", f.label, o.Status))
+			continue
+		}
+		pr, err := env.providerRecord(ctx, o)
+		if err != nil {
+			r.do(func(r *Result) { r.Error(fmt.Errorf("meter %s: %w", f.label, err)) })
+			return kind + " not decided"
+		}
+		reserved, err := m.reserved(o)
+		if err != nil {
+			r.do(func(r *Result) { r.Error(fmt.Errorf("meter %s: %w", f.label, err)) })
+			return kind + " not decided"
+		}
+		// The contract's reservation: the bound the provider honoured (its own log) × n, the
+		// rule's fallback when it honoured none.
+		bound := fallback
+		if pr.MaxTokens != nil {
+			bound = *pr.MaxTokens
+		}
+		want := bound * max(1, pr.Choices)
+		consumed := pr.PromptTokens + pr.GeneratedTokens
+		got, err := m.charge(ctx, func(n int64) bool { return n == consumed })
+		if err != nil {
+			r.do(func(r *Result) { r.Error(fmt.Errorf("meter %s: %w", f.label, err)) })
+			return kind + " not decided"
+		}
+		fact["reserved"], fact["bound_honoured"], fact["bound_field"], fact["choices"] = reserved, pr.MaxTokens, pr.BoundField, pr.Choices
+		fact["charged"], fact["prompt"], fact["generated"], fact["probes"] = got.tokens, pr.PromptTokens, pr.GeneratedTokens, got.probes
+		if reserved != want {
+			wrongReserved = append(wrongReserved, fmt.Sprintf("%s: reserved %d, the bound honoured %d × %d choices is %d", f.label, reserved, bound, pr.Choices, want))
+		}
+		if !got.wanted || got.last.Status != http.StatusOK {
+			wrongCharge = append(wrongCharge, fmt.Sprintf("%s: charged %d, the provider counted %d (next request %d)", f.label, got.tokens, consumed, got.last.Status))
+		} else {
+			exact++
+		}
+	}
+	held, settled := m.held, m.checkLedger(ctx, r, "meter ("+kind+")", deployment.OutputBoundMeterRule)
+	r.do(func(r *Result) {
+		r.Fact("meter_"+kind+"_cases", facts)
+		r.Fact("meter_"+kind+"_settled", map[string]any{"read_from_headers": held, "in_ledger": settled})
+		r.Check("meter ("+kind+"): each form reserved the bound the provider honours × n (max_completion_tokens before max_tokens, else the fallback)",
+			"all exact", wrongReserved, len(wrongReserved) == 0)
+		r.Check("meter ("+kind+"): each form charged what the provider counted (prompt + generated)", "all exact", wrongCharge, len(wrongCharge) == 0)
+	})
+	return fmt.Sprintf("%s %d/%d charged as counted", kind, exact, len(forms))
+}
