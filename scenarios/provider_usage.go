@@ -134,7 +134,10 @@ func checkHostileUsage(ctx context.Context, env *Env, r *sharedResult, stream bo
 	held, settled := m.held, m.checkLedger(ctx, r, kind, deployment.ProviderUsageRule)
 	r.do(func(r *Result) {
 		r.Fact(kind+"_cases", facts)
-		r.Fact(kind+"_settled", map[string]any{"read_from_headers": held, "in_ledger": settled})
+		r.Fact(kind+"_charged_from_headers", held)
+		if env.inspects() { // without inspection no ledger figure is known
+			r.Fact(kind+"_settled_in_ledger", settled)
+		}
 		r.Check(kind+": every response relayed (200)", "all 200", unanswered, len(unanswered) == 0)
 		r.Check(kind+": every mode charged at least what the provider generated (never below it, nor below zero)", "none below", below, len(below) == 0)
 		if stream {
