@@ -143,7 +143,7 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 	}
 	t.policy = topology.WithServicePolicy(t.policy, gw, spec.GatewayHosts(), netnsPorts.Valkey)
 	if spec.Store == topology.StoreCluster {
-		t.policy = withClusterPolicy(t.policy)
+		t.policy = withClusterPolicy(t.policy, spec.GatewayHosts())
 	}
 	if spec.AdjustPolicy != nil {
 		t.policy = spec.AdjustPolicy(t.policy)

@@ -217,13 +217,15 @@ func (t *netnsTopo) launchValkey(ctx context.Context) error {
 	return nil
 }
 
-// withClusterPolicy lets the gateways reach the cluster's other node ports as they reach the
-// single Valkey's (node 0 keeps its port, 6379, and its rule).
-func withClusterPolicy(p topology.Policy) topology.Policy {
+// withClusterPolicy lets every gateway of the run reach the cluster's other node ports as it
+// reaches the single Valkey's (node 0 keeps its port, 6379, and its rule). It once named
+// gateway-a and gateway-b: with --gateways 4 --store cluster, gateway-c and gateway-d were
+// refused by every node but the first.
+func withClusterPolicy(p topology.Policy, gateways []string) topology.Policy {
 	p.Rules = append([]topology.PolicyRule(nil), p.Rules...)
 	for i := 1; i < topology.ClusterPrimaries; i++ {
 		p.Rules = append(p.Rules, topology.PolicyRule{Name: topology.ClusterNodeName(i) + "-from-gateways",
-			Host: topology.HostValkey, Port: clusterPort(i), From: []string{topology.HostGatewayA, topology.HostGatewayB}})
+			Host: topology.HostValkey, Port: clusterPort(i), From: append([]string(nil), gateways...)})
 	}
 	return p
 }

@@ -399,3 +399,27 @@ func TestNetnsEngineWithoutStoreGroup(t *testing.T) {
 		t.Errorf("teardown removed %d namespaces, want %d: %v", nsRemoved, want, td.Removed)
 	}
 }
+
+// TestNetnsEngineClusterWithFourGateways: the combination of --gateways 4 and --store cluster,
+// which each passed alone while together gateway-c and gateway-d were refused by every cluster
+// node but the first (the nodes' policy named gateway-a and gateway-b): every gateway reaches
+// every node's port, and a chat through each is decided by the cluster.
+func TestNetnsEngineClusterWithFourGateways(t *testing.T) {
+	requireNetns(t)
+	spec := enginetest.NewSpec(t, topology.DenyReject)
+	spec.Gateways = 4
+	spec.Store = topology.StoreCluster
+	ctx := context.Background()
+	topo, _ := enginetest.UpTopology(t, topology.EngineNetns, spec)
+	defer topo.Down(ctx)
+	for _, g := range topology.GatewayNames(4) {
+		for i := 0; i < topology.ClusterPrimaries; i++ {
+			if r := topo.Probe(ctx, g, topology.HostValkey, clusterPort(i)); !r.Reached {
+				t.Errorf("%s does not reach cluster node %d (port %d): %s", g, i, clusterPort(i), r.Error)
+			}
+		}
+		if code, _ := enginetest.Chat(t, topo, g, spec.Deployment); code != http.StatusOK && code != http.StatusTooManyRequests {
+			t.Errorf("chat via %s on the cluster: %d, want 200 or 429 (a decision of the cluster)", g, code)
+		}
+	}
+}
