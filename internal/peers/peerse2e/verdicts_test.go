@@ -77,6 +77,10 @@ func runPeer(t *testing.T, peer string, timeout time.Duration) []evidence.Scenar
 	if testing.Short() {
 		t.Skip("a whole qualification of a peer on netns: not in -short")
 	}
+	// The five runs go side by side: each is mostly waiting out its windows and leases (a
+	// reference minute), so one after another they took 25 minutes of CI; each netns run has
+	// namespaces, addresses and keys of its own.
+	t.Parallel()
 	p, err := undertest.Shipped(peer)
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +152,19 @@ func checkVerdicts(t *testing.T, peer string, results []evidence.ScenarioResult,
 		switch {
 		case !ok:
 			diffs = append(diffs, fmt.Sprintf("%s: %s (%s), not pinned", r.Name, r.Status, firstLine(fact)))
-		case (r.Status != want.status || (want.fragment != "" && !strings.Contains(fact, want.fragment))) && want.timing != "":
-			t.Logf("%s: %s (pinned %s with %q; timing-dependent: %s): %s", r.Name, r.Status, want.status, want.fragment, want.timing, firstLine(fact))
 		case r.Status != want.status || (want.fragment != "" && !strings.Contains(fact, want.fragment)):
+			if want.timing != "" {
+				t.Logf("%s: %s (pinned %s with %q; timing-dependent: %s): %s", r.Name, r.Status, want.status, want.fragment, want.timing, firstLine(fact))
+				break
+			}
 			diffs = append(diffs, fmt.Sprintf("%s: was %s with %q, now %s: %s", r.Name, want.status, want.fragment, r.Status, firstLine(fact)))
 		case r.Status != evidence.Skipped && (r.Evidence != "") != want.blackBox:
+			// A timing-dependent verdict may be decided by another check (a 500 the timeout
+			// answered before the black-box evidence was gathered): logged, like its status.
+			if want.timing != "" {
+				t.Logf("%s: black-box %v, pinned %v (timing-dependent: %s)", r.Name, r.Evidence != "", want.blackBox, want.timing)
+				break
+			}
 			diffs = append(diffs, fmt.Sprintf("%s: black-box %v, pinned %v (%s)", r.Name, r.Evidence != "", want.blackBox, r.Evidence))
 		}
 		t.Logf("%s: %s %s", r.Name, r.Status, firstLine(fact))
@@ -189,9 +201,13 @@ func common(over map[string]verdict) map[string]verdict {
 		// A generation outlasting the reference profile's minute cannot fit the gateways'
 		// 60 s upstream timeout: the black-box check is not made there.
 		"long-generation": {evidence.Skipped, "does not fit the gateways' 1m0s upstream timeout", false, ""},
-		"hard-gate":       {evidence.Skipped, "needs the scenarios' own rules", false, ""},
-		"layered-budgets": {evidence.Skipped, "needs the scenarios' own rules", false, ""},
-		"model-budgets":   {evidence.Skipped, "needs the scenarios' own rules", false, ""},
+		// No peer profile renders a rule of the scenario's own (capabilities.rules): every
+		// scenario that needs one skips, naming the part the profile cannot express.
+		"hard-gate":       {evidence.Skipped, ownRule + " and a rule with enforcement hard", false, ""},
+		"layered-budgets": {evidence.Skipped, ownRule + " and a rule with more than one window", false, ""},
+		"model-budgets":   {evidence.Skipped, ownRule + " and a rule keyed by subject and model", false, ""},
+		"output-bound":    {evidence.Skipped, ownRule + " and a rule with enforcement hard", false, ""},
+		"provider-usage":  {evidence.Skipped, ownRule + " and a rule that estimates from the request's output bound", false, ""},
 		"valkey-failover": {evidence.Skipped, "needs quota inspection", false, ""},
 	}
 	for k, x := range over {
@@ -199,6 +215,9 @@ func common(over map[string]verdict) map[string]verdict {
 	}
 	return v
 }
+
+// ownRule begins the skip reason of a scenario whose own rule a peer profile cannot render.
+const ownRule = "needs a rule of its own for the scenario's subjects"
 
 // envoyCheckThenCharge are the verdicts of Envoy AI Gateway's usage-based limit on envoy
 // ratelimit, whatever its failure mode: charged only after a response, it admits a whole
@@ -233,9 +252,14 @@ func TestEnvoyAIGatewayVerdicts(t *testing.T) {
 // status is pinned where it is).
 func TestEnvoyAIGatewayFailClosedVerdicts(t *testing.T) {
 	pins := common(envoyCheckThenCharge)
-	pins["valkey-outage"] = verdict{evidence.Passed, "500 within", true, ""}
-	pins["valkey-partition"] = verdict{evidence.Passed, "500 within", true, ""}
+	pins["valkey-outage"] = verdict{evidence.Passed, "answered 500×", true, ""}
+	pins["valkey-partition"] = verdict{evidence.Passed, "answered 500×", true, ""}
 	pins["gateway-crash"] = verdict{evidence.Passed, "admitted 5 of 5", true, twentyMS}
+	// A burst on a busy machine meets the timeout for part of it (500s): fewer are admitted,
+	// still more than the capacity.
+	pins["concurrency"] = verdict{evidence.Failed, "over-admitted", true, ""}
+	// A 500 during the exhaustion leaves nothing to wait out: still failed, decided by the 500.
+	pins["window-expiry"] = verdict{evidence.Failed, "", true, twentyMS}
 	checkVerdicts(t, "envoy-ai-gateway-fail-closed", runPeer(t, "envoy-ai-gateway-fail-closed", 15*time.Minute), pins)
 }
 
@@ -270,7 +294,11 @@ const globalSync = "GLOBAL's per-node copies are synchronised asynchronously"
 // TestGubernatorGlobalVerdicts pins profile gubernator-global.
 func TestGubernatorGlobalVerdicts(t *testing.T) {
 	checkVerdicts(t, "gubernator-global", runPeer(t, "gubernator-global", 10*time.Minute), common(map[string]verdict{
-		"shared-budget":    {evidence.Failed, "admitted == predicted from settled usage", true, ""},
+		// Each node answers from its own copy until the owner's broadcast lands: a sequential
+		// exhaustion is over-admitted when a request reaches a node before the last charge's
+		// broadcast, which the machine's load decides (both outcomes seen on one machine).
+		"probe-no-quota":   {evidence.Passed, "", true, globalSync},
+		"shared-budget":    {evidence.Failed, "admitted == predicted from settled usage", true, globalSync},
 		"concurrency":      {evidence.Failed, "over-admitted", true, ""},
 		"window-expiry":    {evidence.Failed, "", true, globalSync},
 		"gateway-restart":  {evidence.Failed, "", true, globalSync},
@@ -296,8 +324,9 @@ func TestGubernatorVerdicts(t *testing.T) {
 		// A client that went away keeps the estimate charged, not what was generated.
 		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
 		// P2's 15 s duration on the same key makes gubernator expire it 15 s after its
-		// creation: P1's minute forgets the burst early.
-		"rolling-upgrade": {evidence.Failed, "no usage leaves P1's window early", true, ""},
+		// creation: P1's minute forgets the burst early, or P2 still refuses after its own
+		// window — which check fails first depends on when the key was created in the round.
+		"rolling-upgrade": {evidence.Failed, "", true, ""},
 		"sustained-load":  {evidence.Passed, "", false, ""},
 	}))
 }
