@@ -56,7 +56,11 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	// release is polled until a half second before they end.
 	crashAfter := func(start time.Time) time.Time { return start.Add(renewedFor) }
 	liveFor := renewedFor + p.Lease + p.LeaseSlack + 1500*time.Millisecond
-	r.Fact("lease", fmt.Sprintf("%s renewed every %s, slack %s (the profile's)", p.Lease, period, p.LeaseSlack))
+	renewal := "unstated by the gateway's profile: the lower bound is the crash"
+	if n := env.gateway().Caps.RenewalsPerLease; n > 0 {
+		renewal = fmt.Sprintf("every %s (lease/%d, the gateway's profile)", env.statedRenewalPeriod(), n)
+	}
+	r.Fact("lease", fmt.Sprintf("%s, slack %s (the profile's); renewed %s", p.Lease, p.LeaseSlack, renewal))
 	start := time.Now()
 	held := make(chan Outcome, 1)
 	go func() {
@@ -104,8 +108,9 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	if o.Admitted() {
 		return r.Error(errors.New("the held request completed before the crash: nothing was left in flight"))
 	}
-	// Its deadline: its last renewal came within a period before the crash, the lease after it.
-	earliest, latest := crashAt.Add(p.Lease-period), crashAt.Add(p.Lease+p.LeaseSlack)
+	// Its deadline: its last renewal came within the gateway's renewal period before the crash,
+	// the lease after it.
+	earliest, latest := crashAt.Add(p.Lease-env.statedRenewalPeriod()), crashAt.Add(p.Lease+p.LeaseSlack)
 
 	// The rest of the budget, held on the survivors: from here every 429 is the holds' doing
 	// (nothing of this key is settled), and the dead hold's deadline is the earliest of them.
@@ -177,7 +182,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 		r.Fact("released_s_after_crash", fmt.Sprintf("not released %.1fs after the crash", seconds(releasedAt.Sub(crashAt))))
 	}
 	if env.leaseStated() {
-		r.Check("the dead hold is released no earlier than its last renewal + lease (crash − renewal period + lease)",
+		r.Check("the dead hold is released no earlier than its last renewal + lease (crash − the gateway's renewal period + lease)",
 			fmt.Sprintf("≥ %.3fs after the crash", seconds(earliest.Sub(crashAt))), fmt.Sprintf("%.3fs", seconds(releasedAt.Sub(crashAt))),
 			!released || !releasedAt.Before(earliest.Add(-retryAfterTolerance))) // still held: not early
 		r.Check("the dead hold is released no later than its last renewal + lease + the profile's slack (crash + lease + slack), "+
@@ -202,13 +207,24 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	other := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "after-crash-other", Subject: appB})
 	r.Check("another subject admitted on the restarted gateway-a", http.StatusOK, other.Status, other.Admitted())
 	if !released {
-		r.Key("killed with 1 request in flight after %.1fs of renewals; its hold not released %.1fs later (lease %s, slack %s)",
+		r.Key("killed with 1 request in flight after %.1fs; its hold not released %.1fs later (lease %s, slack %s)",
 			seconds(renewedFor), seconds(releasedAt.Sub(crashAt)), p.Lease, p.LeaseSlack)
 		return r
 	}
-	r.Key("killed with 1 request in flight after %.1fs of renewals; its hold released %.1fs later (lease %s, renewed every %s), settled %d",
-		seconds(renewedFor), seconds(releasedAt.Sub(crashAt)), p.Lease, period, idle.Settled())
+	r.Key("killed with 1 request in flight after %.1fs; its hold released %.1fs later (lease %s), settled %d",
+		seconds(renewedFor), seconds(releasedAt.Sub(crashAt)), p.Lease, idle.Settled())
 	return r
+}
+
+// statedRenewalPeriod is how long before the crash the dead request's last renewal came at the
+// latest: lease/N where the gateway's profile states N (capabilities.renewals_per_lease), else
+// the whole lease — a gateway whose schedule is unknown is held only to keeping the hold
+// past the crash, not to quotaqual's own gateway's lease/3.
+func (env *Env) statedRenewalPeriod() time.Duration {
+	if n := env.gateway().Caps.RenewalsPerLease; n > 0 {
+		return env.Profile.Lease / time.Duration(n)
+	}
+	return env.Profile.Lease
 }
 
 // leaseStated reports whether the gateway's profile renders the run's lease into its config, so

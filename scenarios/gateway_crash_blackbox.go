@@ -281,7 +281,7 @@ func (bb blackBoxLease) survivorHold(p deployment.Profile, bucket time.Duration)
 func (bb blackBoxLease) judge(ctx context.Context, env *Env, r *Result, crashAt time.Time, inFlight int64, n, want int, afterLease string) *Result {
 	p := env.Profile
 	bucket := env.bucketWidth(p.Window)
-	earliest := crashAt.Add(p.Lease - p.RenewalPeriod() + p.Window)
+	earliest := crashAt.Add(p.Lease - env.statedRenewalPeriod() + p.Window)
 	latest := crashAt.Add(bb.latest(p, bucket))
 	// From half a second before the earliest: an admission at the first poll is itself early.
 	if err := waitUntil(ctx, earliest.Add(-500*time.Millisecond)); err != nil {

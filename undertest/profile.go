@@ -212,6 +212,12 @@ type Capabilities struct {
 	PolicyChange bool `yaml:"policy_change"`
 	// Leases: admitted requests hold a reservation that expires unless renewed.
 	Leases bool `yaml:"leases"`
+	// RenewalsPerLease says how often the gateway renews a live request's lease: every
+	// lease/N. It is what lets gateway-crash bound a dead hold from below (its last renewal +
+	// lease, the last renewal within lease/N before the crash); 0, unstated, judges the
+	// lower bound from the crash alone (the hold still held then), never from quotaqual's own
+	// gateway's schedule.
+	RenewalsPerLease int `yaml:"renewals_per_lease"`
 	// ForwardsScenarioHeader: the gateway passes the request's x-quotaqual-scenario header on
 	// to the provider, so the stubs count calls per scenario and the scenarios that pull no
 	// lever can run side by side. Without it every scenario runs alone: a provider call that
@@ -377,6 +383,9 @@ func (p *Profile) validate() strictyaml.Errors {
 		if !strings.HasPrefix(path, "/") {
 			bad(fmt.Sprintf("expect.admin_probes[%d]", i), "%q is not an absolute path: give one like /healthz", path)
 		}
+	}
+	if n := p.Caps.RenewalsPerLease; n < 0 || (n > 0 && !p.Caps.Leases) {
+		bad("capabilities.renewals_per_lease", "is %d: give how many times a lease is renewed within its length (the gateway renews every lease/N), with leases: true, or leave it out when unknown", n)
 	}
 	switch p.Caps.QuotaInspection {
 	case InspectNone, InspectQuotaqualAdmin:
