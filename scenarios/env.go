@@ -229,6 +229,7 @@ type ProviderRequest struct {
 	BoundField string `json:"bound_field"`
 	Choices    int64  `json:"choices"`
 	UsageMode  string `json:"usage_mode"`
+	Model      string `json:"model"` // the model the provider was asked for (and served)
 }
 
 // Consumed is what the provider counted for the request: its prompt and the completion

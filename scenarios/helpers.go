@@ -14,6 +14,7 @@ import (
 	"github.com/quotaqual/quotaqual/internal/httpget"
 	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -486,4 +487,88 @@ func (env *Env) checkDenialsReachedNoProvider(ctx context.Context, r *Result, be
 	d := TotalDelta(before, after)
 	r.Check("denied requests reached no provider (provider calls == admitted)", admitted, d, d == int64(admitted))
 	return nil
+}
+
+// spentRoom is the room a spending fill leaves: one token past the capacity, so the budget is
+// spent under every admission model (a check-then-charge gateway admits while what it charged
+// is ≤ the capacity; a reserving one refuses any estimate).
+const spentRoom = -1
+
+// fillRoom sends c (its body without an output bound, so the rule reserves its own estimate)
+// asking the provider stub for what leaves exactly room of capacity once the response's usage
+// is charged (spentRoom: spent): capacity − room − the prompt's tokens generated. An
+// operational error when the profile leaves no such request.
+func (env *Env) fillRoom(ctx context.Context, c ChatCall, capacity, room int64) (Outcome, error) {
+	prompt := chatUsage(env.Profile, 1).PromptTokens
+	tokens := capacity - room - prompt
+	if tokens <= 0 {
+		return Outcome{}, fmt.Errorf("profile %s: capacity %d leaves no room for a fill request above its prompt (%d) that leaves %d", env.Profile.Name, capacity, prompt, room)
+	}
+	c.MaxTokens = -1
+	if c.Metadata == nil {
+		c.Metadata = map[string]string{}
+	}
+	c.Metadata[providerstub.TokensMetadata] = fmt.Sprint(tokens)
+	return env.Chat(ctx, c), nil
+}
+
+// idleStates reads the state of each key under rule once no reservation is held. Without
+// inspection nothing is read (nil): it waits, from outside, until the providers hold none of the
+// scenario's requests and a settlement's grace has passed.
+func (env *Env) idleStates(ctx context.Context, r *Result, rule string, keys []modelKey) (map[modelKey]wire.QuotaState, bool) {
+	if !env.inspects() {
+		if err := env.settleBlind(ctx); err != nil {
+			r.Error(err)
+			return nil, false
+		}
+		return nil, true
+	}
+	out := map[modelKey]wire.QuotaState{}
+	for _, k := range keys {
+		q, err := env.waitIdleKey(ctx, gwA, rule, k.subject, k.model, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
+		if err != nil {
+			r.Error(err)
+			return nil, false
+		}
+		out[k] = q
+	}
+	return out, true
+}
+
+// checkStatesUnchanged checks that what happened between before and after (idleStates; nil
+// without inspection, when nothing is checked) changed no key's settled or reserved tokens.
+func checkStatesUnchanged(r *Result, keys []modelKey, before, after map[modelKey]wire.QuotaState, what string) {
+	if before == nil || after == nil {
+		return
+	}
+	for _, k := range keys {
+		b, a := before[k], after[k]
+		name := k.subject
+		if k.model != "" {
+			name = k.String()
+		}
+		r.Check(fmt.Sprintf("%s: settled and reserved tokens unchanged by %s", name, what),
+			fmt.Sprintf("settled %d, reserved %d", b.Settled(), b.ReservedTokens),
+			fmt.Sprintf("settled %d, reserved %d", a.Settled(), a.ReservedTokens), a.Settled() == b.Settled() && a.ReservedTokens == b.ReservedTokens)
+	}
+}
+
+// checkOneEstimateLeft checks, after probes that must not charge who, that who — left room for
+// exactly one estimate before them — is admitted once (last) and then denied (over): a probe
+// that charged it a single token denies last. It needs a fixed estimate to know the room; on
+// another admission model the check is not made.
+func (env *Env) checkOneEstimateLeft(r *Result, who string, room, capacity int64, last, over Outcome) {
+	gw, est := env.gateway(), env.Profile.Estimate
+	if gw.Expect.Admission.Model != undertest.AdmitFixedEstimate {
+		r.NotMade(who+" admitted exactly once after the probes",
+			"admission model "+gw.Expect.Admission.Model+": a request's estimate includes the gateway's own input estimate, so the room left is not known exactly")
+		return
+	}
+	if room < est || room >= 2*est {
+		r.Error(fmt.Errorf("not decided: the fill's usage left %s %d of %d, not room for exactly one estimate of %d", who, room, capacity, est))
+	}
+	r.Check(fmt.Sprintf("%s charged nothing by the probes: the request it has room for (%d left, %d needed) admitted", who, room, est),
+		http.StatusOK, last.Status, last.Admitted())
+	denial := gw.Expect.Denial.Status
+	r.Check(who+" was at the boundary (the check is not vacuous): the request after it denied", denial, over.Status, over.Status == denial)
 }

@@ -64,6 +64,14 @@ type ChatCall struct {
 	// NoTransportRetry: a transport failure is not retried. For a request whose gateway is
 	// killed under it, so no retry reaches the restarted gateway and holds quota of its own.
 	NoTransportRetry bool
+	// Headers are sent besides the ones every request carries (a client-controlled identity or
+	// model header); they cannot replace Authorization or the scenario header.
+	Headers map[string]string
+	// Username, with CredValid, is the username sent instead of the subject's own, with the
+	// subject's password: a spelling of it ("Application-A@…"), to see whom it is metered as.
+	Username string
+	// NoModel: the body has no "model" (a model header names it).
+	NoModel bool
 }
 
 // Outcome is what one request produced.
@@ -79,7 +87,13 @@ type Outcome struct {
 	Latency   time.Duration
 	Attempts  int
 	Err       error // transport error of the last attempt
+	// Body is the start of a refusal's body (non-200; at most errorBodyKept bytes), so a
+	// scenario can read what it tells the client. Never recorded as it is.
+	Body string
 }
+
+// errorBodyKept bounds Outcome.Body: an error body is a short JSON object.
+const errorBodyKept = 4 << 10
 
 // Admitted reports a 200 answer.
 func (o Outcome) Admitted() bool { return o.Status == http.StatusOK }
@@ -172,6 +186,9 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 		return o
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range c.Headers {
+		req.Header.Set(k, v)
+	}
 	env.label(req)
 	if err := env.authorize(req, c); err != nil {
 		o.End = o.Start
@@ -219,6 +236,7 @@ func (env *Env) chatOnce(ctx context.Context, c ChatCall, label string) Outcome 
 		}
 	} else {
 		o.ErrorType = errorType(raw)
+		o.Body = string(raw[:min(len(raw), errorBodyKept)])
 	}
 	return o
 }
@@ -251,6 +269,9 @@ func chatBody(c ChatCall) []byte {
 	}
 	for k, v := range c.Fields {
 		body[k] = v
+	}
+	if c.NoModel {
+		delete(body, "model")
 	}
 	b, _ := json.Marshal(body)
 	return b
@@ -300,7 +321,11 @@ func (env *Env) authorize(req *http.Request, c ChatCall) error {
 	}
 	switch c.Cred {
 	case CredValid:
-		req.SetBasicAuth(own.Username, own.Password)
+		user := own.Username
+		if c.Username != "" {
+			user = c.Username
+		}
+		req.SetBasicAuth(user, own.Password)
 	case CredNoColon:
 		req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(own.Username)))
 	case CredWrongPassword:

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
@@ -51,20 +49,17 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 		r.DecidedBy("admissions probed from outside", "the providers' call logs")
 		r.NotMade("settled and reserved tokens unchanged by the probes", "no quota inspection: the admission after the probes decides")
 	}
-	prompt := chatUsage(p, 1).PromptTokens
-	fillTokens := p.Capacity - p.Estimate - prompt
-	if fillTokens <= 0 {
-		return r.Error(fmt.Errorf("profile %s: capacity %d leaves no room for a fill request above its prompt (%d) and one estimate (%d)", p.Name, p.Capacity, prompt, p.Estimate))
-	}
 	r.Fact("rule", fmt.Sprintf("the run's rule: %d tokens reserved, capacity %d per %s", p.Estimate, p.Capacity, p.Window))
 	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 
-	// The fill: one request the provider generates fillTokens for, so that its usage (its own
-	// response says it) is capacity − estimate.
-	fill := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "fill", Subject: appA, MaxTokens: -1,
-		Metadata: map[string]string{providerstub.TokensMetadata: strconv.FormatInt(fillTokens, 10)}})
+	// The fill: one request the provider generates for so that its usage (its own response
+	// says it) is capacity − estimate.
+	fill, err := env.fillRoom(ctx, ChatCall{Gateway: gwA, Label: "fill", Subject: appA}, p.Capacity, p.Estimate)
+	if err != nil {
+		return r.Error(err)
+	}
 	r.Check("fill request admitted", http.StatusOK, fill.Status, fill.Admitted())
 	filled := charge(fill, p.Estimate)
 	room := p.Capacity - filled

@@ -94,20 +94,22 @@ type Scenario struct {
 }
 
 // All returns the scenarios in the qualification's order: the nine of the upstream
-// qualification with gateway-crash after gateway-restart (a gateway killed with a request in
-// flight), then valkey-partition (one replica cut off from the store), then the metering
-// scenarios (usage-accounting, long-generation, hard-gate), the rule shapes (layered-budgets:
-// two windows; model-budgets: a key per model), the metering clauses along their dimensions
-// (output-bound, provider-usage: after layered-budgets, the longest of the scenarios side by
-// side, so that it starts as early as before them), then valkey-failover (a split brain of the
-// replicated store group), then rolling-upgrade (a policy change while both
-// gateways serve), then sustained-load (many subjects at a fixed rate; in the reference
-// profile's default run).
+// qualification (identity-sources beside auth-rejection: whom a request is metered as) with
+// gateway-crash after gateway-restart (a gateway killed with a request in flight), then
+// valkey-partition (one replica cut off from the store), then the metering scenarios
+// (usage-accounting, long-generation, hard-gate), the rule shapes (layered-budgets: two
+// windows; model-budgets: a key per model; model-source: which model decides the key), the
+// metering clauses along their dimensions (output-bound, provider-usage: after layered-budgets,
+// the longest of the scenarios side by side, so that it starts as early as before them), then
+// valkey-failover (a split brain of the replicated store group), then rolling-upgrade (a policy
+// change while both gateways serve), then sustained-load (many subjects at a fixed rate; in the
+// reference profile's default run).
 func All() []Scenario {
 	return []Scenario{
 		probeNoQuota(),
 		validAuth(),
 		authRejection(),
+		identitySources(),
 		sharedBudget(),
 		concurrency(),
 		windowExpiry(),
@@ -121,6 +123,7 @@ func All() []Scenario {
 		hardGate(),
 		layeredBudgets(),
 		modelBudgets(),
+		modelSource(),
 		outputBound(),
 		providerUsage(),
 		valkeyFailover(),

@@ -30,9 +30,9 @@ func testEnv(caps topology.Capabilities) *Env {
 }
 
 func TestAllListsTheNineInTheIssueOrderThenThePartition(t *testing.T) {
-	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
+	want := []string{"probe-no-quota", "valid-auth", "auth-rejection", "identity-sources", "shared-budget", "concurrency",
 		"window-expiry", "gateway-restart", "gateway-crash", "valkey-outage", "network-policy", "valkey-partition",
-		"usage-accounting", "long-generation", "hard-gate", "layered-budgets", "model-budgets", "output-bound", "provider-usage", "valkey-failover", "rolling-upgrade", "sustained-load"}
+		"usage-accounting", "long-generation", "hard-gate", "layered-budgets", "model-budgets", "model-source", "output-bound", "provider-usage", "valkey-failover", "rolling-upgrade", "sustained-load"}
 	got := Names()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("All() = %v, want %v", got, want)
@@ -540,7 +540,7 @@ func TestUseStoreGroup(t *testing.T) {
 	if !UseStoreGroup(all) {
 		t.Error("the whole list (with valkey-failover) does not use the store group")
 	}
-	ten, err := Select([]string{"probe-no-quota", "valid-auth", "auth-rejection", "shared-budget", "concurrency",
+	ten, err := Select([]string{"probe-no-quota", "valid-auth", "auth-rejection", "identity-sources", "shared-budget", "concurrency",
 		"window-expiry", "gateway-restart", "valkey-outage", "network-policy", "valkey-partition"})
 	if err != nil {
 		t.Fatal(err)

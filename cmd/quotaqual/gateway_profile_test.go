@@ -122,6 +122,9 @@ var altGatewayVerdicts = map[string]verdict{
 	"valid-auth": {evidence.Passed, "", true},
 	// Go's HTTP server waits for an announced body before the 401 reaches the client.
 	"auth-rejection": {evidence.Failed, "a POST announcing a body it never sends gets 401", true},
+	// It meters the Basic-Auth user alone and reads no other header or field: the spent subject
+	// is denied whatever it names; the username lookup is exact (other spellings get 401).
+	"identity-sources": {evidence.Passed, "", true},
 	// One fixed-window counter shared by both gateways: one budget, predicted exactly.
 	"shared-budget": {evidence.Passed, "", true},
 	// INCRBY is atomic: exactly capacity/estimate of the burst, peak reconstructed ≤ capacity.
@@ -150,6 +153,7 @@ var altGatewayVerdicts = map[string]verdict{
 	"hard-gate":       {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no hard)", false},
 	"layered-budgets": {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no windows)", false},
 	"model-budgets":   {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no model-key)", false},
+	"model-source":    {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules, no model-key)", false},
 	"output-bound":    {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules", false},
 	"provider-usage":  {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules", false},
 	// Its config cannot name the replicated store group: nothing to fail over.
