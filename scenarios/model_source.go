@@ -33,9 +33,6 @@ func modelSource() Scenario {
 	}
 }
 
-// modelHeader is the header quotaqual's gateway reads the model from when the body names none.
-const modelHeader = "x-model"
-
 // otherModelHeaders are model headers other gateways route on (Envoy AI Gateway, the Gateway
 // API inference extension, generic proxies). Each names a model other than the body's, whose
 // key is spent: whatever header a gateway reads, admitting such a request charges a key of a
@@ -111,19 +108,30 @@ func runModelSource(ctx context.Context, env *Env) *Result {
 	// an admission either charges a key of a model not served or spends a spent key.
 	var probes []modelProbe
 	add := func(label string, c ChatCall) { probes = append(probes, modelProbe{label, c}) }
-	add(fmt.Sprintf("body-%s-%s-%s", m1, modelHeader, m2), withModel(ChatCall{Headers: map[string]string{modelHeader: m2}}, m1))
-	add(fmt.Sprintf("body-%s-%s-%s", m2, modelHeader, m1), withModel(ChatCall{Headers: map[string]string{modelHeader: m1}}, m2))
+	// The model header the gateway documents (expect.model_header) is held to its documented
+	// refusal of a disagreement both ways; a gateway documenting none may serve and charge the
+	// body's model whatever a header says, so only the direction where the body's key is spent
+	// is probed (through the other headers below), and nothing rests on a header alone.
+	modelHeader := gw.Expect.ModelHeader
+	if modelHeader != "" {
+		add(fmt.Sprintf("body-%s-%s-%s", m1, modelHeader, m2), withModel(ChatCall{Headers: map[string]string{modelHeader: m2}}, m1))
+		add(fmt.Sprintf("body-%s-%s-%s", m2, modelHeader, m1), withModel(ChatCall{Headers: map[string]string{modelHeader: m1}}, m2))
+	} else {
+		r.NotMade("a model header disagreeing with the body refused, and a model named in that header alone", "the gateway's profile documents no model header (expect.model_header)")
+	}
 	for _, h := range otherModelHeaders {
 		add(fmt.Sprintf("body-%s-%s-%s", m1, h, m2), withModel(ChatCall{Headers: map[string]string{h: m2}}, m1))
 	}
 	for _, o := range []struct{ name, model string }{{"gpt-4o", "gpt-4o"}, {"suffixed", m1 + "-unmetered"}, {"empty", ""}} {
 		add("outside-allowlist-body-"+o.name, withModel(ChatCall{}, o.model))
 	}
-	add("outside-allowlist-header-gpt-4o", ChatCall{NoModel: true, Headers: map[string]string{modelHeader: "gpt-4o"}})
+	if modelHeader != "" {
+		add("outside-allowlist-header-gpt-4o", ChatCall{NoModel: true, Headers: map[string]string{modelHeader: "gpt-4o"}})
+	}
 	for _, s := range modelSpellings {
 		v := s.spell(m1)
 		add("variant-"+s.name+"-body", withModel(ChatCall{}, v))
-		if !strings.ContainsAny(v, "\r\n") { // a header value cannot carry a line break
+		if modelHeader != "" && !strings.ContainsAny(v, "\r\n") { // a header value cannot carry a line break
 			add("variant-"+s.name+"-header", ChatCall{NoModel: true, Headers: map[string]string{modelHeader: v}})
 		}
 	}
@@ -180,14 +188,18 @@ func runModelSource(ctx context.Context, env *Env) *Result {
 func (env *Env) checkServedKeys(ctx context.Context, r *Result, rule, m1, m2 string) string {
 	p := env.Profile
 	est, capacity := p.Estimate, 2*p.Estimate
-	cases := []struct {
+	type servedCase struct {
 		label, model string
 		call         ChatCall
 		mayRefuse    bool
-	}{
-		{"agreeing-" + m2, m2, ChatCall{Fields: map[string]any{"model": m2}, Headers: map[string]string{modelHeader: m2}}, false},
-		{"header-only-" + m2, m2, ChatCall{NoModel: true, Headers: map[string]string{modelHeader: m2}}, true},
-		{"body-only-" + m1, m1, ChatCall{Fields: map[string]any{"model": m1}}, false},
+	}
+	cases := []servedCase{{"body-only-" + m1, m1, ChatCall{Fields: map[string]any{"model": m1}}, false}}
+	if h := env.gateway().Expect.ModelHeader; h != "" {
+		cases = append(cases,
+			servedCase{"agreeing-" + m2, m2, ChatCall{Fields: map[string]any{"model": m2}, Headers: map[string]string{h: m2}}, false},
+			servedCase{"header-only-" + m2, m2, ChatCall{NoModel: true, Headers: map[string]string{h: m2}}, true})
+	} else {
+		cases = append(cases, servedCase{"body-only-" + m2, m2, ChatCall{Fields: map[string]any{"model": m2}}, false})
 	}
 	before, ok := env.readProviders(ctx, r, "provider call counts before application-b's requests")
 	if !ok {

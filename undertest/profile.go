@@ -142,6 +142,10 @@ type Expect struct {
 	Admission     Admission `yaml:"admission"`
 	// AdminProbes are admin-listener paths that must answer 200 and change no quota state.
 	AdminProbes []string `yaml:"admin_probes"`
+	// ModelHeader is the request header the gateway documents reading a model from besides
+	// the body (quotaqual's: x-model, a disagreement with the body refused); empty: the body
+	// alone names the model, so model-source sends no probe whose verdict rests on a header.
+	ModelHeader string `yaml:"model_header"`
 }
 
 // Answer is a status code and, optionally, the error type its JSON body names
