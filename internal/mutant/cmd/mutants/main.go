@@ -26,9 +26,9 @@ import (
 
 func main() {
 	var (
-		tagged, plain, plainGateway, out, topo, blackProfile, origin, views string
-		build                                                               time.Duration
-		only, scens                                                         multi
+		tagged, plain, plainGateway, out, topo, blackProfile, origin, views, save string
+		build                                                                     time.Duration
+		only, scens, merge                                                        multi
 	)
 	flag.StringVar(&tagged, "tagged", "bin/quotaqual-mutants", "quotaqual binary built with -tags quotaqual_mutants (harness and gateway of the catalogue runs)")
 	flag.StringVar(&plain, "plain", "bin/quotaqual", "unmutated quotaqual binary (harness of the blind runs)")
@@ -41,6 +41,8 @@ func main() {
 	flag.Var(&scens, "scenario", "run only this scenario (repeatable; default: the profile's default list)")
 	flag.DurationVar(&build, "build-time", 0, "how long building the binaries took (reported in the matrix)")
 	flag.Var(&only, "mutant", "run only this mutant, of either origin (repeatable; default: all of -origin)")
+	flag.StringVar(&save, "save", "", "also write the matrix as JSON to this file (for -merge)")
+	flag.Var(&merge, "merge", "run nothing: merge matrices saved with -save (repeatable) and write -out from them")
 	flag.Parse()
 
 	usage := func(format string, args ...any) {
@@ -91,13 +93,17 @@ func main() {
 		}
 		all = picked
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	m, err := matrix.RunAll(ctx, matrix.RunOptions{Tagged: tagged, Plain: plain, PlainGateway: plainGateway, Topology: topo, Views: vs,
-		Scenarios: scens, Root: ".", Log: os.Stderr}, all, scenarios.Names())
+	m, err := runOrMerge(vs, all, merge, matrix.RunOptions{Tagged: tagged, Plain: plain, PlainGateway: plainGateway, Topology: topo, Views: vs,
+		Scenarios: scens, Root: ".", Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
+	}
+	if save != "" {
+		if err := m.Save(save); err != nil {
+			fmt.Fprintln(os.Stderr, "mutants:", err)
+			os.Exit(1)
+		}
 	}
 	if err := os.WriteFile(out, []byte(m.Markdown("make mutants", build, blind)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
@@ -111,6 +117,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mutants: a control run (no mutant) failed: fix that first")
 		os.Exit(1)
 	}
+}
+
+// runOrMerge runs every mutant of all, or, given saved parts, merges them instead.
+func runOrMerge(vs []matrix.View, all []matrix.Mutant, parts []string, o matrix.RunOptions) (matrix.Matrix, error) {
+	if len(parts) == 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		return matrix.RunAll(ctx, o, all, scenarios.Names())
+	}
+	var ms []matrix.Matrix
+	for _, p := range parts {
+		m, err := matrix.Load(p)
+		if err != nil {
+			return matrix.Matrix{}, err
+		}
+		ms = append(ms, m)
+	}
+	return matrix.Merge(ms...)
 }
 
 func orAll(s string) string {
