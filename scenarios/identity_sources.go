@@ -128,6 +128,19 @@ func runIdentitySources(ctx context.Context, env *Env) *Result {
 	madeUp := "nobody-" + env.scenario
 	denial := gw.Expect.Denial.Status
 
+	// The probes below are judged by application-a being spent: first see that it is. A
+	// gateway that did not charge the spending request in full (gubernator refuses a hit past
+	// its limit, so the overage of a settlement is dropped) admits a plain request here, and
+	// every probe's admission would be that, not the name it carries.
+	plain := env.Chat(ctx, ChatCall{Gateway: gwB, Label: "plain-application-a-before-the-probes", Subject: appA})
+	r.Check("application-a, spent by one request past its capacity, is denied a plain request before the probes (the request's usage was charged)",
+		denial, plain.Status, plain.Status == denial)
+	if plain.Status != denial {
+		r.Key("application-a's spending request (%d tokens on a budget of %d) was not charged in full: a plain request after it answered %d; the identity probes were not sent",
+			charge(spent, p.Estimate), p.Capacity, plain.Status)
+		return r
+	}
+
 	// 1. Another subject named by the spent one: the quota's denial, whatever the name.
 	var named []Outcome
 	var namedWrong []string

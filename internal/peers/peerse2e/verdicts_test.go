@@ -246,6 +246,7 @@ func TestEnvoyAIGatewayVerdicts(t *testing.T) {
 	pins["window-expiry"] = verdict{evidence.Failed, "forgot usage", true, ""}
 	pins["sustained-load"] = verdict{evidence.Failed, "over-admitted", false, ""}
 	// Fails open: Valkey stopped, or gateway-a cut from the rate-limit service, it admits.
+	pins["identity-sources"] = verdict{evidence.Passed, "", true, twentyMSAny}
 	pins["valkey-outage"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
 	pins["valkey-partition"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
 	checkVerdicts(t, "envoy-ai-gateway", runPeer(t, "envoy-ai-gateway", 15*time.Minute), pins)
@@ -261,6 +262,8 @@ func TestEnvoyAIGatewayFailClosedVerdicts(t *testing.T) {
 	pins["valkey-outage"] = verdict{evidence.Passed, "answered 500×", true, ""}
 	pins["valkey-partition"] = verdict{evidence.Passed, "answered 500×", true, ""}
 	pins["gateway-crash"] = verdict{evidence.Passed, "admitted 5 of 5", true, twentyMS}
+	pins["gateway-restart"] = verdict{evidence.Passed, "", true, twentyMS}
+	pins["identity-sources"] = verdict{evidence.Passed, "", true, twentyMS}
 	// A burst on a busy machine meets the timeout for part of it (500s): fewer are admitted,
 	// still more than the capacity.
 	pins["concurrency"] = verdict{evidence.Failed, "over-admitted", true, ""}
@@ -293,6 +296,10 @@ func TestKuadrantVerdicts(t *testing.T) {
 	}))
 }
 
+// overageDropped is identity-sources' key fact on gubernator: its spending request's overage
+// was refused with the hit that carried it.
+const overageDropped = "was not charged in full"
+
 // globalSync is why a GLOBAL verdict can move: each node answers from its own copy of a key
 // until the owner's broadcast lands (GUBER_GLOBAL_SYNC_WAIT, 100 ms by default).
 const globalSync = "GLOBAL's per-node copies are synchronised asynchronously"
@@ -303,11 +310,13 @@ func TestGubernatorGlobalVerdicts(t *testing.T) {
 		// Each node answers from its own copy until the owner's broadcast lands: a sequential
 		// exhaustion is over-admitted when a request reaches a node before the last charge's
 		// broadcast, which the machine's load decides (both outcomes seen on one machine).
-		"probe-no-quota":   {evidence.Passed, "", true, globalSync},
-		"shared-budget":    {evidence.Failed, "admitted == predicted from settled usage", true, globalSync},
-		"concurrency":      {evidence.Failed, "over-admitted", true, ""},
-		"window-expiry":    {evidence.Failed, "", true, globalSync},
-		"gateway-restart":  {evidence.Failed, "", true, globalSync},
+		"probe-no-quota":  {evidence.Passed, "", true, globalSync},
+		"shared-budget":   {evidence.Failed, "admitted == predicted from settled usage", true, globalSync},
+		"concurrency":     {evidence.Failed, "over-admitted", true, ""},
+		"window-expiry":   {evidence.Failed, "", true, globalSync},
+		"gateway-restart": {evidence.Failed, "", true, globalSync},
+		// As gubernator's below, before GLOBAL's copies come into it.
+		"identity-sources": {evidence.Failed, overageDropped, true, globalSync},
 		"gateway-crash":    {evidence.Failed, "", true, globalSync},
 		"valkey-outage":    {evidence.Skipped, "needs its quota state in the run's store", false, ""},
 		"valkey-partition": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
@@ -327,6 +336,10 @@ func TestGubernatorVerdicts(t *testing.T) {
 		"gateway-crash":    {evidence.Passed, "admitted 3 of 5", true, ""},
 		"valkey-outage":    {evidence.Skipped, "needs its quota state in the run's store", false, ""},
 		"valkey-partition": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		// A hit past the limit is refused whole (OVER_LIMIT, nothing taken): the settlement of
+		// a request that used a token past the capacity charges nothing beyond the estimate, so
+		// the subject is not spent and the identity probes are not sent.
+		"identity-sources": {evidence.Failed, overageDropped, true, ""},
 		// A client that went away keeps the estimate charged, not what was generated.
 		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
 		// P2's 15 s duration on the same key makes gubernator expire it 15 s after its
