@@ -390,10 +390,15 @@ func TestValkeyUnresponsiveFailsClosedWithinTimeout(t *testing.T) {
 	const timeout = 250 * time.Millisecond
 	v, _ := newValkeyLedger(t, srv.URL(), ledger.Limits{}, timeout)
 	ctx := t.Context()
-	d, err := v.Reserve(ctx, testQuota, "k", 10)
-	if err != nil || !d.Admitted {
-		t.Fatalf("%v %+v", err, d)
-	}
+	// The first call dials and loads the scripts: on a loaded CI machine it has taken more
+	// than the 250 ms under test (seen once with three test packages and a mutation run at
+	// once). What is under test is the frozen store, so the healthy call may be retried.
+	var d ledger.Decision
+	until(t, 5*time.Second, "a first admission from the healthy store", func() (bool, error) {
+		var err error
+		d, err = v.Reserve(ctx, testQuota, "k", 10)
+		return err == nil && d.Admitted, nil
+	})
 	pid := srv.PID()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
