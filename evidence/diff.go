@@ -18,6 +18,9 @@ import (
 // profile and effective configs. It reads only the two bundles.
 type Diff struct {
 	Base, Head string
+	// Mismatch lists what makes the two runs not like for like — a different gateway under
+	// test, profile or scenario set — so a reader weighs everything below against it first.
+	Mismatch   []SettingChange `json:"mismatch,omitempty"`
 	Level      LevelChange     `json:"level"`      // what each run qualified
 	Verdicts   []VerdictChange `json:"verdicts"`   // scenarios whose verdict changed (or that exist on one side only)
 	Moved      []FactChange    `json:"moved"`      // numeric facts and request measures that changed
@@ -51,6 +54,9 @@ type VerdictChange struct {
 	Head      Status `json:"head"` // "" when the scenario is not in the candidate
 	Regressed bool   `json:"regressed"`
 	Reason    string `json:"reason,omitempty"` // the candidate's reason when it did not pass
+	// NotRun: the candidate did not select the scenario (it is in the baseline only). A pass
+	// not run is still a regression: the candidate no longer qualifies what it covered.
+	NotRun bool `json:"not_run,omitempty"`
 }
 
 // FactChange is one numeric measure that moved.
@@ -97,7 +103,7 @@ func DiffBundles(basePath, headPath string, threshold float64) (Diff, error) {
 
 // Compare compares a baseline bundle with a candidate.
 func Compare(base, head *Bundle, threshold float64) Diff {
-	d := Diff{Base: base.Path, Head: head.Path, Threshold: threshold}
+	d := Diff{Base: base.Path, Head: head.Path, Threshold: threshold, Mismatch: mismatches(base, head)}
 	d.Level = LevelChange{Base: base.Qualification.Level, Head: head.Qualification.Level,
 		Regressed: head.Qualification.Worse(base.Qualification), Skipped: head.Qualification.Skipped}
 	d.Regressed = d.Level.Regressed
@@ -116,7 +122,7 @@ func Compare(base, head *Bundle, threshold float64) Diff {
 		if bs == hs {
 			d.Unchanged++
 		} else {
-			vc := VerdictChange{Scenario: name, Base: bs, Head: hs, Regressed: regressed(bs, hs)}
+			vc := VerdictChange{Scenario: name, Base: bs, Head: hs, Regressed: regressed(bs, hs), NotRun: !inHead}
 			if inHead && hs != Passed {
 				vc.Reason = firstLineOf(h.Reason)
 			}
@@ -199,6 +205,53 @@ func measures(r ScenarioResult, reqs []RequestRecord) map[string]float64 {
 	return out
 }
 
+// mismatches lists what the two runs qualified differently: the gateway under test (its
+// profile's name), the scenario parameters' profile, the set of scenarios selected.
+func mismatches(base, head *Bundle) []SettingChange {
+	var out []SettingChange
+	if b, h := gatewayOf(base.Manifest), gatewayOf(head.Manifest); b != h {
+		out = append(out, SettingChange{"gateway under test", b, h})
+	}
+	if b, h := base.Manifest.Profile, head.Manifest.Profile; b != h {
+		out = append(out, SettingChange{"profile", b, h})
+	}
+	bn, hn := byName(base.Results), byName(head.Results)
+	var onlyBase, onlyHead []string
+	for _, n := range unionNames(base.Results, head.Results) {
+		if _, ok := hn[n]; !ok {
+			onlyBase = append(onlyBase, n)
+		}
+		if _, ok := bn[n]; !ok {
+			onlyHead = append(onlyHead, n)
+		}
+	}
+	if len(onlyBase)+len(onlyHead) > 0 {
+		side := func(n int, only []string, other string) string {
+			s := fmt.Sprintf("%d scenarios", n)
+			if len(only) > 0 {
+				s += "; not in the " + other + ": " + strings.Join(only, ", ")
+			}
+			return s
+		}
+		out = append(out, SettingChange{"scenario set",
+			side(len(base.Results), onlyBase, "candidate"), side(len(head.Results), onlyHead, "baseline")})
+	}
+	return out
+}
+
+// gatewayOf names the gateway a run qualified: its gateway profile, or quotaqual's own.
+func gatewayOf(m Manifest) string {
+	if gp, ok := m.TopologyFacts["gateway_profile"].(map[string]any); ok {
+		if name, ok := gp["name"].(string); ok && name != "" {
+			return name
+		}
+	}
+	if gp, ok := m.TopologyFacts["gateway_profile"].(map[string]string); ok && gp["name"] != "" {
+		return gp["name"]
+	}
+	return "quotaqual's own gateway"
+}
+
 // settingChanges lists versions, topology, profile, effective configs and topology facts that
 // differ. A run's own id is replaced by "<run>" before comparing, so names derived from it
 // (namespaces, keys) do not count as differences.
@@ -219,7 +272,6 @@ func settingChanges(base, head *Bundle) []SettingChange {
 	add("quotaqual version", bm.QuotaqualVersion, hm.QuotaqualVersion)
 	add("valkey version", bm.ValkeyVersion, hm.ValkeyVersion)
 	add("topology", bm.Topology, hm.Topology)
-	add("profile", bm.Profile, hm.Profile)
 	add("schema version", bm.SchemaVersion, hm.SchemaVersion)
 	out = append(out, configChanges(base, head)...)
 	bt, ht := map[string]string{}, map[string]string{}
@@ -230,7 +282,7 @@ func settingChanges(base, head *Bundle) []SettingChange {
 		ht[k] = valueString(v)
 	}
 	for _, k := range unionKeys(bt, ht) {
-		if k == "run_id" {
+		if k == "run_id" || k == "gateway_profile" { // the gateway is a mismatch, said first
 			continue
 		}
 		add("topology "+k, bt[k], ht[k])
@@ -367,6 +419,12 @@ func firstLineOf(s string) string {
 // settings.
 func (d Diff) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "baseline  %s\ncandidate %s\n", d.Base, d.Head)
+	if len(d.Mismatch) > 0 {
+		fmt.Fprintln(w, "NOT LIKE FOR LIKE: the two runs qualified different things; read what follows with that in mind")
+		for _, m := range d.Mismatch {
+			fmt.Fprintf(w, "  %s: %s → %s\n", m.Name, orNone(m.Base), orNone(m.Head))
+		}
+	}
 	switch {
 	case d.Level.Regressed:
 		fmt.Fprintf(w, "level: ✗ REGRESSED %s → %s", d.Level.Base, d.Level.Head)
@@ -390,7 +448,10 @@ func (d Diff) WriteText(w io.Writer) {
 			} else if v.Head == Passed {
 				mark = "✓ improved "
 			}
-			fmt.Fprintf(w, "  %s%s: %s → %s", mark, v.Scenario, orNone(string(v.Base)), orNone(string(v.Head)))
+			fmt.Fprintf(w, "  %s%s: %s → %s", mark, v.Scenario, verdictWord(v.Base), verdictWord(v.Head))
+			if v.NotRun {
+				fmt.Fprint(w, " (the candidate did not select it)")
+			}
 			if v.Reason != "" {
 				fmt.Fprintf(w, " (%s)", v.Reason)
 			}
@@ -432,4 +493,13 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// verdictWord is a verdict as the text diff shows it: a scenario one side did not select is
+// "not run" there.
+func verdictWord(s Status) string {
+	if s == "" {
+		return "not run"
+	}
+	return string(s)
 }

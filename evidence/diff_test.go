@@ -57,7 +57,7 @@ func TestDiffFindsRegressionsMovesAndSettings(t *testing.T) {
 	for name, want := range map[string]VerdictChange{
 		"partition": {Scenario: "partition", Base: Skipped, Head: Failed, Regressed: true, Reason: "admitted while cut off"},
 		"restart":   {Scenario: "restart", Base: Failed, Head: Passed},
-		"dropped":   {Scenario: "dropped", Base: Passed, Head: "", Regressed: true},
+		"dropped":   {Scenario: "dropped", Base: Passed, Head: "", Regressed: true, NotRun: true},
 		"new-one":   {Scenario: "new-one", Base: "", Head: Skipped},
 	} {
 		if got[name] != want {
@@ -146,5 +146,60 @@ func TestDiffPassToFailIsARegressionAndFailToPassIsNot(t *testing.T) {
 		if got := regressed(c.base, c.head); got != c.want {
 			t.Errorf("regressed(%q → %q) = %v, want %v", c.base, c.head, got, c.want)
 		}
+	}
+}
+
+// TestDiffSaysFirstWhenTheRunsQualifiedDifferentThings: a different gateway, profile or scenario
+// set is said before the level and the verdicts, and a scenario the candidate did not select is
+// "not run", never "passed → (none)" (issue 26).
+func TestDiffSaysFirstWhenTheRunsQualifiedDifferentThings(t *testing.T) {
+	base := diffBundle("run-1", "v1", []ScenarioResult{
+		{Name: "shared-budget", Status: Passed}, {Name: "valkey-outage", Status: Passed}}, nil)
+	head := diffBundle("run-2", "v1", []ScenarioResult{
+		{Name: "shared-budget", Status: Passed}, {Name: "api-surface", Status: Passed}}, nil)
+	head.Manifest.Profile = "reference"
+	head.Manifest.TopologyFacts["gateway_profile"] = map[string]any{"name": "their-gateway", "status": "candidate"}
+
+	d := Compare(base, head, DefaultThreshold)
+	want := map[string]SettingChange{
+		"gateway under test": {"gateway under test", "quotaqual's own gateway", "their-gateway"},
+		"profile":            {"profile", "quick", "reference"},
+		"scenario set": {"scenario set", "2 scenarios; not in the candidate: valkey-outage",
+			"2 scenarios; not in the baseline: api-surface"},
+	}
+	if len(d.Mismatch) != len(want) {
+		t.Errorf("mismatch %+v, want gateway, profile and scenario set", d.Mismatch)
+	}
+	for _, m := range d.Mismatch {
+		if want[m.Name] != m {
+			t.Errorf("mismatch %+v, want %+v", m, want[m.Name])
+		}
+	}
+	for _, s := range d.Settings {
+		if s.Name == "profile" {
+			t.Errorf("the profile is listed again among the settings: %+v", s)
+		}
+	}
+	var out bytes.Buffer
+	d.WriteText(&out)
+	text := out.String()
+	first, level := strings.Index(text, "NOT LIKE FOR LIKE"), strings.Index(text, "level:")
+	if first < 0 || level < 0 || first > level {
+		t.Errorf("the mismatch is not said before the level:\n%s", text)
+	}
+	for _, s := range []string{"gateway under test: quotaqual's own gateway → their-gateway", "profile: quick → reference",
+		"valkey-outage: passed → not run (the candidate did not select it)", "api-surface: not run → passed"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("text diff lacks %q:\n%s", s, text)
+		}
+	}
+	if strings.Contains(text, "(none)") {
+		t.Errorf("text diff still says (none) for a scenario not run:\n%s", text)
+	}
+
+	// Like for like: nothing is said.
+	same := Compare(base, diffBundle("run-3", "v1", base.Results, nil), DefaultThreshold)
+	if len(same.Mismatch) != 0 {
+		t.Errorf("two runs of the same gateway, profile and scenarios: mismatch %+v", same.Mismatch)
 	}
 }

@@ -402,12 +402,14 @@ figure{margin:.6em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:
 td.allowed{background:#e3f4e6}td.denied{background:#eef0f5}td.wrong{background:#f9c9c9;font-weight:bold}td.none{color:#aaa;text-align:center}
 td.val{max-width:46em;overflow-wrap:anywhere;font-family:"Liberation Mono",monospace;font-size:.85em}
 nav a{margin-right:.6em}
+.partial-banner{background:#fff4ce;border:1px solid #b38f00;padding:.5em .8em}
 </style>
 </head>
 <body>
 <header id="run">
 <h1>quotaqual qualification <span class="badge st-{{.Q.Level}}" data-level="{{.Q.Level}}">{{.Q.Level}}</span></h1>
-<p class="meta">Run <code>{{.M.RunID}}</code> · {{.Counts.passed}} passed, {{.Counts.failed}} failed, {{.Counts.skipped}} skipped · {{.Requests}} requests recorded</p>
+{{if .M.Partial}}<p class="partial-banner" role="alert"><strong>Partial bundle:</strong> {{.M.Partial}}.</p>
+{{end}}<p class="meta">Run <code>{{.M.RunID}}</code> · {{.Counts.passed}} passed, {{.Counts.failed}} failed, {{.Counts.skipped}} skipped · {{.Requests}} requests recorded</p>
 <table class="qualification">
 <tr><th>level</th><td class="st-{{.Q.Level}}">{{.Q.Level}}: {{.Q.Counts}}</td></tr>
 {{if .Q.Failed}}<tr><th>failed</th><td>{{range $i, $n := .Q.Failed}}{{if $i}}, {{end}}<a href="#scenario-{{$n}}">{{$n}}</a>{{end}}</td></tr>{{end}}

@@ -16,6 +16,9 @@ func renderSummary(m Manifest, results []ScenarioResult) []byte {
 	var b bytes.Buffer
 	q := qualificationOf(m, results)
 	fmt.Fprintf(&b, "# quotaqual qualification: %s\n\n", q.Level)
+	if m.Partial != "" {
+		fmt.Fprintf(&b, "> **Partial bundle:** %s.\n\n", m.Partial)
+	}
 	fmt.Fprintf(&b, "- Level: **%s** — %s\n", q.Level, q.Counts())
 	if len(q.Failed) > 0 {
 		fmt.Fprintf(&b, "- Failed: %s\n", mdCell(strings.Join(q.Failed, ", ")))

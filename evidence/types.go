@@ -94,7 +94,10 @@ type Manifest struct {
 	Qualification *Qualification `json:"qualification,omitempty"`
 	// Outcome is how the run ended: passed, failed, required-skipped (a scenario --require
 	// named was skipped: exit 4), interrupted, topology-error.
-	Outcome  string            `json:"outcome"`
+	Outcome string `json:"outcome"`
+	// Partial says why the bundle does not cover the whole run — interrupted, or killed before
+	// it was finished (the manifest NewWriter leaves until Finish replaces it); empty when it does.
+	Partial  string            `json:"partial,omitempty"`
 	Teardown any               `json:"teardown,omitempty"`
 	Files    map[string]string `json:"files"` // relative path -> sha256 hex, every file but manifest.json
 }

@@ -13,12 +13,13 @@ import (
 type VerifyReport struct {
 	Bundle   string    `json:"bundle"`
 	RunID    string    `json:"run_id"`
-	Files    int       `json:"files"`    // files listed in the manifest
-	Missing  []string  `json:"missing"`  // listed but absent
-	Extra    []string  `json:"extra"`    // present but not listed
-	Changed  []string  `json:"changed"`  // checksum differs
-	Findings []Finding `json:"findings"` // credentials found by the canary scan
-	Canaries int       `json:"canaries"` // hashed canary forms checked
+	Files    int       `json:"files"`             // files listed in the manifest
+	Missing  []string  `json:"missing"`           // listed but absent
+	Extra    []string  `json:"extra"`             // present but not listed
+	Changed  []string  `json:"changed"`           // checksum differs
+	Findings []Finding `json:"findings"`          // credentials found by the canary scan
+	Canaries int       `json:"canaries"`          // hashed canary forms checked
+	Partial  string    `json:"partial,omitempty"` // why the bundle does not cover the whole run (Manifest.Partial)
 }
 
 // OK reports whether every checksum matched and the scan found nothing.
@@ -49,6 +50,7 @@ func Verify(dir string) (VerifyReport, error) {
 		return rep, fmt.Errorf("evidence: %s: read %s: %w", dir, ManifestFile, err)
 	}
 	rep.RunID = m.RunID
+	rep.Partial = m.Partial
 	rep.Files = len(m.Files)
 	for name, want := range m.Files {
 		b, ok := byName[name]

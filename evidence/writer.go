@@ -90,6 +90,14 @@ func NewWriter(root, runID string, secrets []string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evidence: create %s: %w", RequestsFile, err)
 	}
+	// Until Finish replaces it, the manifest says the bundle is partial: a run killed before
+	// it finished (kill -9, a crash) leaves a bundle that says so instead of looking empty.
+	provisional, _ := json.MarshalIndent(Manifest{SchemaVersion: wire.BundleSchemaVersion, RunID: runID,
+		Outcome: OutcomeUnfinished, Partial: PartialUnfinished, Files: map[string]string{}}, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, ManifestFile), append(provisional, '\n'), 0o644); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("evidence: write the provisional %s: %w", ManifestFile, err)
+	}
 	return &Writer{
 		root: root, runID: runID, dir: dir,
 		secrets: append([]string(nil), secrets...),
@@ -126,6 +134,14 @@ func (w *Writer) Request(rec RequestRecord) {
 		return
 	}
 	b = append(b, '\n')
+	// Only whole records reach the file: the buffer is flushed before a record that does not
+	// fit (a record larger than the buffer goes out in one write), so whatever ends the run,
+	// requests.jsonl ends with a whole line.
+	if w.reqBuf.Buffered() > 0 && w.reqBuf.Available() < len(b) {
+		if err := w.reqBuf.Flush(); err != nil && w.reqErr == nil {
+			w.reqErr = fmt.Errorf("evidence: write %s: %w", RequestsFile, err)
+		}
+	}
 	if _, err := w.reqBuf.Write(b); err != nil && w.reqErr == nil {
 		w.reqErr = fmt.Errorf("evidence: write %s: %w", RequestsFile, err)
 	}
@@ -312,6 +328,13 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 	if err := w.reqFile.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("evidence: close %s: %w", RequestsFile, err))
 	}
+	// A write cut short (a full disk) may have left half a record: drop it.
+	if err := truncateToLastNewline(filepath.Join(w.dir, RequestsFile)); err != nil {
+		errs = append(errs, err)
+	}
+	if m.Outcome == OutcomeInterrupted && m.Partial == "" {
+		m.Partial = PartialInterrupted
+	}
 
 	if m.SchemaVersion == "" {
 		m.SchemaVersion = wire.BundleSchemaVersion
@@ -404,6 +427,27 @@ func (w *Writer) Finish(m Manifest, results []ScenarioResult) (Outcome, error) {
 			strings.Join(findingFiles(findings), ", "), "fix the redaction before sharing this bundle")
 	}
 	return out, nil
+}
+
+// How a bundle that does not cover the whole run is marked (Manifest.Outcome and Partial).
+const (
+	OutcomeInterrupted = "interrupted"
+	OutcomeUnfinished  = "unfinished"
+	PartialInterrupted = "the run was interrupted (Ctrl-C, SIGTERM or a hang-up): scenarios that had not finished are skipped as interrupted"
+	PartialUnfinished  = "the run ended before it finished this bundle (kill -9, a crash, the machine going down): only requests.jsonl, up to its last whole line, and what was added before then are here"
+)
+
+// truncateToLastNewline cuts path after its last newline, so a record cut short is not read as
+// one; a file that ends with a newline (or is empty) is left as it is.
+func truncateToLastNewline(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 || b[len(b)-1] == '\n' {
+		return err
+	}
+	if err := os.Truncate(path, int64(bytes.LastIndexByte(b, '\n')+1)); err != nil {
+		return fmt.Errorf("evidence: drop the cut-off last line of %s: %w", RequestsFile, err)
+	}
+	return nil
 }
 
 type resultsDoc struct {

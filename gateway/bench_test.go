@@ -21,6 +21,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/quotaqual/quotaqual/internal/quantile"
 	"github.com/quotaqual/quotaqual/internal/valkeytest"
 	"github.com/quotaqual/quotaqual/ledger"
 )
@@ -83,11 +84,15 @@ quota:
       reserved_tokens: 10
 `, prov.data)
 	gwEnv := []string{"QQB_PW=" + pw, "QQB_VALKEY=" + vk.URL()}
+	// The sub-benchmarks' names say which CPU budget the gateway had, so a reader (and
+	// internal/benchtargets) never mistakes one run for the other.
+	budget := ""
 	if n := os.Getenv(benchGatewayProcsEnv); n != "" {
 		if v, err := strconv.Atoi(n); err != nil || v < 1 {
 			b.Fatalf("%s=%q: want a whole number of CPUs, at least 1", benchGatewayProcsEnv, n)
 		}
 		gwEnv = append(gwEnv, "GOMAXPROCS="+n) // the gateway's alone, not this process's
+		budget = "gateway-gomaxprocs=" + n + "/"
 	}
 	gw := startGateway(b, "gateway-bench", cfg, gwEnv)
 	store := newStoreProbe(b, vk.URL())
@@ -133,7 +138,7 @@ quota:
 	}
 
 	for _, clients := range []int{1, 32} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%sclients=%d", budget, clients), func(b *testing.B) {
 			per := max(1, b.N/clients)
 			lat := make([][][]time.Duration, len(paths)) // path → client → samples
 			for i := range lat {
@@ -176,7 +181,7 @@ quota:
 			var p50, p99 [5]time.Duration
 			for i, name := range []string{"direct", "proxy", "gateway", "valkey", "reserve"} {
 				s := flatten(lat[i])
-				p50[i], p99[i] = pct(s, 50), pct(s, 99)
+				p50[i], p99[i] = quantile.Of(s, .50), quantile.Of(s, .99)
 				b.ReportMetric(us(p50[i]), name+"-p50-µs")
 				b.ReportMetric(us(p99[i]), name+"-p99-µs")
 			}
@@ -343,14 +348,6 @@ func flatten(x [][]time.Duration) []time.Duration {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
-}
-
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted)-1) * p / 100)
-	return sorted[i]
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
@@ -638,7 +635,7 @@ func (h *settleTimes) Handle(_ context.Context, r slog.Record) error {
 // (the client's time of the response's last byte → the gateway's log line written when the
 // settle call returned), at 1 and 32 clients through a gateway in this process (Valkey backend,
 // a real provider stub process). Within that lag a client's next request is admitted against
-// the estimate of the previous one, not its usage (README, known limitations).
+// the estimate of the previous one, not its usage (docs/gateway.md, "Settlement lands after the response").
 func BenchmarkSettleLag(b *testing.B) {
 	logs := &settleTimes{at: map[string]time.Time{}}
 	_, client, postOne := startBenchGateway(b, "lag", slog.New(logs))

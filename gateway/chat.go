@@ -50,6 +50,7 @@ type chatRequest struct {
 	Model               *string `json:"model"`
 	MaxTokens           *int64  `json:"max_tokens"`
 	MaxCompletionTokens *int64  `json:"max_completion_tokens"`
+	MaxOutputTokens     *int64  `json:"max_output_tokens"` // the Responses API's bound
 	N                   *int64  `json:"n"`
 	Stream              *bool   `json:"stream"`
 	StreamOptions       *struct {
@@ -62,6 +63,12 @@ type chatRequest struct {
 	// clampOutput, when positive, is the output bound per choice written into the forwarded
 	// body (enforcement hard): max_completion_tokens, and max_tokens when the client sent it.
 	clampOutput int64
+	// clampField, when set, is the one output-bound field the clamp writes (the endpoint's
+	// own: max_output_tokens, or legacy max_tokens) instead of chat's two.
+	clampField string
+	// noStreamUsage: the endpoint reports usage in its stream unasked and takes no
+	// stream_options (the Responses API).
+	noStreamUsage bool
 }
 
 // requestRecord is what the per-request log line reports. It never holds credentials, prompts
@@ -135,7 +142,8 @@ func (s *Server) deny(w http.ResponseWriter, rec *requestRecord, status int, res
 	s.logRequest(rec)
 }
 
-func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
+// serveChat is the shared admission and settlement path of every metered endpoint (ep).
+func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	rec := &requestRecord{start: time.Now(), id: s.requestID(r), unreadBody: r.ContentLength != 0 && !mutant.Is(mutant.NoRequestBounds)}
 	w.Header()[hRequestID] = []string{rec.id}
 	// The request must arrive, and every write leave, in bounded time: a connection whose
@@ -201,6 +209,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cr, err := parseChatRequest(body)
+	cr = ep.read(cr)
 	if err != nil {
 		s.deny(w, rec, http.StatusBadRequest, resultBadRequest, wire.CodeInvalidJSON,
 			wire.TypeInvalidRequest, wire.CodeInvalidJSON, "request body is not a valid chat completion JSON object: "+jsonErrorSummary(err))
@@ -263,7 +272,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 	}
 	est := rule.Estimate(facts)
 	rec.estimate = est
-	if rule.Enforcement == ledger.EnforcementHard {
+	if rule.Enforcement == ledger.EnforcementHard && !ep.inputOnly {
 		// The provider is asked for no more than the reservation covers after the prompt.
 		limit, ok := rule.OutputLimit(mutateClampFacts(facts), est)
 		if !ok {
@@ -320,7 +329,7 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request) {
 			s.settler.enqueue(settleJob{res: res, usage: ledger.Usage{}, rec: rec, rn: rn, series: rs})
 		}
 	}()
-	m := s.forward(w, r, rec, rule.Quota, dec, body, &cr)
+	m := s.forward(w, r, rec, rule.Quota, dec, body, &cr, ep)
 	usage := m.charge(est, rule.InputEstimate(int64(len(body))))
 	if mutant.Is(mutant.EstimateOnDisconnect) && !m.notSent && !(m.reported() && m.status/100 == 2 && !m.fromTail) {
 		usage = ledger.Usage{}
@@ -397,6 +406,10 @@ var credentialHeaders = []string{
 	"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "Api-Key",
 }
 
+// methodOverrideHeaders ask frameworks to serve a request as another method. The gateway
+// admitted and meters a POST, so a provider is never asked to treat it as anything else.
+var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
 // Canonical names of the headers the gateway sets, so that setting one on every request does
 // not canonicalize (allocate) the name again.
 var (
@@ -406,10 +419,10 @@ var (
 	hRemainingToken = http.CanonicalHeaderKey(wire.RemainingTokensHeader)
 )
 
-// notUpstream are the canonical names never sent to a provider: hop-by-hop, credentials, and
-// those the gateway sets or decides itself (identity upstream: the gateway reads usage from
+// notUpstream are the canonical names never sent to a provider: hop-by-hop, credentials, method
+// overrides, and those the gateway sets or decides itself (identity upstream: the gateway reads usage from
 // the body).
-var notUpstream = headerSet(append(append([]string{"Content-Length", "Accept-Encoding", "Host"}, hopHeaders...), credentialHeaders...))
+var notUpstream = headerSet(slices.Concat([]string{"Content-Length", "Accept-Encoding", "Host"}, hopHeaders, credentialHeaders, methodOverrideHeaders))
 
 // notDownstream are the canonical names of a provider's response never relayed to the client.
 var notDownstream = headerSet(hopHeaders)
@@ -459,6 +472,9 @@ func copyHeaders(dst, src http.Header, skip map[string]bool) {
 func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
 	stream := cr.Stream != nil && *cr.Stream
 	wantsUsage := cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage != nil && *cr.StreamOptions.IncludeUsage
+	if cr.noStreamUsage {
+		wantsUsage = true
+	}
 	if cr.forwardModel == "" && cr.clampOutput <= 0 && (!stream || wantsUsage) {
 		return body, false
 	}
@@ -472,7 +488,9 @@ func upstreamBody(body []byte, cr *chatRequest) ([]byte, bool) {
 		m, _ := json.Marshal(cr.forwardModel)
 		obj["model"] = m
 	}
-	if cr.clampOutput > 0 {
+	if cr.clampOutput > 0 && cr.clampField != "" {
+		obj[cr.clampField] = json.RawMessage(strconv.FormatInt(cr.clampOutput, 10))
+	} else if cr.clampOutput > 0 {
 		// Both output-bound fields, so a provider honouring either stays within the bound.
 		obj["max_completion_tokens"] = json.RawMessage(strconv.FormatInt(cr.clampOutput, 10))
 		if cr.MaxTokens != nil {
@@ -519,7 +537,7 @@ const (
 
 // forward sends the admitted request to the next provider and relays the response. It
 // returns what was seen of the consumption; metered.charge turns it into the settlement.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRecord, q *ledger.Quota, dec ledger.Decision, body []byte, cr *chatRequest) (m metered) {
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRecord, q *ledger.Quota, dec ledger.Decision, body []byte, cr *chatRequest, ep *endpoint) (m metered) {
 	p := s.pick()
 	rec.site = p.site
 	rec.stream = cr.Stream != nil && *cr.Stream
@@ -530,6 +548,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.upstreamTimeout)
 	defer cancel()
 	target := p.chatURL
+	if ep != chatEndpoint {
+		target = p.base + ep.path
+	}
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
 	}
@@ -594,11 +615,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 	buf := *bp
 	var (
 		sse    *sseFilter
-		js     jsonUsageReader
+		js     = jsonUsageReader{ep: ep}
 		outBuf []byte
 	)
 	if isSSE {
-		sse = &sseFilter{dropUsageChunk: dropUsage}
+		sse = &sseFilter{dropUsageChunk: dropUsage, ep: ep}
 	}
 	// Whatever ends the relay, what was read so far is accounted.
 	defer func() {
@@ -639,6 +660,13 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *requestRec
 			break
 		}
 		if rerr != nil {
+			if sse != nil && sse.ended && r.Context().Err() != nil {
+				// The stream's terminal event ([DONE], response.completed) was relayed and the
+				// client then closed the connection before the provider's EOF reached the
+				// gateway: the response was whole, and its usage is what it reported.
+				m.finished = true
+				return m
+			}
 			switch {
 			case r.Context().Err() != nil:
 				rec.end = endClientDisconnect

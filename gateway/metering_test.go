@@ -63,7 +63,7 @@ func TestUsageFromTheTailOfALargeBody(t *testing.T) {
 	if n, ok := j.result(); !ok || n != 2_100_009 {
 		t.Fatalf("usage = %d, %v; want 2100009 read from the tail", n, ok)
 	}
-	if n, ok := usageFromTail([]byte(`"content":"x \"usage\": {\"prompt_tokens\":1,\"completion_tokens\":1}"}]}`)); ok {
+	if n, ok := usageFromTail([]byte(`"content":"x \"usage\": {\"prompt_tokens\":1,\"completion_tokens\":1}"}]}`), chatEndpoint); ok {
 		t.Fatalf("read %d from a usage inside a string", n)
 	}
 }

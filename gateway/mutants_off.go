@@ -16,6 +16,8 @@ func mutateLedger(l ledger.Ledger, _ *ledger.CompiledPolicy) ledger.Ledger { ret
 
 func mutateRenew(renew bool) bool { return renew }
 
+func mutateRenewGivesUp(error) bool { return false }
+
 func mutateDropSettlement(pending int64) bool { return false }
 
 func mutateChallenge(http.Header) {}
@@ -41,3 +43,5 @@ func mutateClamp(map[string]json.RawMessage, *chatRequest) {}
 func mutateUsageTokens(*usageJSON) (n int64, ok, mutated bool) { return 0, false, false }
 
 func mutateRunningUsage(_ bool, _, _, usage int64) int64 { return usage }
+
+func (s *Server) mutateDataHandler(h http.Handler) http.Handler { return h }

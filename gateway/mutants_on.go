@@ -27,6 +27,9 @@ import (
 
 func mutateRenew(renew bool) bool { return renew && !mutant.Is(mutant.NoLeaseRenewal) }
 
+// mutateRenewGivesUp stops the renewer after a failed renewal.
+func mutateRenewGivesUp(err error) bool { return err != nil && mutant.Is(mutant.RenewalGivesUp) }
+
 // mutateDropSettlement turns a settlement away while another one is in progress.
 func mutateDropSettlement(pending int64) bool {
 	return pending > 0 && mutant.Is(mutant.SettlementBacklogDrops)
@@ -150,7 +153,8 @@ func mutateLedger(l ledger.Ledger, p *ledger.CompiledPolicy) ledger.Ledger {
 		_ = l.Close()
 		return &mutantLedger{Ledger: ledger.NewMemory(p.Limits, nil)}
 	case mutant.ReadThenWriteReserve, mutant.AdmissionIgnoresEstimate, mutant.FailOpen, mutant.StoreErrorAs429,
-		mutant.SettleDoubleCharge, mutant.SettleDoubleRefund, mutant.SettleIgnoresUsage, mutant.ProbesConsumeQuota:
+		mutant.SettleDoubleCharge, mutant.SettleDoubleRefund, mutant.SettleIgnoresUsage, mutant.ProbesConsumeQuota,
+		mutant.SettleDropsLostOverage:
 		return &mutantLedger{Ledger: l}
 	}
 	return l
@@ -259,6 +263,12 @@ func (m *mutantLedger) Settle(ctx context.Context, r ledger.Reservation, u ledge
 			u.Tokens = max(0, 2*u.Tokens-r.Estimate)
 		}
 		return m.Ledger.Settle(ctx, r, u)
+	case mutant.SettleDropsLostOverage:
+		// "Nothing to settle": a hold whose lease ran out was charged its estimate already.
+		if live, err := m.Ledger.Renew(ctx, r); err == nil && !live {
+			return ledger.Settlement{}, nil
+		}
+		return m.Ledger.Settle(ctx, r, u)
 	case mutant.SettleDoubleCharge:
 		out, err := m.Ledger.Settle(ctx, r, u)
 		if err != nil || !out.Applied || out.Charged <= 0 || r.Quota == nil {
@@ -356,4 +366,47 @@ func mutateRunningUsage(seen bool, prev, n, usage int64) int64 {
 		return n
 	}
 	return usage
+}
+
+// mutateDataHandler serves one path past the quota: the chat path with a trailing slash, as a
+// router that strips it would (trailing-slash-unmetered), or /v1/embeddings, as a gateway that
+// meters chat alone would (embeddings-unmetered). Authenticated or not, the body goes to the
+// next provider's endpoint and its answer back to the client, with no reservation and no charge.
+func (s *Server) mutateDataHandler(h http.Handler) http.Handler {
+	var path, upstreamPath string
+	switch {
+	case mutant.Is(mutant.TrailingSlashUnmetered):
+		path, upstreamPath = "/v1/chat/completions/", chatEndpoint.path
+	case mutant.Is(mutant.EmbeddingsUnmetered):
+		path, upstreamPath = embeddingsEndpoint.path, embeddingsEndpoint.path
+	default:
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path || r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.policy.Limits.MaxBodyBytes))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, wire.CodeInvalidJSON, "the request body could not be read")
+			return
+		}
+		p := s.pick()
+		out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, p.base+upstreamPath, bytes.NewReader(body))
+		if err != nil {
+			writeError(w, http.StatusBadGateway, wire.TypeUpstream, wire.CodeUpstream, "the provider could not be contacted")
+			return
+		}
+		out.Header = upstreamHeaders(r.Header, s.requestID(r))
+		resp, err := s.transport.RoundTrip(out)
+		if err != nil {
+			writeError(w, http.StatusBadGateway, wire.TypeUpstream, wire.CodeUpstream, "the provider could not be reached")
+			return
+		}
+		defer resp.Body.Close()
+		copyHeaders(w.Header(), resp.Header, notDownstream)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	})
 }

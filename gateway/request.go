@@ -16,7 +16,7 @@ import (
 // decidingFields are the body fields the gateway decides on (rule, allowed model, estimate,
 // streaming). It must read them exactly as the provider will, or a client could show the
 // gateway one value and the provider another.
-var decidingFields = []string{"model", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options"}
+var decidingFields = []string{"model", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "stream", "stream_options"}
 
 // parseChatRequest reads the fields the gateway decides on from a chat completion body.
 //
@@ -50,6 +50,7 @@ func parseChatRequest(body []byte) (chatRequest, error) {
 		v    any
 	}{
 		{"model", &cr.Model}, {"max_tokens", &cr.MaxTokens}, {"max_completion_tokens", &cr.MaxCompletionTokens},
+		{"max_output_tokens", &cr.MaxOutputTokens},
 		{"n", &cr.N}, {"stream", &cr.Stream},
 	} {
 		if err := read(f.name, f.v); err != nil {

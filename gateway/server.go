@@ -69,7 +69,8 @@ type Server struct {
 
 type upstream struct {
 	site    string
-	chatURL string // base URL + /v1/chat/completions
+	base    string // the provider's base URL, without a trailing slash
+	chatURL string // base + /v1/chat/completions
 	series  *siteSeries
 }
 
@@ -114,6 +115,7 @@ func New(cfg *Config, logger *slog.Logger, opts Options) (*Server, error) {
 		u, _ := url.Parse(p.URL) // validated by LoadConfig
 		s.providers = append(s.providers, &upstream{
 			site:    p.Site,
+			base:    strings.TrimRight(u.String(), "/"),
 			chatURL: strings.TrimRight(u.String(), "/") + "/v1/chat/completions",
 		})
 	}
@@ -315,22 +317,37 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 	return serveErr
 }
 
+// dataHandler routes on the path exactly as the client wrote it. A router that cleans or
+// decodes paths (http.ServeMux redirects //, /./ and /../; others forward them) would let
+// another spelling of a metered path past a quota that matches the canonical one, or answer it
+// with a redirect a client may follow unmetered elsewhere: every spelling but the canonical one
+// is 404, and no escape is accepted (r.URL.RawPath is set only when the path as sent differs
+// from its canonical encoding: %2F, %63).
 func (s *Server) dataHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+	return s.mutateDataHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawPath == "" && r.URL.Path == modelsPath {
+			if r.Method != http.MethodGet {
+				w.Header().Set("Allow", http.MethodGet)
+				writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, wire.CodeMethod, "use GET for /v1/models")
+				return
+			}
+			s.serveModels(w, r)
+			return
+		}
+		ep := meteredEndpoints[r.URL.Path]
+		if r.URL.RawPath != "" || ep == nil {
+			writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, wire.CodeNotFound, "unknown path; this gateway serves POST /v1/chat/completions, /v1/responses, /v1/completions and /v1/embeddings and GET /v1/models")
+			return
+		}
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, wire.CodeMethod, "use POST for /v1/chat/completions")
+			writeError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, wire.CodeMethod, "use POST for "+ep.path)
 			return
 		}
 		s.handlers.Add(1)
 		defer s.handlers.Done()
-		s.serveChat(w, r)
-	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, wire.CodeNotFound, "unknown path; this gateway serves POST /v1/chat/completions")
-	})
-	return mux
+		s.serveChat(w, r, ep)
+	}))
 }
 
 func (s *Server) adminHandler() http.Handler {

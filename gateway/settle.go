@@ -190,7 +190,7 @@ func (s *Server) startRenewal(res ledger.Reservation) *renewer {
 		}
 		rn.mu.Lock()
 		defer rn.mu.Unlock()
-		if rn.stopped || (err == nil && !live) {
+		if rn.stopped || (err == nil && !live) || mutateRenewGivesUp(err) {
 			return
 		}
 		if err != nil {

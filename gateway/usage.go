@@ -12,11 +12,14 @@ import (
 // may have. Anything larger is treated as garbled (and the request is charged its estimate).
 const maxUsageTokens = 1 << 53
 
-// usageJSON is OpenAI's usage object.
+// usageJSON is OpenAI's usage object: chat's (prompt_tokens, completion_tokens) or the
+// Responses API's (input_tokens, output_tokens); endpoint.usage reads the endpoint's own.
 type usageJSON struct {
 	PromptTokens     *int64 `json:"prompt_tokens"`
 	CompletionTokens *int64 `json:"completion_tokens"`
 	TotalTokens      *int64 `json:"total_tokens"`
+	InputTokens      *int64 `json:"input_tokens"`
+	OutputTokens     *int64 `json:"output_tokens"`
 }
 
 // tokens returns the tokens to charge: max(total_tokens, prompt_tokens + completion_tokens).
@@ -105,6 +108,7 @@ func (m metered) charge(estimate, input int64) ledger.Usage {
 // jsonUsageReader keeps what a non-streaming response needs to read its usage: the whole body
 // up to maxJSONUsageBuffer, beyond that only its last usageTailBytes.
 type jsonUsageReader struct {
+	ep     *endpoint // nil: chat
 	buf    []byte
 	tooBig bool
 	bytes  int64
@@ -127,12 +131,16 @@ func (j *jsonUsageReader) feed(p []byte) {
 // understates what was generated: its usage is unknown (a body too large to keep whole is
 // trusted, its text being gone).
 func (j *jsonUsageReader) result() (int64, bool) {
+	ep := j.ep
+	if ep == nil {
+		ep = chatEndpoint
+	}
 	if j.tooBig {
-		return usageFromTail(j.buf)
+		return usageFromTail(j.buf, ep)
 	}
 	u := readUsageJSON(j.buf)
-	n, ok := u.tokens()
-	if ok && u.completion() < bodyWords(j.buf) && !mutant.Is(mutant.UsageUnderstatedTrusted) {
+	n, ok := ep.usage(u)
+	if ok && ep.completion(u) < ep.bodyWords(j.buf) && !mutant.Is(mutant.UsageUnderstatedTrusted) {
 		return 0, false
 	}
 	return n, ok
@@ -146,7 +154,7 @@ func (j *jsonUsageReader) relayedTokens() int64 {
 
 // usageFromTail reads the last top-level-looking "usage" member of a JSON body's tail (the
 // start of the body is gone). A "usage" inside a string is escaped (\"usage\") and skipped.
-func usageFromTail(tail []byte) (int64, bool) {
+func usageFromTail(tail []byte, ep *endpoint) (int64, bool) {
 	key := []byte(`"usage"`)
 	for end := len(tail); end > 0; {
 		i := bytes.LastIndex(tail[:end], key)
@@ -165,7 +173,7 @@ func usageFromTail(tail []byte) (int64, bool) {
 		if err := json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u); err != nil {
 			continue
 		}
-		if n, ok := u.tokens(); ok {
+		if n, ok := ep.usage(u); ok {
 			return n, true
 		}
 	}
@@ -178,6 +186,8 @@ var (
 	promptTokensKey     = []byte("prompt_tokens")
 	completionTokensKey = []byte("completion_tokens")
 	totalTokensKey      = []byte("total_tokens")
+	inputTokensKey      = []byte("input_tokens")
+	outputTokensKey     = []byte("output_tokens")
 )
 
 // parseUsageJSON reads the usage of a non-streaming chat completion response body. Missing or
@@ -311,6 +321,10 @@ func decodeUsage(raw json.RawMessage, u **usageJSON) error {
 			return decodeValue(v, &(*u).CompletionTokens)
 		case bytes.EqualFold(key, totalTokensKey):
 			return decodeValue(v, &(*u).TotalTokens)
+		case bytes.EqualFold(key, inputTokensKey):
+			return decodeValue(v, &(*u).InputTokens)
+		case bytes.EqualFold(key, outputTokensKey):
+			return decodeValue(v, &(*u).OutputTokens)
 		}
 		return nil
 	})
@@ -327,6 +341,7 @@ const maxSSEEvent = 1 << 20
 // client sees. Apart from removed events, the output is byte-for-byte the input.
 type sseFilter struct {
 	dropUsageChunk bool
+	ep             *endpoint // nil: chat
 
 	pending []byte // bytes of an incomplete event
 	raw     bool   // an event exceeded maxSSEEvent: pass everything through, usage unknown
@@ -337,6 +352,7 @@ type sseFilter struct {
 	garbled    bool  // a usage object could not be read
 	relayed    int64 // output tokens in the content chunks read (relayedOutput)
 	words      int64 // words in the content chunks read (relayedOutput)
+	ended      bool  // the terminal event was read: data [DONE], or a Responses stream's final response event
 }
 
 // feed processes p and appends the bytes to send to the client to out.
@@ -412,6 +428,13 @@ func (f *sseFilter) understated() bool {
 // keep reads one complete event and reports whether it goes to the client.
 func (f *sseFilter) keep(ev []byte) bool {
 	data := sseData(ev)
+	if bytes.Equal(data, []byte("[DONE]")) {
+		f.ended = true
+	}
+	if f.ep != nil && f.ep.responses {
+		f.keepResponses(data)
+		return true
+	}
 	tokens, words := relayedOutput(data)
 	f.relayed += tokens
 	f.words += words
@@ -428,19 +451,50 @@ func (f *sseFilter) keep(ev []byte) bool {
 	if chunk.Usage == nil {
 		return true // "usage": null on ordinary chunks
 	}
-	if n, ok := chunk.Usage.tokens(); ok {
+	f.readUsage(chatEndpoint, chunk.Usage)
+	return !(f.dropUsageChunk && len(chunk.Choices) == 0)
+}
+
+// readUsage takes one usage object of the stream under ep's rules.
+func (f *sseFilter) readUsage(ep *endpoint, u *usageJSON) {
+	if n, ok := ep.usage(u); ok {
 		// Running totals: keep the largest seen.
 		prev := f.usage
 		if !f.seen || n > f.usage {
 			f.usage = n
 		}
 		f.usage = mutateRunningUsage(f.seen, prev, n, f.usage)
-		f.completion = max(f.completion, chunk.Usage.completion())
+		f.completion = max(f.completion, ep.completion(u))
 		f.seen = true
 	} else {
 		f.garbled = true
 	}
-	return !(f.dropUsageChunk && len(chunk.Choices) == 0)
+}
+
+// keepResponses reads one event of a Responses API stream: its delta's output, and the usage
+// of the response object (response.completed, response.incomplete; null on the earlier
+// lifecycle events). Every event goes to the client: the gateway asked for nothing extra.
+func (f *sseFilter) keepResponses(data []byte) {
+	if data == nil || !bytes.Contains(data, []byte(`"type"`)) {
+		return
+	}
+	var ev responsesEvent
+	if json.Unmarshal(data, &ev) != nil {
+		if bytes.Contains(data, []byte(`"usage"`)) {
+			f.garbled = true // a usage-bearing event that cannot be read
+		}
+		return
+	}
+	tokens, words := relayedResponsesOutput(&ev)
+	f.relayed += tokens
+	f.words += words
+	if ev.Response != nil && ev.Response.Usage != nil {
+		f.readUsage(responsesEndpoint, ev.Response.Usage)
+	}
+	switch ev.Type {
+	case "response.completed", "response.incomplete", "response.failed":
+		f.ended = true
+	}
 }
 
 // relayedOutput counts the output of one chunk's data. tokens: per choice with any text (delta

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaqual/quotaqual/internal/quantile"
 	"github.com/quotaqual/quotaqual/internal/valkeyproc"
 	"github.com/quotaqual/quotaqual/internal/valkeytest"
 	"github.com/quotaqual/quotaqual/ledger"
@@ -77,9 +78,9 @@ func BenchmarkValkeyClusterReserve(b *testing.B) {
 	slices.Sort(one)
 	slices.Sort(three)
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(micros(quantile(one, .50)), "single-p50-µs")
-	b.ReportMetric(micros(quantile(one, .99)), "single-p99-µs")
-	b.ReportMetric(micros(quantile(three, .50)), "cluster-p50-µs")
-	b.ReportMetric(micros(quantile(three, .99)), "cluster-p99-µs")
-	b.ReportMetric(float64(quantile(three, .50))/float64(quantile(one, .50)), "cluster/single-p50")
+	b.ReportMetric(micros(quantile.Of(one, .50)), "single-p50-µs")
+	b.ReportMetric(micros(quantile.Of(one, .99)), "single-p99-µs")
+	b.ReportMetric(micros(quantile.Of(three, .50)), "cluster-p50-µs")
+	b.ReportMetric(micros(quantile.Of(three, .99)), "cluster-p99-µs")
+	b.ReportMetric(float64(quantile.Of(three, .50))/float64(quantile.Of(one, .50)), "cluster/single-p50")
 }

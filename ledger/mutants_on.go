@@ -44,6 +44,9 @@ var rewrites = map[mutant.Name][]rewrite{
 		{script: "reserve", old: "  if s + res + est > tonumber(ARGV[o]) and not repeated then\n",
 			new: "  if i == 1 and s + res + est > tonumber(ARGV[o]) and not repeated then\n"},
 	},
+	// A denial reports the first window that refuses, not the one whose wait is longest.
+	mutant.RetryAfterFirstWindow: {{script: "reserve", old: "    if wait > worst then\n",
+		new: "    if worst < 0 then\n"}},
 }
 
 // scripts are the ledger's scripts by the names rewrites use.

@@ -388,9 +388,12 @@ type quotaLayout struct {
 // new *Quota per call only makes the cache start over).
 const maxLayouts = 1024
 
-func (v *Valkey) prefix(rule, key string) string {
-	sum := sha256.Sum256([]byte(compositeKey(rule, key)))
-	return v.ns + ":{" + hex.EncodeToString(sum[:])[:32] + "}"
+// hashTag writes into tag the hash tag of rule's quota key key (see HashTag), without
+// allocating for a rule and key of up to 128 bytes together.
+func hashTag(tag *[32]byte, rule, key string) {
+	var buf [128]byte
+	sum := sha256.Sum256(append(append(append(buf[:0], rule...), 0), key...)) // compositeKey
+	hex.Encode(tag[:], sum[:16])
 }
 
 func (v *Valkey) quotaLayout(q *Quota) *quotaLayout {
@@ -465,16 +468,42 @@ func newQuotaLayout(q *Quota) *quotaLayout {
 }
 
 // layout returns a call's keys and its ARGV holding the common prefix, with room for extra
-// more arguments.
+// more arguments. The keys, "<ns>:{<hash tag>}" and a suffix each, are cut from one string.
 func (v *Valkey) layout(q *Quota, key string, extra int) scriptKeys {
 	ql := v.quotaLayout(q)
-	p := v.prefix(q.Rule, key)
-	sk := scriptKeys{quotaLayout: ql, keys: make([]string, 2+len(ql.suffixes)), args: make([]string, len(ql.argv), len(ql.argv)+extra)}
-	sk.keys[0] = p + ":r" // reservations with their deadlines, and the bookkeeping fields
-	for i, suf := range ql.suffixes {
-		sk.keys[1+i] = p + suf
+	var tag [32]byte
+	hashTag(&tag, q.Rule, key)
+	nk := 2 + len(ql.suffixes)
+	kv := make([]string, nk+len(ql.argv), nk+len(ql.argv)+extra) // the keys, then the ARGV (one allocation)
+	sk := scriptKeys{quotaLayout: ql, keys: kv[:nk:nk], args: kv[nk:]}
+	suffix := func(i int) string {
+		switch i {
+		case 0:
+			return ":r" // reservations with their deadlines, and the bookkeeping fields
+		case len(sk.keys) - 1:
+			return ":x" // the tombstones' expiries (see common.lua)
+		}
+		return ql.suffixes[i-1]
 	}
-	sk.keys[1+len(ql.suffixes)] = p + ":x" // the tombstones' expiries (see common.lua)
+	p := len(v.ns) + len(":{") + len(tag) + len("}")
+	n := len(sk.keys) * p
+	for i := range sk.keys {
+		n += len(suffix(i))
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := range sk.keys {
+		b.WriteString(v.ns)
+		b.WriteString(":{")
+		b.Write(tag[:])
+		b.WriteByte('}')
+		b.WriteString(suffix(i))
+	}
+	all, start := b.String(), 0
+	for i := range sk.keys {
+		end := start + p + len(suffix(i))
+		sk.keys[i], start = all[start:end], end
+	}
 	copy(sk.args, ql.argv)
 	return sk
 }

@@ -2,8 +2,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -88,8 +86,9 @@ func HashSlot(key string) int {
 // '{' and '}' in each key's name), which decides their slot: the harness maps the keys it
 // finds on each shard back to their subjects with it. Locate's keys carry it (a test checks).
 func HashTag(rule, key string) string {
-	sum := sha256.Sum256([]byte(compositeKey(rule, key)))
-	return hex.EncodeToString(sum[:])[:32]
+	var tag [32]byte
+	hashTag(&tag, rule, key)
+	return string(tag[:])
 }
 
 // KeyLocation is where a quota key's state lives, for evidence.

@@ -31,7 +31,7 @@ import (
 
 // Options are what `quotaqual run` takes.
 type Options struct {
-	Topology    string   // auto, netns, docker, process
+	Topology    string   // auto (the default) or a registered engine (topology.EngineNames)
 	Profile     string   // quick, reference
 	Scenarios   []string // empty: all, in order
 	EvidenceDir string   // default ./quotaqual-evidence
@@ -97,7 +97,10 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // Validate checks options before anything is started, naming the flag and the fix.
 func (o *Options) Validate() error {
 	if o.Topology != "" && o.Topology != topology.EngineAuto && !topology.IsEngine(o.Topology) {
-		return &UsageError{fmt.Errorf("--topology %q is not a topology; use auto, netns, docker, process or kind", o.Topology)}
+		return &UsageError{fmt.Errorf("--topology %q is not a topology; use %s", o.Topology, TopologyChoices())}
+	}
+	if (o.Kind.Kubeconfig != "" || o.Kind.Context != "" || o.Kind.NodeImage != "") && o.Topology != topology.EngineKind {
+		return &UsageError{fmt.Errorf("--kubeconfig, --context and --kind-node-image apply to --topology %s only", topology.EngineKind)}
 	}
 	if o.Profile == "" {
 		o.Profile = "quick"
@@ -185,186 +188,225 @@ func LoadGateway(s string) (*undertest.Profile, error) {
 	return undertest.Load(s)
 }
 
-// Run performs one qualification. It always tries to write the evidence bundle, even when the
-// topology cannot come up or ctx is cancelled (Ctrl-C), and always tears down what it started
-// unless Keep is set.
-func Run(ctx context.Context, o Options) Outcome {
-	if err := o.Validate(); err != nil {
-		return Outcome{Code: wire.ExitUsage, Err: err}
+// Run performs one qualification of a prepared plan (Prepare). It always tries to write the
+// evidence bundle, even when the topology cannot come up or ctx is cancelled (Ctrl-C), and
+// always tears down what it started unless Keep is set.
+func Run(ctx context.Context, p *Plan) Outcome {
+	r := newRun(p)
+	defer r.removeWorkDir()
+	if err := r.open(); err != nil {
+		return r.fail(err)
 	}
-	rep := o.Reporter
+	if err := r.up(ctx); err != nil {
+		return r.topologyFailed(err)
+	}
+	results := r.runScenarios(ctx)
+	placementFailed := recordPlacement(ctx, r.rep, r.watch, r.deployment, r.writer, &r.manifest)
+	r.collectAndTearDown()
+	r.conclude(ctx, results, placementFailed)
+	if r.Keep && ctx.Err() == nil {
+		<-ctx.Done()
+		_, _ = r.topo.Down(context.Background()) // the bundle is already written
+	}
+	return r.out
+}
+
+// run is one qualification's state as Run's steps build it up.
+type run struct {
+	*Plan
+	rep     Reporter
+	out     Outcome
+	started time.Time
+
+	workDir    *topology.WorkDir
+	deployment *deployment.Deployment
+	writer     *evidence.Writer
+	manifest   evidence.Manifest
+	topo       topology.Topology
+	watch      *clusterWatch
+}
+
+// stepError is an error of a step before the scenarios, with the exit code it ends the run with.
+type stepError struct {
+	code int
+	err  error
+}
+
+func (e *stepError) Error() string { return e.err.Error() }
+
+func newRun(p *Plan) *run {
+	rep := p.Reporter
 	if rep == nil {
 		rep = silent{}
 	}
-	if o.RunID == "" {
-		o.RunID = topology.NewRunID()
-	}
-	out := Outcome{RunID: o.RunID}
-	profile, _ := deployment.ProfileByName(o.Profile)
-	list, _ := scenarios.ForProfile(profile.Name, o.Scenarios)
-	names := make([]string, len(list))
-	for i, s := range list {
-		names[i] = s.Name
-	}
-	started := time.Now()
+	return &run{Plan: p, rep: rep, out: Outcome{RunID: p.RunID}, started: time.Now()}
+}
 
-	fail := func(code int, err error) Outcome {
-		out.Code, out.Err = code, err
-		return out
+// fail ends the run before its scenarios with err's exit code.
+func (r *run) fail(err error) Outcome {
+	r.out.Code, r.out.Err = wire.ExitTopology, err
+	if se, ok := err.(*stepError); ok {
+		r.out.Code, r.out.Err = se.code, se.err
 	}
+	return r.out
+}
 
-	binary := o.Binary
-	if binary == "" {
+// removeWorkDir removes the work directory open made, if it made one.
+func (r *run) removeWorkDir() {
+	if r.workDir != nil {
+		r.workDir.Remove()
+	}
+}
+
+// open prepares what the run writes to: the binary it runs, a fresh work directory (after
+// removing dead runs' leftovers), the run's credentials and the evidence writer.
+func (r *run) open() error {
+	if r.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fail(wire.ExitTopology, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err))
+			return fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err)
 		}
-		binary = exe
+		r.Binary = exe
 	}
 	// A dead run (kill -9, a hang-up) left its work directory: remove it, and say so.
 	removed, errs := topology.RemoveDeadWorkDirs("")
-	for _, r := range removed {
-		rep.Note("removed a dead run's leftover: %s", r)
+	for _, d := range removed {
+		r.rep.Note("removed a dead run's leftover: %s", d)
 	}
 	for _, e := range errs {
-		rep.Note("%s", e)
+		r.rep.Note("%s", e)
 	}
-	wd, err := topology.NewWorkDir("quotaqual-", o.RunID)
+	wd, err := topology.NewWorkDir("quotaqual-", r.RunID)
 	if err != nil {
-		return fail(wire.ExitTopology, err)
+		return err
 	}
-	defer wd.Remove()
-	workDir := wd.Path
-
-	deployment, err := deployment.NewDeployment(o.RunID, profile, names)
-	if err != nil {
-		return fail(wire.ExitTopology, fmt.Errorf("generate the run's credentials: %w", err))
+	r.workDir = wd
+	if r.deployment, err = scenarios.NewDeployment(r.RunID, r.params, r.selected); err != nil {
+		return fmt.Errorf("generate the run's credentials: %w", err)
 	}
-	writer, err := evidence.NewWriter(o.EvidenceDir, o.RunID, deployment.Secrets())
-	if err != nil {
-		return fail(wire.ExitUsage, fmt.Errorf("--evidence-dir: %w", err))
+	if r.writer, err = evidence.NewWriter(r.EvidenceDir, r.RunID, r.deployment.Secrets()); err != nil {
+		return &stepError{wire.ExitUsage, fmt.Errorf("--evidence-dir: %w", err)}
 	}
-	out.BundleDir = writer.Dir()
-
-	manifest := evidence.Manifest{
+	r.out.BundleDir = r.writer.Dir()
+	r.manifest = evidence.Manifest{
 		SchemaVersion:    wire.BundleSchemaVersion,
-		RunID:            o.RunID,
+		RunID:            r.RunID,
 		QuotaqualVersion: version.String(),
 		ValkeyVersion:    valkeyproc.Version(""),
-		Profile:          profile.Name,
-		Started:          started,
+		Profile:          r.params.Name,
+		Started:          r.started,
 		ConfigDigests:    map[string]string{},
 		Verdicts:         map[string]evidence.Status{},
 	}
+	return nil
+}
 
-	engine := o.Topology
-	if engine == "" {
-		engine = "auto"
+// up builds the topology and brings it up, and records its facts in the manifest.
+func (r *run) up(ctx context.Context) error {
+	if gw := r.gateway; gw != nil {
+		r.rep.Note("gateway under test: profile %s (%s): %s", gw.Name, gw.Status, gw.Description)
 	}
-	if gw := o.gateway; gw != nil {
-		rep.Note("gateway under test: profile %s (%s): %s", gw.Name, gw.Status, gw.Description)
-	}
-	rep.Step("topology up (" + engine + ")")
-	topo, err := topology.New(engine, topology.Spec{
-		RunID:            o.RunID,
-		WorkDir:          workDir,
-		Binary:           binary,
-		Deployment:       deployment,
-		Gateway:          o.gateway,
-		DenyMode:         o.DenyMode,
-		Gateways:         o.Gateways,
-		StoreReplication: o.StoreReplication,
-		Store:            o.Store,
-		// The store group starts only for a scenario that puts gateways on it.
-		WithoutStoreGroup: !scenarios.UseStoreGroup(list),
-		ValkeyImage:       o.ValkeyImage,
-		QuotaqualImage:    o.Image,
-		GatewayImage:      o.GatewayImage,
-		Kind:              o.Kind,
-	})
-	if err == nil {
-		out.Engine = topo.Engine()
-		manifest.Topology = topo.Engine()
-		if o.EngineWhy != "" {
-			rep.Note("auto: %s", o.EngineWhy)
-		}
-		err = topo.Up(ctx)
-	}
+	r.rep.Step("topology up (" + r.Engine + ")")
+	topo, err := topology.New(r.Engine, r.Spec(r.workDir.Path, r.Binary, r.deployment))
 	if err != nil {
-		rep.Done("failed", err.Error())
-		manifest.Topology = engine
-		manifest.Outcome = "topology-error"
-		if topo != nil {
-			manifest.TopologyFacts = topo.Facts()
-			td, _ := topo.Down(context.Background())
-			manifest.Teardown = td
-			collectLogs(topo, writer, workDir)
-		}
-		results := skippedAll(list, "topology could not be brought up: "+err.Error())
-		out.Results = results
-		out.Qualification = o.require.assess(results)
-		manifest.Qualification = &out.Qualification
-		finish(writer, &manifest, results, o.Bundle, &out)
-		return fail(wire.ExitTopology, fmt.Errorf("bring the %s topology up: %w", engine, err))
+		return err
 	}
-	rep.Done("ok", fmt.Sprintf("engine %s, run %s, %d gateways", topo.Engine(), o.RunID, len(topo.Gateways())))
-	manifest.TopologyFacts = topo.Facts()
+	r.topo = topo
+	r.out.Engine = topo.Engine()
+	r.manifest.Topology = topo.Engine()
+	if r.EngineWhy != "" {
+		r.rep.Note("auto: %s", r.EngineWhy)
+	}
+	if err := topo.Up(ctx); err != nil {
+		return err
+	}
+	r.rep.Done("ok", fmt.Sprintf("engine %s, run %s, %d gateways", topo.Engine(), r.RunID, len(topo.Gateways())))
+	facts := topo.Facts()
 	// The replicas every scenario spreads over: each engine's facts describe each of them.
-	manifest.TopologyFacts["gateway_replicas"] = topo.Gateways()
-	if gw := o.gateway; gw != nil {
-		manifest.TopologyFacts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
+	facts["gateway_replicas"] = topo.Gateways()
+	if gw := r.gateway; gw != nil {
+		facts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
 	}
-	if o.EngineWhy != "" {
-		manifest.TopologyFacts["engine_choice"] = o.EngineWhy
+	if r.EngineWhy != "" {
+		facts["engine_choice"] = r.EngineWhy
 	}
+	r.manifest.TopologyFacts = facts
+	return nil
+}
 
+// topologyFailed ends a run whose topology did not come up: what it started is torn down and
+// its logs kept, every scenario is skipped with the reason, and the bundle is written.
+func (r *run) topologyFailed(err error) Outcome {
+	r.rep.Done("failed", err.Error())
+	r.manifest.Topology = r.Engine
+	r.manifest.Outcome = "topology-error"
+	if r.topo != nil {
+		r.manifest.TopologyFacts = r.topo.Facts()
+		td, _ := r.topo.Down(context.Background())
+		r.manifest.Teardown = td
+		collectLogs(r.topo, r.writer, r.workDir.Path)
+	}
+	results := skippedAll(r.selected, "topology could not be brought up: "+err.Error())
+	r.out.Results = results
+	r.out.Qualification = r.require.assess(results)
+	r.manifest.Qualification = &r.out.Qualification
+	finish(r.writer, &r.manifest, results, r.Bundle, &r.out)
+	return r.fail(fmt.Errorf("bring the %s topology up: %w", r.Engine, err))
+}
+
+// runScenarios runs the selected scenarios: those that pull no lever side by side, the others
+// alone; each is reported as it finishes, and the results come back in the scenarios' order.
+// scenarios.Run turns a cancelled ctx into "interrupted" skips for whatever has not started.
+func (r *run) runScenarios(ctx context.Context) []evidence.ScenarioResult {
 	env := &scenarios.Env{
-		Topo:       topo,
-		Deployment: deployment,
-		Profile:    profile,
-		Gateway:    o.gateway,
-		Record:     writer.Request,
-		Progress:   func(s string) { rep.Note("%s", s) },
-		Finished: func(r evidence.ScenarioResult) {
-			rep.Finished(r.Name, string(r.Status), r.Elapsed, keyDetail(r))
+		Topo:       r.topo,
+		Deployment: r.deployment,
+		Profile:    r.params,
+		Gateway:    r.gateway,
+		Record:     r.writer.Request,
+		Progress:   func(s string) { r.rep.Note("%s", s) },
+		Finished: func(res evidence.ScenarioResult) {
+			r.rep.Finished(res.Name, string(res.Status), res.Elapsed, keyDetail(res))
 		},
 	}
-	// Scenarios that pull no lever run side by side, the others alone; each is reported as it
-	// finishes, and the results come back in the scenarios' order. scenarios.Run turns a
-	// cancelled ctx into "interrupted" skips for whatever has not started.
-	var watch *clusterWatch
-	if o.Store == topology.StoreCluster {
-		watch = watchCluster(ctx, topo, deployment) // where the keys lie (cluster_evidence.go)
+	if r.Store == topology.StoreCluster {
+		r.watch = watchCluster(ctx, r.topo, r.deployment) // where the keys lie (cluster_evidence.go)
 	}
-	rep.Step(fmt.Sprintf("%d scenarios", len(list)))
-	results, ran := scenarios.RunScheduled(ctx, env, list)
-	out.Results = results
-	out.Qualification = o.require.assess(results)
-	manifest.Qualification = &out.Qualification
-	rep.Done(string(out.Qualification.Level), ran.String()+": "+out.Qualification.Counts())
+	r.rep.Step(fmt.Sprintf("%d scenarios", len(r.selected)))
+	results, ran := scenarios.RunScheduled(ctx, env, r.selected)
+	r.out.Results = results
+	r.out.Qualification = r.require.assess(results)
+	r.manifest.Qualification = &r.out.Qualification
+	r.rep.Done(string(r.out.Qualification.Level), ran.String()+": "+r.out.Qualification.Counts())
+	return results
+}
 
-	// Where the run's quota state lies on a cluster store, while the nodes are still up.
-	placementFailed := recordPlacement(ctx, rep, watch, deployment, writer, &manifest)
-
-	// Collect what the bundle needs while the components are still up.
-	rep.Step("collect metrics, configs and logs")
-	collectMetrics(topo, writer)
-	collectConfigs(workDir, writer, &manifest)
-	if o.Keep {
-		collectLogs(topo, writer, workDir)
-		rep.Done("ok", "topology kept up: stop this process (Ctrl-C) to tear it down")
-		describeKept(rep, topo)
+// collectAndTearDown collects what the bundle needs while the components are still up, then
+// tears the topology down, unless it is kept.
+func (r *run) collectAndTearDown() {
+	r.rep.Step("collect metrics, configs and logs")
+	collectMetrics(r.topo, r.writer)
+	collectConfigs(r.workDir.Path, r.writer, &r.manifest)
+	if r.Keep {
+		collectLogs(r.topo, r.writer, r.workDir.Path)
+		r.rep.Done("ok", "topology kept up: stop this process (Ctrl-C) to tear it down")
+		describeKept(r.rep, r.topo)
+		return
+	}
+	td, err := r.topo.Down(context.Background())
+	r.manifest.Teardown = td
+	collectLogs(r.topo, r.writer, r.workDir.Path)
+	if err != nil {
+		r.rep.Done("failed", "teardown: "+err.Error())
 	} else {
-		td, derr := topo.Down(context.Background())
-		manifest.Teardown = td
-		collectLogs(topo, writer, workDir)
-		if derr != nil {
-			rep.Done("failed", "teardown: "+derr.Error())
-		} else {
-			rep.Done("ok", fmt.Sprintf("torn down (%d removed)", len(td.Removed)))
-		}
+		r.rep.Done("ok", fmt.Sprintf("torn down (%d removed)", len(td.Removed)))
 	}
+}
 
+// conclude decides the run's outcome and exit code from the results, the placement check and
+// ctx, and writes the bundle's closing files.
+func (r *run) conclude(ctx context.Context, results []evidence.ScenarioResult, placementFailed error) {
+	out, manifest := &r.out, &r.manifest
 	manifest.Outcome = "passed"
 	code := wire.ExitOK
 	if rs := out.Qualification.RequiredSkipped(); len(rs) > 0 {
@@ -372,8 +414,8 @@ func Run(ctx context.Context, o Options) Outcome {
 		manifest.Outcome, code = "required-skipped", wire.ExitPartial
 		out.Err = partialError(out.Qualification)
 	}
-	for _, r := range results {
-		if r.Status == evidence.Failed {
+	for _, res := range results {
+		if res.Status == evidence.Failed {
 			manifest.Outcome, code, out.Err = "failed", wire.ExitFailed, nil
 		}
 	}
@@ -385,19 +427,14 @@ func Run(ctx context.Context, o Options) Outcome {
 		manifest.Outcome, code = "interrupted", wire.ExitFailed
 		out.Err = errors.New("interrupted: the partial bundle was written")
 	}
-	if err := finish(writer, &manifest, results, o.Bundle, &out); err != nil {
+	if err := finish(r.writer, manifest, results, r.Bundle, out); err != nil {
 		manifest.Outcome, code = "failed", wire.ExitFailed
 		out.Err = err
 	}
 	if code == wire.ExitFailed && out.Err == nil {
 		out.Err = fmt.Errorf("one or more scenarios failed; see %s", filepath.Join(out.BundleDir, "summary.md"))
 	}
-	if o.Keep && ctx.Err() == nil {
-		<-ctx.Done()
-		_, _ = topo.Down(context.Background()) // the bundle is already written
-	}
 	out.Code = code
-	return out
 }
 
 // describeKept tells where a kept topology's gateways answer. On netns they live inside the

@@ -12,6 +12,8 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(300, authRejection) }
+
 func authRejection() Scenario {
 	return Scenario{
 		Name:      "auth-rejection",
@@ -35,7 +37,7 @@ func runAuthRejection(ctx context.Context, env *Env) *Result {
 		if !env.inspects() {
 			break
 		}
-		q, err := env.Quota(ctx, gwA, s)
+		q, err := env.Quotas().Read(ctx, gwA, Key{Rule: RuleName, Subject: s})
 		if err != nil {
 			return r.Error(err)
 		}
@@ -93,7 +95,7 @@ func runAuthRejection(ctx context.Context, env *Env) *Result {
 		if !env.inspects() {
 			break
 		}
-		q, err := env.Quota(ctx, gwB, s)
+		q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: s})
 		if err != nil {
 			r.Error(err)
 			continue

@@ -48,7 +48,8 @@ func blackBoxRun(t *testing.T, name string, m mutant.Name, tweak func(*deploymen
 // TestRuleScenariosBlackBoxPathsFail proves the scenarios that need their own rule can fail on
 // a gateway without quota inspection, now that the black-box profile renders their rules (they
 // used to skip there): hard-gate under meter (the providers count more usage than the capacity),
-// layered-budgets against a ledger that weighs only the first window, and model-budgets against
+// layered-budgets against a ledger that weighs only the first window or reports the first
+// refusing window's Retry-After, and model-budgets against
 // a gateway that leaves the model out of the key — each failing on the check its white-box
 // twin fails on, decided from the providers' counts and the responses' usage alone; and each
 // passes on the same profile without the defect.
@@ -62,10 +63,14 @@ func TestRuleScenariosBlackBoxPathsFail(t *testing.T) {
 		tweak    func(*deployment.Deployment)
 		failedOn []string
 	}{
-		{"hard-gate", "", func(d *deployment.Deployment) { d.HardGateEnforcement = "meter" },
+		{"hard-gate", "", meterTheHardGate,
 			[]string{"usage settled within any window ≤ capacity (at the providers)"}},
 		{"layered-budgets", mutant.FirstBudgetOnly, nil,
 			[]string{"every decision as the rule replayed on the responses' usage says", "nothing admitted past the long window"}},
+		// Blind review 07: both windows refuse and the 429 speaks for the short one; the client
+		// that waits its Retry-After out is refused again (no inspection needed to see it).
+		{"layered-budgets", mutant.RetryAfterFirstWindow, nil,
+			[]string{"a client that waited the both-windows 429's Retry-After", "round 3's 429 (both windows): Retry-After is the long window's wait"}},
 		{"model-budgets", mutant.ModelLeftOutOfKey, nil,
 			[]string{"the same subject on qwen3-8b admitted after its qwen3-0.6b budget was spent"}},
 	} {

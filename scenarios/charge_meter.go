@@ -85,7 +85,7 @@ type charged struct {
 
 // charge probes until the charge of the request sent since the last reading is one that want
 // accepts, or until the settlement deadline (the longest a gateway may take to settle, as
-// waitIdle allows), and accounts for it. Probes back off from 10 ms to 250 ms.
+// WaitIdle allows), and accounts for it. Probes back off from 10 ms to 250 ms.
 func (m *chargeMeter) charge(ctx context.Context, want func(int64) bool) (charged, error) {
 	var c charged
 	deadline := time.Now().Add(adminTimeout(m.env.Profile) + m.env.Profile.StoreTimeout)
@@ -130,7 +130,7 @@ func (m *chargeMeter) checkLedger(ctx context.Context, r *sharedResult, what, ru
 	if !m.env.inspects() {
 		return "not read (no quota inspection)"
 	}
-	q, err := m.env.waitIdleOf(ctx, gwA, rule, m.subject)
+	q, err := m.env.Quotas().WaitIdle(ctx, gwA, Key{Rule: rule, Subject: m.subject})
 	if err != nil {
 		r.do(func(r *Result) { r.Error(fmt.Errorf("%s: %w", what, err)) })
 		return "not read: " + err.Error()
@@ -148,15 +148,15 @@ func (m *chargeMeter) checkLedger(ctx context.Context, r *sharedResult, what, ru
 
 // providerRecord finds o's request, by the request id the gateway echoes, in the providers'
 // call logs once none is in flight.
-func (env *Env) providerRecord(ctx context.Context, o Outcome) (ProviderRequest, error) {
+func (env *Env) providerRecord(ctx context.Context, o Outcome) (providerstub.CallRecord, error) {
 	after, err := env.settledProviders(ctx)
 	if err != nil {
-		return ProviderRequest{}, fmt.Errorf("reading the provider call logs: %w", err)
+		return providerstub.CallRecord{}, fmt.Errorf("reading the provider call logs: %w", err)
 	}
 	if _, pr, ok := after.FindRequest(o.RequestID); ok {
 		return pr, nil
 	}
-	return ProviderRequest{}, fmt.Errorf("request %q (%d) is in no provider's call log", o.RequestID, o.Status)
+	return providerstub.CallRecord{}, fmt.Errorf("request %q (%d) is in no provider's call log", o.RequestID, o.Status)
 }
 
 // echoesRequestID says whether the gateway echoes the request id it forwards, so each request

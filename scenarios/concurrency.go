@@ -12,6 +12,12 @@ import (
 	"github.com/quotaqual/quotaqual/evidence"
 )
 
+func init() { register(600, concurrency) }
+
+// concurrencyBurst is how many requests the burst sends at once: many more than capacity /
+// estimate on every profile (24 against 60/15 = 4), so the gate, not the burst, decides.
+const concurrencyBurst = 24
+
 // quotaSampleInterval is how often the ledger's reserved tokens are sampled during the burst.
 const quotaSampleInterval = 10 * time.Millisecond
 
@@ -25,8 +31,43 @@ func concurrency() Scenario {
 		BlackBox: "sees how many of the burst were admitted and denied on each gateway, the held intervals from the request " +
 			"history (the peak it reconstructs from them), and the providers' calls; cannot see the ledger's reserved tokens while the burst " +
 			"is held, nor whether a hold outlived its lease by renewal or was charged its estimate when it expired, nor the settled figure",
-		Run: runConcurrency,
+		Rules: concurrencyRules,
+		Run:   runConcurrency,
 	}
+}
+
+// concurrencyRuleName is the scenario's own rule: the run's budget with the shortest lease
+// with renewal (shortestRenewedLease), which its holds must outlast; the run takes as long as
+// they do.
+const concurrencyRuleName = "concurrency"
+
+// concurrencyOutlast is how much longer than the lease the providers hold each admitted
+// request: a gateway that does not renew loses its holds mid-request and the qualification
+// sees it. On quick: 2.5 s lease, 3 s hold on its own rule; 3 s lease, 3.5 s hold on the run's.
+const concurrencyOutlast = 500 * time.Millisecond
+
+func concurrencyRules(p deployment.Profile) []deployment.ScenarioRule {
+	lease, _ := concurrencyHold(p, true)
+	return []deployment.ScenarioRule{runBudgetRule(concurrencyRuleName, p, p.Window, lease)}
+}
+
+// concurrencyHold is concurrency's lease and provider hold: on its own rule (ownRule: the
+// gateway renders scenario rules) the shortest lease with renewal, else the run's Lease; the
+// hold outlasts the lease by concurrencyOutlast either way.
+func concurrencyHold(p deployment.Profile, ownRule bool) (lease, hold time.Duration) {
+	lease = p.Lease
+	if ownRule {
+		lease = shortestRenewedLease(p)
+	}
+	return lease, lease + concurrencyOutlast
+}
+
+// longestHold is the longest a provider holds a scenario's request (concurrency's hold on
+// either rule): what a request's deadline must leave room for.
+func longestHold(p deployment.Profile) time.Duration {
+	_, own := concurrencyHold(p, true)
+	_, run := concurrencyHold(p, false)
+	return max(own, run)
 }
 
 // interval is one admitted request's time in flight, as the client saw it, and the tokens it
@@ -72,12 +113,12 @@ func peakReserved(ivs []interval, estimate int64) (peak int64, at time.Time) {
 // concurrencyRule is the rule concurrency's burst runs under, its lease and how long the
 // providers hold each admitted request: the scenario's own rule (the shortest lease with
 // renewal) when the gateway renders scenario rules, else the run's rule; either way the holds
-// outlast the lease (deployment.Profile.ConcurrencyHold).
+// outlast the lease (concurrencyHold).
 func concurrencyRule(env *Env) (rule string, lease, hold time.Duration) {
-	own := env.hasOwnRule(deployment.ConcurrencyRule)
-	lease, hold = env.Profile.ConcurrencyHold(own)
+	own := env.hasOwnRule(concurrencyRuleName)
+	lease, hold = concurrencyHold(env.Profile, own)
 	if own {
-		return deployment.ConcurrencyRule, lease, hold
+		return concurrencyRuleName, lease, hold
 	}
 	return RuleName, lease, hold
 }
@@ -85,8 +126,8 @@ func concurrencyRule(env *Env) (rule string, lease, hold time.Duration) {
 func runConcurrency(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	if p.Estimate <= 0 || p.Burst <= 0 {
-		return r.Error(fmt.Errorf("profile %s has estimate %d and burst %d: both must be positive", p.Name, p.Estimate, p.Burst))
+	if p.Estimate <= 0 {
+		return r.Error(fmt.Errorf("profile %s has estimate %d: it must be positive", p.Name, p.Estimate))
 	}
 	rule, lease, hold := concurrencyRule(env)
 	allowed := p.Capacity / p.Estimate
@@ -96,12 +137,12 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		// one does (the providers hold each admitted request): the model admits the burst.
 		allowed = 0
 		if env.admitCost() <= p.Capacity {
-			allowed = int64(p.Burst)
+			allowed = int64(concurrencyBurst)
 		}
 		r.Fact("admission_model", env.admissionRule()+": nothing is charged before a response ends")
 	}
 	r.Fact("rule", rule)
-	r.Fact("burst", p.Burst)
+	r.Fact("burst", concurrencyBurst)
 	r.Fact("hold", hold.String())
 	r.Fact("lease", lease.String())
 	r.Fact("allowed_by_capacity", allowed)
@@ -117,13 +158,13 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
-	sampler := env.sampleLedgerOf(ctx, rule, p.Window, appA, quotaSampleInterval)
+	sampler := env.sampleLedger(ctx, Key{Rule: rule, Subject: appA}, p.Window, quotaSampleInterval)
 
 	// The burst, released together through a barrier, going round every gateway replica.
-	outs := make([]Outcome, p.Burst)
+	outs := make([]Outcome, concurrencyBurst)
 	release := make(chan struct{})
 	var ready, done sync.WaitGroup
-	for i := 0; i < p.Burst; i++ {
+	for i := 0; i < concurrencyBurst; i++ {
 		ready.Add(1)
 		done.Add(1)
 		go func(i int) {
@@ -139,7 +180,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	done.Wait()
 	burstEnd := time.Now()
 	// Keep sampling until the reservations have settled, then stop.
-	idle, idleErr := env.waitIdleOf(ctx, gwA, rule, appA)
+	idle, idleErr := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: rule, Subject: appA})
 	samples, sampleErrs := sampler.Stop(env, r, appA)
 
 	after, err := env.settledProviders(ctx)
@@ -222,7 +263,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	} else {
 		r.Check("admitted == capacity / estimate", allowed, admitted, int64(admitted) == allowed)
 	}
-	r.Check("every other request denied with 429", p.Burst-admitted, denied, denied == p.Burst-admitted && other == 0)
+	r.Check("every other request denied with 429", concurrencyBurst-admitted, denied, denied == concurrencyBurst-admitted && other == 0)
 	env.checkEveryReplicaDecided(r, "the burst", perGateway)
 	inspected := env.inspects()
 	if inspected {
@@ -268,14 +309,14 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 			why = "charged after the response"
 		}
 		r.Key("over-admitted %d tokens in one window under concurrency (%d of %d requests admitted at once, %d tokens on a budget of %d): %s",
-			histPeak-p.Capacity, admitted, p.Burst, histPeak, p.Capacity, why)
+			histPeak-p.Capacity, admitted, concurrencyBurst, histPeak, p.Capacity, why)
 		return r
 	}
 	if !inspected {
-		r.Key("%d/%d admitted, peak reserved %d reconstructed (cap %d)", admitted, p.Burst, histPeak, p.Capacity)
+		r.Key("%d/%d admitted, peak reserved %d reconstructed (cap %d)", admitted, concurrencyBurst, histPeak, p.Capacity)
 		return r
 	}
-	r.Key("%d/%d admitted, peak reserved %d sampled / %d reconstructed (cap %d)", admitted, p.Burst, sampledPeak, histPeak, p.Capacity)
+	r.Key("%d/%d admitted, peak reserved %d sampled / %d reconstructed (cap %d)", admitted, concurrencyBurst, sampledPeak, histPeak, p.Capacity)
 	return r
 }
 

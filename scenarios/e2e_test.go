@@ -136,7 +136,7 @@ func topologyRunBin(t *testing.T, engine, bin string, tweak func(*deployment.Dep
 		t.Fatal(err)
 	}
 	runID := topology.NewRunID()
-	d, err := deployment.NewDeployment(runID, p, Names())
+	d, err := NewDeployment(runID, p, All())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +215,18 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 	if len(results) != len(list) {
 		t.Fatalf("%d results for %d scenarios", len(results), len(list))
 	}
+	// What the process engine cannot do, and the reason its skip must give: one loopback
+	// (no partition, no network policy, no second store host) and no packet loss.
+	skips := map[string]string{
+		"network-policy":   "loopback",
+		"valkey-partition": "loopback",
+		"valkey-failover":  "loopback",
+		"lossy-store-link": "no Lossy",
+	}
 	for _, r := range results {
-		want := evidence.Passed
-		if r.Name == "network-policy" || r.Name == "valkey-partition" || r.Name == "valkey-failover" {
-			want = evidence.Skipped
+		want, why := evidence.Passed, ""
+		if reason, ok := skips[r.Name]; ok {
+			want, why = evidence.Skipped, reason
 		}
 		if r.Status != want {
 			t.Errorf("want %s, got %s", want, describe(r))
@@ -226,8 +234,8 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 		}
 		facts, _ := json.Marshal(r.Facts)
 		t.Logf("%s: %s — %s\nfacts: %s", r.Name, r.Status, r.KeyFact, facts)
-		if r.Status == evidence.Skipped && !strings.Contains(r.Reason, "loopback") {
-			t.Errorf("%s skipped without the topology's reason: %q", r.Name, r.Reason)
+		if r.Status == evidence.Skipped && !strings.Contains(r.Reason, why) {
+			t.Errorf("%s skipped without the topology's reason (%q): %q", r.Name, why, r.Reason)
 		}
 	}
 	// The request log holds labels, never a credential.
@@ -483,8 +491,18 @@ func TestHardGateFailsUnderMeter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, "", func(d *deployment.Deployment) { d.HardGateEnforcement = "meter" }, list),
+	expectFailedOn(t, topologyRunHooked(t, topology.EngineProcess, "", meterTheHardGate, list),
 		"usage settled within any window ≤ capacity (at the providers)")
+}
+
+// meterTheHardGate renders hard-gate's own rule with enforcement meter instead of hard: the
+// gateway then forwards the clients' output bounds, the defect hard-gate exists to catch.
+func meterTheHardGate(d *deployment.Deployment) {
+	for i := range d.Rules {
+		if d.Rules[i].Name == hardGateRuleName {
+			d.Rules[i].Enforcement = "meter"
+		}
+	}
 }
 
 // TestLongGenerationFailsWithoutLeaseRenewal proves long-generation can fail: a gateway that

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -16,9 +15,9 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/internal/httpget"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
-	"github.com/quotaqual/quotaqual/wire"
 )
 
 // RuleName is the qualification's one quota rule.
@@ -33,6 +32,8 @@ type Env struct {
 	// Gateway is the gateway under test: what to expect of it and what it offers. Nil means
 	// quotaqual's own gateway (undertest.Default).
 	Gateway *undertest.Profile
+	// Load, when set, is the load sustained-load drives instead of the profile's.
+	Load *SustainedLoad
 	// Record receives every HTTP exchange a scenario makes (labels only, never credentials).
 	Record func(evidence.RequestRecord)
 	// Progress receives short human-readable progress lines, each naming its scenario; may be
@@ -114,7 +115,7 @@ func (env *Env) record(rec evidence.RequestRecord) {
 // requestTimeout bounds one chat request: the provider's longest hold plus generous slack for
 // the store and the machine.
 func requestTimeout(p deployment.Profile) time.Duration {
-	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + p.LongestHold()
+	return 5*time.Second + 4*p.StoreTimeout + p.TTFT + time.Duration(p.CompletionTokens)*p.InterToken + longestHold(p)
 }
 
 // adminTimeout bounds one admin request (quota inspection, provider call log, probes).
@@ -211,73 +212,10 @@ func (env *Env) adminGet(ctx context.Context, u string, v any) (int, error) {
 	return a.StatusCode, nil
 }
 
-// ProviderRequest is one entry of a provider's request log.
-type ProviderRequest struct {
-	Time                 time.Time `json:"time"`
-	RequestID            string    `json:"request_id"`
-	AuthorizationPresent bool      `json:"authorization_present"`
-	Status               int       `json:"status"`
-	Stream               bool      `json:"stream"`
-	HoldMS               int64     `json:"hold_ms"`
-	MaxTokens            *int64    `json:"max_tokens"` // the output bound the stub honoured
-	PromptTokens         int64     `json:"prompt_tokens"`
-	GeneratedTokens      int64     `json:"generated_tokens"` // completion tokens generated and sent
-	ClientGone           bool      `json:"client_gone"`
-	DurationMS           float64   `json:"duration_ms"`
-	// The field the stub read MaxTokens from ("" when none), n, and the hostile usage it
-	// reported ("" the truth: providerstub.UsageMetadata).
-	BoundField string `json:"bound_field"`
-	Choices    int64  `json:"choices"`
-	UsageMode  string `json:"usage_mode"`
-	Model      string `json:"model"` // the model the provider was asked for (and served)
-}
-
-// Consumed is what the provider counted for the request: its prompt and the completion
-// tokens it generated (none, prompt included, when it generated nothing).
-func (p ProviderRequest) Consumed() int64 {
-	if p.GeneratedTokens == 0 {
-		return 0
-	}
-	return p.PromptTokens + p.GeneratedTokens
-}
-
-// ProviderCalls is one provider's call log as GET /admin/calls reports it.
-type ProviderCalls struct {
-	Host     string            `json:"-"`
-	Site     string            `json:"site"`
-	Calls    int64             `json:"calls"` // counted at arrival
-	InFlight int64             `json:"in_flight"`
-	Requests []ProviderRequest `json:"requests"` // finished requests, oldest first
-}
-
 // ProviderSnapshot is every provider's call log at one moment.
 type ProviderSnapshot struct {
 	At     time.Time
-	ByHost map[string]ProviderCalls
-}
-
-// ProviderCalls reads the call logs of the three providers through the observer: the calls
-// of this scenario (and any a gateway sent without a scenario label, which count against
-// every scenario), never those of scenarios running beside it.
-func (env *Env) ProviderCalls(ctx context.Context) (ProviderSnapshot, error) {
-	s := ProviderSnapshot{At: time.Now(), ByHost: make(map[string]ProviderCalls, len(topology.Providers))}
-	query := ""
-	if env.scenario != "" {
-		query = "?scenario=" + url.QueryEscape(env.scenario)
-	}
-	for _, h := range topology.Providers {
-		ep := env.Topo.Provider(h)
-		var c ProviderCalls
-		if _, err := env.adminGet(ctx, strings.TrimRight(ep.AdminURL, "/")+"/admin/calls"+query, &c); err != nil {
-			return s, fmt.Errorf("reading the call log of %s: %w", h, err)
-		}
-		c.Host = h
-		if c.Site == "" {
-			c.Site = ep.Site
-		}
-		s.ByHost[h] = c
-	}
-	return s, nil
+	ByHost map[string]ProviderLog
 }
 
 // Total is the number of calls all providers received.
@@ -325,9 +263,9 @@ func SitesCovered(delta map[string]int64) []string {
 
 // FindRequest looks a request id up in every provider's log and returns the site that served
 // it and its log entry.
-func (s ProviderSnapshot) FindRequest(id string) (string, ProviderRequest, bool) {
+func (s ProviderSnapshot) FindRequest(id string) (string, providerstub.CallRecord, bool) {
 	if id == "" {
-		return "", ProviderRequest{}, false
+		return "", providerstub.CallRecord{}, false
 	}
 	for _, h := range topology.Providers {
 		c := s.ByHost[h]
@@ -337,40 +275,7 @@ func (s ProviderSnapshot) FindRequest(id string) (string, ProviderRequest, bool)
 			}
 		}
 	}
-	return "", ProviderRequest{}, false
-}
-
-// Quota reads the state of subject's key under the qualification's rule from gateway's admin
-// endpoint.
-func (env *Env) Quota(ctx context.Context, gateway, subjectLabel string) (wire.QuotaState, error) {
-	return env.QuotaOf(ctx, gateway, RuleName, subjectLabel)
-}
-
-// QuotaOf reads the state of subject's key under rule from gateway's admin endpoint.
-func (env *Env) QuotaOf(ctx context.Context, gateway, rule, subjectLabel string) (wire.QuotaState, error) {
-	return env.QuotaOfModel(ctx, gateway, rule, subjectLabel, "")
-}
-
-// QuotaOfModel is QuotaOf for the key of subjectLabel and model under a rule keyed by subject
-// and model ("" for a rule keyed by subject alone).
-func (env *Env) QuotaOfModel(ctx context.Context, gateway, rule, subjectLabel, model string) (wire.QuotaState, error) {
-	var q wire.QuotaState
-	if !env.inspects() {
-		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, errNoInspection{env.gateway().Name})
-	}
-	cred, ok := env.credential(subjectLabel)
-	if !ok {
-		return q, fmt.Errorf("no credential for %s in scenario %s: the deployment was built without this scenario", subjectLabel, env.scenario)
-	}
-	u := strings.TrimRight(env.Topo.Gateway(gateway).AdminURL, "/") + "/admin/quota?rule=" +
-		url.QueryEscape(rule) + "&subject=" + url.QueryEscape(cred.Username)
-	if model != "" {
-		u += "&model=" + url.QueryEscape(model)
-	}
-	if _, err := env.adminGet(ctx, u, &q); err != nil {
-		return q, fmt.Errorf("inspecting the quota of %s on %s: %w", subjectLabel, gateway, err)
-	}
-	return q, nil
+	return "", providerstub.CallRecord{}, false
 }
 
 // errNoInspection is a quota read of a gateway that offers none. It is ErrUnsupported: a

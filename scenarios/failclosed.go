@@ -95,7 +95,7 @@ func (env *Env) checkStaysRecovered(ctx context.Context, r *Result, gw, what str
 	streak := 0
 	_, err := poll(ctx, interval, p.RecoveryMax, func(ctx context.Context) (bool, error) {
 		start := time.Now()
-		if _, err := env.Quota(ctx, gw, appA); err != nil {
+		if _, err := env.Quotas().Read(ctx, gw, Key{Rule: RuleName, Subject: appA}); err != nil {
 			streak = 0
 			unanswered = append(unanswered, fmt.Sprintf("a read %s after %s failed after %s: %v",
 				time.Since(since).Round(time.Millisecond), what, time.Since(start).Round(time.Millisecond), firstLine(err.Error())))
@@ -147,4 +147,32 @@ func (env *Env) awaitDecision(ctx context.Context, gw, subject string, since tim
 func (rec recovery) check(r *Result, what string, limit time.Duration) {
 	r.Check(what, "≤ "+limit.String(),
 		fmt.Sprintf("%s after %d tries (%v)", rec.elapsed.Round(time.Millisecond), rec.tries, rec.err), rec.got.Admitted() && rec.elapsed <= limit)
+}
+
+// beforeFaultTries bounds admitBeforeFault's attempts.
+const beforeFaultTries = 3
+
+// admitBeforeFault sends the request that shows gw healthy before a fault is pulled. A 5xx or
+// no answer while nothing is broken yet is the machine's load (a fail-closed peer's rate-limit
+// call outlasting its timeout), not the fault under test: it is retried, at most
+// beforeFaultTries times in all, 250 ms apart, and each unhealthy answer is kept as a fact. A
+// gateway that never admits still fails the caller's check on the last answer.
+func (env *Env) admitBeforeFault(ctx context.Context, r *Result, c ChatCall) Outcome {
+	label := c.Label
+	var unhealthy []int
+	for try := 1; ; try++ {
+		o := env.Chat(ctx, c)
+		if (o.Status != 0 && o.Status < 500) || try == beforeFaultTries || ctx.Err() != nil {
+			if len(unhealthy) > 0 {
+				r.Fact("unhealthy_before_fault_"+c.Gateway, fmt.Sprintf("%v, then %d", unhealthy, o.Status))
+			}
+			return o
+		}
+		unhealthy = append(unhealthy, o.Status)
+		c.Label = label + "/retry"
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(900, gatewayCrash) }
+
 func gatewayCrash() Scenario {
 	return Scenario{
 		Name: "gateway-crash",
@@ -77,7 +79,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 		<-held
 		return r.Error(fmt.Errorf("waiting for the held requests to reach a provider: %w", err))
 	}
-	if q, err := env.Quota(ctx, gwB, appA); err != nil {
+	if q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: appA}); err != nil {
 		r.Error(err)
 	} else {
 		r.Check("the admitted requests hold their estimates", fmt.Sprintf("2 active, %d reserved", 2*p.Estimate),
@@ -88,7 +90,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 		return r.Error(err)
 	}
 	// Renewed several times by now: a gateway that renews once (or not at all) has lost it.
-	if q, err := env.Quota(ctx, gwB, appA); err != nil {
+	if q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: appA}); err != nil {
 		r.Error(err)
 	} else {
 		r.Check(fmt.Sprintf("both reservations still held %.1fs after admission, past their first lease deadline (renewed)", seconds(time.Since(start))),
@@ -127,7 +129,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	defer wg.Wait()
 	// Admitted, read from the ledger (the providers may still count the dead gateway's call).
 	if _, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
-		q, err := env.Quota(ctx, gwB, appA)
+		q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: appA})
 		return err == nil && q.ActiveReservations >= int64(2+len(fills)), err
 	}); err != nil {
 		return r.Error(fmt.Errorf("waiting for the fill requests to be held: %w", err))
@@ -136,7 +138,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 	// Every surviving replica sees the dead gateway's hold.
 	for _, gw := range env.othersThan(gwA) {
 		sent := time.Now()
-		if q, err := env.Quota(ctx, gw, appA); err != nil {
+		if q, err := env.Quotas().Read(ctx, gw, Key{Rule: RuleName, Subject: appA}); err != nil {
 			r.Error(err)
 		} else if sent.Before(earliest) {
 			r.Check("the dead gateway's reservation still holds after the crash (its lease has not run out), seen on "+gw,
@@ -159,7 +161,7 @@ func runGatewayCrash(ctx context.Context, env *Env) *Result {
 				Label: fmt.Sprintf("while-held-%d", len(probes)+1), Subject: appA}))
 		}
 		sent := time.Now()
-		q, err := env.Quota(ctx, gwB, appA)
+		q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: appA})
 		if err != nil {
 			return false, err
 		}

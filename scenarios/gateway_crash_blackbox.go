@@ -105,8 +105,8 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	}
 	// The dead gateway's call to the provider ends with its connection; the burst below is
 	// counted by the providers' in-flight requests, so wait for it to be gone.
-	if _, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+p.LongestHold(), func(ctx context.Context) (bool, error) {
-		s, err := env.ProviderCalls(ctx)
+	if _, err := poll(ctx, 10*time.Millisecond, adminTimeout(p)+longestHold(p), func(ctx context.Context) (bool, error) {
+		s, err := env.Providers().Read(ctx)
 		return err == nil && s.InFlight() <= int64(bb.held), err // the survivor, if any, still held
 	}); err != nil {
 		return r.Error(fmt.Errorf("waiting for the dead gateway's provider call to end: %w", err))
@@ -135,7 +135,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	// Decided once every request is either answered (denied) or held at a provider.
 	var inFlight int64
 	_, err = poll(ctx, 10*time.Millisecond, adminTimeout(p)+2*time.Second, func(ctx context.Context) (bool, error) {
-		s, err := env.ProviderCalls(ctx)
+		s, err := env.Providers().Read(ctx)
 		if err != nil {
 			return false, err
 		}

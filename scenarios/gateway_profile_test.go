@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
 )
@@ -27,7 +27,11 @@ func altProfile(t *testing.T) *undertest.Profile {
 // express, each named by its feature.
 func TestGatewayNeedsSkipWithTheProfileNamed(t *testing.T) {
 	env := testEnv(topology.Capabilities{})
-	d, err := deployment.NewDeployment("q-needs", env.Profile, []string{"model-budgets"})
+	list, err := Select([]string{"model-budgets"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDeployment("q-needs", env.Profile, list)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,15 +141,15 @@ func TestDecidedByNamesTheEvidence(t *testing.T) {
 // TestNewRequestsCountsCallsNotLogLength checks the requests between two snapshots are the
 // last entries of each log by the call counts, also when the bounded log dropped old ones.
 func TestNewRequestsCountsCallsNotLogLength(t *testing.T) {
-	req := func(id string) ProviderRequest { return ProviderRequest{RequestID: id} }
-	before := ProviderSnapshot{ByHost: map[string]ProviderCalls{
-		"p1": {Calls: 5, Requests: []ProviderRequest{req("a"), req("b"), req("c")}},
-		"p2": {Calls: 1, Requests: []ProviderRequest{req("x")}},
+	req := func(id string) providerstub.CallRecord { return providerstub.CallRecord{RequestID: id} }
+	before := ProviderSnapshot{ByHost: map[string]ProviderLog{
+		"p1": {CallLog: providerstub.CallLog{Calls: 5, Requests: []providerstub.CallRecord{req("a"), req("b"), req("c")}}},
+		"p2": {CallLog: providerstub.CallLog{Calls: 1, Requests: []providerstub.CallRecord{req("x")}}},
 	}}
-	after := ProviderSnapshot{ByHost: map[string]ProviderCalls{
-		"p1": {Calls: 6, Requests: []ProviderRequest{req("b"), req("c"), req("d")}}, // full: "a" dropped
-		"p2": {Calls: 1, Requests: []ProviderRequest{req("x")}},
-		"p3": {Calls: 1, Requests: []ProviderRequest{req("y")}},
+	after := ProviderSnapshot{ByHost: map[string]ProviderLog{
+		"p1": {CallLog: providerstub.CallLog{Calls: 6, Requests: []providerstub.CallRecord{req("b"), req("c"), req("d")}}}, // full: "a" dropped
+		"p2": {CallLog: providerstub.CallLog{Calls: 1, Requests: []providerstub.CallRecord{req("x")}}},
+		"p3": {CallLog: providerstub.CallLog{Calls: 1, Requests: []providerstub.CallRecord{req("y")}}},
 	}}
 	var got []string
 	for _, r := range newRequests(before, after) {
@@ -165,7 +169,7 @@ func TestQuotaReadWithoutInspectionSkips(t *testing.T) {
 	res := Run(context.Background(), env, []Scenario{fake("reads", nil, func(ctx context.Context, env *Env) *Result {
 		r := env.NewResult()
 		r.Check("admitted", 200, 200, true)
-		_, err := env.Quota(ctx, gwA, appA)
+		_, err := env.Quotas().Read(ctx, gwA, Key{Rule: RuleName, Subject: appA})
 		return r.Error(err)
 	})})
 	if res[0].Status != evidence.Skipped || !strings.Contains(res[0].Reason, "offers no quota inspection") {

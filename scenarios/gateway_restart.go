@@ -9,29 +9,62 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(800, gatewayRestart) }
+
 func gatewayRestart() Scenario {
 	return Scenario{
-		Name:      "gateway-restart",
-		Summary:   "exhaust, restart gateway A mid-window: the subject is still denied on both gateways; the state came from Valkey",
-		Invariant: "quota state lives in the store, not in a gateway process: a restarted gateway enforces the same budget",
+		Name: "gateway-restart",
+		Summary: "exhaust, restart gateway A mid-window (SIGTERM) with another subject's streams in flight on it: the subject is " +
+			"still denied on both gateways, the state came from Valkey; the streams finish and are charged their usage",
+		Invariant: "quota state lives in the store, not in a gateway process: a restarted gateway enforces the same budget; a " +
+			"graceful stop lets every in-flight request finish and settles it at its usage, not its estimate",
 		Exclusive: "restarts gateway-a",
 		Needs:     []Need{NeedRestart},
 		Prefers:   []Need{NeedQuotaInspection},
 		BlackBox: "sees the exhausted subject still denied on every gateway after the restart, within one window, and another " +
-			"subject admitted; cannot see the settled figure the new gateway-a reads from the store (the denials decide)",
+			"subject admitted; sees the streams in flight at the restart complete and what their subject is admitted for afterwards, " +
+			"predicted from the tokens the providers logged for them; cannot see the settled figures (the denials and admissions decide)",
 		Run: runGatewayRestart,
 	}
 }
 
+// restartTries bounds gateway-restart's attempts. An attempt whose checks after the restart
+// came a window or more after its first charge decides nothing about persistence: the usage
+// could have left the window, so neither a denial nor an admission is the store's doing (a
+// docker restart slowed by a loaded machine outlasted the quick 4 s window at 4.24 s). It is
+// run once more, a window later, from a clean budget; the outlasted attempt is kept as a fact.
+const restartTries = 2
+
 func runGatewayRestart(ctx context.Context, env *Env) *Result {
+	var outlasted []string
+	for try := 1; ; try++ {
+		r, checkedAfter := gatewayRestartOnce(ctx, env)
+		if checkedAfter < env.Profile.Window || try == restartTries || ctx.Err() != nil {
+			if len(outlasted) > 0 {
+				r.Fact("earlier_attempts_checked_after", outlasted)
+			}
+			return r
+		}
+		outlasted = append(outlasted, checkedAfter.Round(time.Millisecond).String())
+		env.Progressf("the checks came %s after the first charge, past the %s window: once more, a window later", checkedAfter.Round(time.Millisecond), env.Profile.Window)
+		select {
+		case <-ctx.Done():
+		case <-time.After(env.Profile.Window):
+		}
+	}
+}
+
+// gatewayRestartOnce is one attempt; it also returns how long after the first charge the
+// post-restart checks were made (0 when it stopped before them).
+func gatewayRestartOnce(ctx context.Context, env *Env) (*Result, time.Duration) {
 	r := env.NewResult()
 	p := env.Profile
 	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
-		return r.Error(err)
+		return r.Error(err), 0
 	}
-	ex, err := env.exhaust(ctx, appA, "exhaust", env.gateways(), exhaustCap)
+	ex, err := env.exhaust(ctx, Key{Rule: RuleName, Subject: appA}, "exhaust", env.gateways(), exhaustCap)
 	if err != nil {
-		return r.Error(err)
+		return r.Error(err), 0
 	}
 	r.Fact("exhaust_statuses", statuses(ex.Outcomes))
 	r.Check("exhausted via the replicas in turn (ended with 429)", http.StatusTooManyRequests, ex.Outcomes[len(ex.Outcomes)-1].Status, ex.Denied && ex.Admitted >= 2)
@@ -39,9 +72,9 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 
 	var qBefore wire.QuotaState
 	if env.inspects() {
-		qBefore, err = env.Quota(ctx, gwA, appA)
+		qBefore, err = env.Quotas().Read(ctx, gwA, Key{Rule: RuleName, Subject: appA})
 		if err != nil {
-			return r.Error(err)
+			return r.Error(err), 0
 		}
 		r.Fact("settled_before_restart", qBefore.Settled())
 	}
@@ -63,7 +96,7 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 	err = env.Topo.RestartGateway(ctx, gwA)
 	endFault()
 	if err != nil {
-		return r.Error(fmt.Errorf("restarting gateway-a: %w", err))
+		return r.Error(fmt.Errorf("restarting gateway-a: %w", err)), 0
 	}
 	restartTook := time.Since(restartStart)
 	r.Fact("restart_ms", ms(restartTook))
@@ -79,7 +112,7 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 	var qAfter wire.QuotaState
 	var qerr error
 	if env.inspects() {
-		qAfter, qerr = env.Quota(ctx, gwA, appA)
+		qAfter, qerr = env.Quotas().Read(ctx, gwA, Key{Rule: RuleName, Subject: appA})
 	}
 	checkedAt := time.Now()
 	r.Check("still denied on the restarted gateway-a", http.StatusTooManyRequests, postA.Status, postA.Status == http.StatusTooManyRequests)
@@ -103,11 +136,15 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 
 	other := env.Chat(ctx, ChatCall{Gateway: gwA, Label: "after-restart-other", Subject: appB})
 	r.Check("another subject admitted on the restarted gateway-a", http.StatusOK, other.Status, other.Admitted())
+	// A second graceful stop, with another subject's streams in flight on gateway-a: apart
+	// from the first, so that waiting for them does not push the persistence checks above
+	// past their window (on docker a restart already takes seconds of the quick 4 s).
+	drained := env.restartWithStreamsInFlight(ctx, r)
 	after := answeredOn(env.gateways(), append([]Outcome{postA}, postOthers...), http.StatusTooManyRequests)
 	if !env.inspects() {
-		r.Key("restart %s; after it %s", restartTook.Round(time.Millisecond), after)
-		return r
+		r.Key("restart %s; after it %s; %s", restartTook.Round(time.Millisecond), after, drained)
+		return r, checkedAt.Sub(firstCharge)
 	}
-	r.Key("restart %s; after it %s; settled %d → %d", restartTook.Round(time.Millisecond), after, qBefore.Settled(), qAfter.Settled())
-	return r
+	r.Key("restart %s; after it %s; settled %d → %d; %s", restartTook.Round(time.Millisecond), after, qBefore.Settled(), qAfter.Settled(), drained)
+	return r, checkedAt.Sub(firstCharge)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(1500, hardGate) }
+
 func hardGate() Scenario {
 	return Scenario{
 		Name: "hard-gate",
@@ -28,8 +30,23 @@ func hardGate() Scenario {
 		Prefers: []Need{NeedQuotaInspection},
 		BlackBox: "sees, at the providers, every admitted request's output bound and usage and the peak usage of any window, " +
 			"and the burst's answers; cannot see the ledger's settled figure (only a fact there, never a check)",
-		Run: runHardGate,
+		Rules: hardGateRules,
+		Run:   runHardGate,
 	}
+}
+
+// hardGateRuleName is the scenario's own rule, with enforcement hard: the gateway clamps the
+// forwarded output bound to the reservation, hardGateEstimate per request, hardGateCapacity per
+// window (three requests' worth).
+const (
+	hardGateRuleName = "hard-gate"
+	hardGateEstimate = int64(60)
+	hardGateCapacity = int64(180)
+)
+
+func hardGateRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{{Name: hardGateRuleName, Window: deployment.FormatDuration(p.Window), Capacity: hardGateCapacity,
+		Lease: deployment.FormatDuration(p.Lease), Estimate: hardGateEstimate, Enforcement: "hard"}}
 }
 
 // hardGateAsk is the output each hard-gate client asks for and the stub would generate.
@@ -42,12 +59,9 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 		r.DecidedBy("the providers' call logs", "the request history")
 		r.NotMade("the settled usage read from the ledger (a fact, not a check)", "no quota inspection")
 	}
-	est, capacity := p.HardGateEstimate, p.HardGateCapacity
-	if est <= 0 || capacity < est {
-		return r.Error(fmt.Errorf("profile %s has hard-gate estimate %d and capacity %d: both must be positive, capacity ≥ estimate", p.Name, est, capacity))
-	}
+	est, capacity := hardGateEstimate, hardGateCapacity
 	burst := int(2 * capacity / est)
-	r.Fact("rule", fmt.Sprintf("%s: enforcement hard, %d tokens reserved per request, capacity %d per %s", deployment.HardGateRule, est, capacity, p.Window))
+	r.Fact("rule", fmt.Sprintf("%s: enforcement hard, %d tokens reserved per request, capacity %d per %s", hardGateRuleName, est, capacity, p.Window))
 	r.Fact("burst", burst)
 	r.Fact("asked_output_tokens", hardGateAsk)
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
@@ -63,7 +77,7 @@ func runHardGate(ctx context.Context, env *Env) *Result {
 	var q wire.QuotaState
 	var idleErr error
 	if env.inspects() {
-		q, idleErr = env.waitIdleOf(ctx, gwA, deployment.HardGateRule, appA)
+		q, idleErr = env.Quotas().WaitIdle(ctx, gwA, Key{Rule: hardGateRuleName, Subject: appA})
 	}
 	after, err := env.settledProviders(ctx)
 	if err != nil {

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -53,74 +52,23 @@ func (env *Env) othersThan(g string) []string {
 	return out
 }
 
+// runBudgetRule is a scenario's own rule that is the run's budget (its capacity and estimate
+// per request) over window, with lease: a scenario that needs only a window or a lease of its own.
+func runBudgetRule(name string, p deployment.Profile, window, lease time.Duration) deployment.ScenarioRule {
+	return deployment.ScenarioRule{Name: name, Window: deployment.FormatDuration(window), Capacity: p.Capacity,
+		Lease: deployment.FormatDuration(lease), Estimate: p.Estimate}
+}
+
+// shortestRenewedLease is the shortest lease a gateway accepts with renewal, 3 × the store
+// timeout + 1 s (2.5 s on quick): the lease of the scenarios' own rules that must see a hold
+// outlive its lease (concurrency, long-generation) within seconds.
+func shortestRenewedLease(p deployment.Profile) time.Duration {
+	return 3*p.StoreTimeout + time.Second
+}
+
 // chatUsage is the usage the provider stub reports for the default request with maxTokens.
 func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
 	return providerstub.PredictUsage([]providerstub.Message{{Role: "user", Content: "hello"}}, maxTokens, p.CompletionTokens)
-}
-
-// waitIdle polls subject's quota until no reservation is active (every admitted request has
-// settled) and returns that state. The gateway settles off the response path, so a read right
-// after a response may still see its reservation. A gateway without quota inspection is
-// waited on from outside: until no provider has a request in flight, then blindSettleWait; the state returned is
-// then not inspected: every figure is zero.
-func (env *Env) waitIdle(ctx context.Context, gateway, subject string) (wire.QuotaState, error) {
-	return env.waitIdleOf(ctx, gateway, RuleName, subject)
-}
-
-// blindSettleWait is how long a black-box exhaustion waits, once the providers hold nothing,
-// for the gateway to settle before its next request: far beyond the one store round trip a
-// settlement takes, and short enough that an exhaustion of five requests stays well within a
-// 4 s window (waitIdle's waits add up in every exhaustion).
-const blindSettleWait = 150 * time.Millisecond
-
-// waitIdleOf is waitIdle for subject's key under rule.
-func (env *Env) waitIdleOf(ctx context.Context, gateway, rule, subject string) (wire.QuotaState, error) {
-	return env.waitIdleWithin(ctx, gateway, rule, subject, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
-}
-
-// waitIdleWithin is waitIdleOf with its own limit. On an error the state returned is the last
-// read the store answered (zero when none was): with errPollDeadline, what was still held.
-func (env *Env) waitIdleWithin(ctx context.Context, gateway, rule, subject string, limit time.Duration) (wire.QuotaState, error) {
-	return env.waitIdleKey(ctx, gateway, rule, subject, "", limit)
-}
-
-// waitIdleOfModel is waitIdleOf for subject's key for model under a subject_and_model rule.
-func (env *Env) waitIdleOfModel(ctx context.Context, gateway, rule, subject, model string) (wire.QuotaState, error) {
-	return env.waitIdleKey(ctx, gateway, rule, subject, model, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
-}
-
-// waitIdleKey is waitIdleWithin for the key of subject (and model, "" for none) under rule.
-func (env *Env) waitIdleKey(ctx context.Context, gateway, rule, subject, model string, limit time.Duration) (wire.QuotaState, error) {
-	if !env.inspects() {
-		if _, err := env.settledProviders(ctx); err != nil {
-			return wire.QuotaState{}, fmt.Errorf("waiting for the providers to finish %s's requests: %w", subject, err)
-		}
-		// The gateway settles off the response path, after the provider's answer ended: without
-		// an inspection to poll, the next request could still meet the hold at its estimate (seen
-		// on the black-box profile: a remaining header 5 short, the previous request unsettled).
-		return wire.QuotaState{}, waitUntil(ctx, time.Now().Add(blindSettleWait))
-	}
-	var q wire.QuotaState
-	var unanswered error // the last read the store did not answer: retried until the deadline
-	_, err := poll(ctx, 10*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
-		read, err := env.QuotaOfModel(ctx, gateway, rule, subject, model)
-		if errors.Is(err, errInspectionUnanswered) {
-			unanswered = err
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		q, unanswered = read, nil
-		return q.ActiveReservations == 0 && q.ReservedTokens == 0, nil
-	})
-	if err != nil && unanswered != nil {
-		err = fmt.Errorf("%w (last unanswered read: %w)", err, unanswered)
-	}
-	if err != nil {
-		return q, fmt.Errorf("waiting for %s's reservations to settle: %w", subject, err)
-	}
-	return q, nil
 }
 
 // fixedWindowStart, for a gateway whose profile declares fixed windows, waits until offset
@@ -160,32 +108,32 @@ type exhaustion struct {
 	Outcomes []Outcome // every request, in order; the last is the first non-200 unless capped
 	Admitted int       // 200s before the first non-200
 	Denied   bool      // the run ended with a 429
-	Settled  []int64   // settled usage read after each admitted request (waitIdle)
+	Settled  []int64   // settled usage read after each admitted request (Quotas().WaitIdle)
 	// Blind: Settled is the sum of the admitted responses' own usage, not read from the
 	// gateway (it offers no quota inspection).
 	Blind bool
 }
 
-// exhaust sends requests for subject alternating gateway-a, gateway-b, … (starting with
+// exhaust sends requests as k's subject alternating gateway-a, gateway-b, … (starting with
 // gateways[0]) until the first non-200 answer or maxAttempts. After each admitted request it
-// waits until the reservation has settled, so the next decision sees settled usage only.
-func (env *Env) exhaust(ctx context.Context, subject, labelPrefix string, gateways []string, maxAttempts int) (exhaustion, error) {
-	return env.exhaustOf(ctx, RuleName, subject, labelPrefix, gateways, maxAttempts)
-}
-
-// exhaustOf is exhaust for a subject under rule (whose settled usage it reads).
-func (env *Env) exhaustOf(ctx context.Context, rule, subject, labelPrefix string, gateways []string, maxAttempts int) (exhaustion, error) {
+// waits until k's reservation has settled, so the next decision sees settled usage only, and
+// records k's settled usage. Its requests ask for the stub's default model: k names a rule
+// keyed by subject (no Model).
+func (env *Env) exhaust(ctx context.Context, k Key, labelPrefix string, gateways []string, maxAttempts int) (exhaustion, error) {
 	var ex exhaustion
+	if k.Model != "" {
+		return ex, fmt.Errorf("exhausting %s under %s: the key names model %s, but exhaust sends the default model: name no model", k.Subject, k.Rule, k.Model)
+	}
 	for i := 0; i < maxAttempts; i++ {
 		gw := gateways[i%len(gateways)]
-		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("%s-%d", labelPrefix, i+1), Subject: subject})
+		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: fmt.Sprintf("%s-%d", labelPrefix, i+1), Subject: k.Subject})
 		ex.Outcomes = append(ex.Outcomes, o)
 		if !o.Admitted() {
 			ex.Denied = o.Status == http.StatusTooManyRequests
 			return ex, nil
 		}
 		ex.Admitted++
-		q, err := env.waitIdleOf(ctx, gw, rule, subject)
+		q, err := env.Quotas().WaitIdle(ctx, gw, k)
 		if err != nil {
 			return ex, err
 		}
@@ -210,6 +158,39 @@ func (env *Env) exhaustOf(ctx context.Context, rule, subject, labelPrefix string
 		ex.Settled = append(ex.Settled, q.Settled())
 	}
 	return ex, nil
+}
+
+// spendUntilDenied starts a fresh fixed window and spends appA's budget in it by chat through
+// gateway-a until the first denial (exhaust): the budget spent as the gateway itself decides it
+// (a request whose usage overshoots may not spend it: its overage may be dropped), and the
+// denial seen before a spent pass begins. spentCheck names the check that the spending ended
+// in a 429 after at least one admission. It returns the first spending request, whose window
+// the spent pass must finish within (checkSpentInWindow), and the providers' counts before the
+// pass. ok is false when there is nothing to judge: the result says why.
+func (env *Env) spendUntilDenied(ctx context.Context, r *Result, spentCheck string) (first Outcome, before ProviderSnapshot, ok bool) {
+	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+		r.Error(err)
+		return first, before, false
+	}
+	ex, err := env.exhaust(ctx, Key{Rule: RuleName, Subject: appA}, "spend", []string{gwA}, exhaustCap)
+	if err != nil {
+		r.Error(err)
+		return first, before, false
+	}
+	r.Check(spentCheck, http.StatusTooManyRequests, statuses(ex.Outcomes), ex.Denied && ex.Admitted > 0)
+	if !ex.Denied || ex.Admitted == 0 {
+		return first, before, false
+	}
+	before, ok = env.readProviders(ctx, r, "provider call counts before the spent pass")
+	return ex.Outcomes[0], before, ok
+}
+
+// checkSpentInWindow checks (as name) that the spent pass's last request went before the
+// first spending request's window ended: no charge could have left it in between.
+func (env *Env) checkSpentInWindow(r *Result, name string, first Outcome, last time.Time) {
+	w := env.Profile.Window
+	r.Check(name, fmt.Sprintf("before %s after it", w), fmt.Sprintf("%s after it", last.Sub(first.Start).Round(time.Millisecond)),
+		last.Before(first.Start.Add(w)))
 }
 
 // exchange is one observed sequential request for the prediction.
@@ -325,7 +306,7 @@ func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 
 
 // readProviders takes a provider snapshot, recording an operational error on failure.
 func (env *Env) readProviders(ctx context.Context, r *Result, what string) (ProviderSnapshot, bool) {
-	s, err := env.ProviderCalls(ctx)
+	s, err := env.Providers().Read(ctx)
 	if err != nil {
 		r.Error(fmt.Errorf("%s: %w", what, err))
 		return s, false
@@ -337,9 +318,9 @@ func (env *Env) readProviders(ctx context.Context, r *Result, what string) (Prov
 // is in the logs) and returns the snapshot.
 func (env *Env) settledProviders(ctx context.Context) (ProviderSnapshot, error) {
 	var s ProviderSnapshot
-	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+env.Profile.LongestHold(), func(ctx context.Context) (bool, error) {
+	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+longestHold(env.Profile), func(ctx context.Context) (bool, error) {
 		var err error
-		s, err = env.ProviderCalls(ctx)
+		s, err = env.Providers().Read(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -367,7 +348,7 @@ func (env *Env) chatAtOnce(ctx context.Context, n int, call func(i int) ChatCall
 // waitInFlight waits until the providers hold at least n of this scenario's requests.
 func (env *Env) waitInFlight(ctx context.Context, n int64) error {
 	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(env.Profile)+2*time.Second, func(ctx context.Context) (bool, error) {
-		s, err := env.ProviderCalls(ctx)
+		s, err := env.Providers().Read(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -525,7 +506,7 @@ func (env *Env) idleStates(ctx context.Context, r *Result, rule string, keys []m
 	}
 	out := map[modelKey]wire.QuotaState{}
 	for _, k := range keys {
-		q, err := env.waitIdleKey(ctx, gwA, rule, k.subject, k.model, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
+		q, err := env.Quotas().WaitIdleWithin(ctx, gwA, Key{Rule: rule, Subject: k.subject, Model: k.model}, adminTimeout(env.Profile)+env.Profile.StoreTimeout)
 		if err != nil {
 			r.Error(err)
 			return nil, false

@@ -10,6 +10,8 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 )
 
+func init() { register(400, identitySources) }
+
 func identitySources() Scenario {
 	return Scenario{
 		Name: "identity-sources",
@@ -25,8 +27,20 @@ func identitySources() Scenario {
 			"the named subject, left room for exactly one estimate before, still admitted once and only once after; cannot see a " +
 			"charge that lands on a made-up name except through that name's admission, nor a change to the spent subject's " +
 			"settled usage (nothing more is admitted to it either way), so it does not report one",
-		Run: runIdentitySources,
+		Rules: identitySourcesRules,
+		Run:   runIdentitySources,
 	}
+}
+
+// identitySourcesRule is the run's budget over a window that outlasts the scenario, so the
+// spent subject and the one left room for one estimate stay so, however slow the host.
+const (
+	identitySourcesRule   = "identity-sources"
+	identitySourcesWindow = 10 * time.Minute
+)
+
+func identitySourcesRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{runBudgetRule(identitySourcesRule, p, identitySourcesWindow, p.Lease)}
 }
 
 // identityHeaders are request headers through which a client could name a subject: the
@@ -93,8 +107,8 @@ func runIdentitySources(ctx context.Context, env *Env) *Result {
 	// Its own rule, when the gateway renders one, has a window no slow host outlasts; the run's
 	// rule has the profile's short window, which the scenario must then finish within.
 	rule, window := RuleName, p.Window
-	if env.hasOwnRule(deployment.IdentitySourcesRule) {
-		rule, window = deployment.IdentitySourcesRule, deployment.IdentitySourcesWindow
+	if env.hasOwnRule(identitySourcesRule) {
+		rule, window = identitySourcesRule, identitySourcesWindow
 	}
 	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s", rule, p.Estimate, p.Capacity, window))
 	if err := env.fixedWindowStartOf(ctx, r, window, fixedWindowMargin); err != nil {

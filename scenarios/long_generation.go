@@ -11,6 +11,8 @@ import (
 	"github.com/quotaqual/quotaqual/providerstub"
 )
 
+func init() { register(1400, longGeneration) }
+
 func longGeneration() Scenario {
 	return Scenario{
 		Name: "long-generation",
@@ -23,8 +25,19 @@ func longGeneration() Scenario {
 		BlackBox: "sees every request the same subject sends while the generation runs denied, also after its lease, and the " +
 			"generation at the provider; cannot see whether the hold was renewed or expired and was charged its estimate (both deny alike), " +
 			"nor the generation's settled charge",
-		Run: runLongGeneration,
+		Rules: longGenerationRules,
+		Run:   runLongGeneration,
 	}
+}
+
+// longGenerationRuleName is the scenario's own rule: room for one request's estimate per window,
+// with the shortest lease with renewal (shortestRenewedLease), so a generation outlives it
+// within seconds.
+const longGenerationRuleName = "long-generation"
+
+func longGenerationRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{{Name: longGenerationRuleName, Window: deployment.FormatDuration(p.Window), Capacity: p.Estimate,
+		Lease: deployment.FormatDuration(shortestRenewedLease(p)), Estimate: p.Estimate}}
 }
 
 // longGenerationTokens and longGenerationInterToken make a generation of 3.5 s, longer than the
@@ -36,17 +49,18 @@ const (
 )
 
 func runLongGeneration(ctx context.Context, env *Env) *Result {
-	if !env.hasOwnRule(deployment.LongGenerationRule) || !env.gateway().Caps.Leases || !env.inspects() {
+	if !env.hasOwnRule(longGenerationRuleName) || !env.gateway().Caps.Leases || !env.inspects() {
 		return runLongGenerationBlackBox(ctx, env)
 	}
 	r := env.NewResult()
 	p := env.Profile
-	const rule = deployment.LongGenerationRule
+	const rule = longGenerationRuleName
+	lease := shortestRenewedLease(p)
 	length := longGenerationTokens * longGenerationInterToken
-	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s, lease %s", rule, p.Estimate, p.Estimate, p.Window, p.LongGenerationLease))
+	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s, lease %s", rule, p.Estimate, p.Estimate, p.Window, lease))
 	r.Fact("generation", length.String())
-	if length <= p.LongGenerationLease {
-		return r.Error(fmt.Errorf("profile %s: a generation of %s does not outlast the lease of %s", p.Name, length, p.LongGenerationLease))
+	if length <= lease {
+		return r.Error(fmt.Errorf("profile %s: a generation of %s does not outlast the lease of %s", p.Name, length, lease))
 	}
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
 	if !ok {
@@ -61,7 +75,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 				providerstub.InterTokenMetadata: longGenerationInterToken.String()}})
 	}()
 	_, err := poll(ctx, 10*time.Millisecond, adminTimeout(p), func(ctx context.Context) (bool, error) {
-		q, err := env.QuotaOf(ctx, gwB, rule, appA)
+		q, err := env.Quotas().Read(ctx, gwB, Key{Rule: rule, Subject: appA})
 		return err == nil && q.ActiveReservations == 1, err
 	})
 	if err != nil {
@@ -73,10 +87,10 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	var probes []concurrentProbe
 	long, err := probeUntil(ctx, done, func(i int) {
 		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
-		pb := concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > p.LongGenerationLease+p.StoreTimeout}
+		pb := concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > lease+p.StoreTimeout}
 		// The hold itself, read from the ledger: one live reservation until the end.
 		pb.sampled = time.Now()
-		if hq, err := env.QuotaOf(ctx, env.alternate(i), rule, appA); err != nil {
+		if hq, err := env.Quotas().Read(ctx, env.alternate(i), Key{Rule: rule, Subject: appA}); err != nil {
 			pb.sampleErr = true
 		} else {
 			pb.held = hq.ActiveReservations == 1 && hq.ReservedTokens == p.Estimate
@@ -86,7 +100,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	if err != nil {
 		return r.Error(err)
 	}
-	q, idleErr := env.waitIdleOf(ctx, gwA, rule, appA)
+	q, idleErr := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: rule, Subject: appA})
 	after, err := env.settledProviders(ctx)
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call logs after: %w", err))
@@ -99,7 +113,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 		// short, and the expired estimate leaves it a window after the lease deadline.
 		waited := time.Now()
 		_, _ = poll(ctx, 10*time.Millisecond, time.Second+2*p.StoreTimeout, func(ctx context.Context) (bool, error) {
-			nq, err := env.QuotaOf(ctx, gwA, rule, appA)
+			nq, err := env.Quotas().Read(ctx, gwA, Key{Rule: rule, Subject: appA})
 			if err == nil {
 				q = nq
 			}
@@ -145,7 +159,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 		r.Error(idleErr)
 	}
 	r.Check("the long generation completed", http.StatusOK, long.Status, long.Status == http.StatusOK)
-	r.Check("it lasted longer than the lease", fmt.Sprintf("> %s", p.LongGenerationLease), long.Latency.Round(time.Millisecond).String(), long.Latency > p.LongGenerationLease)
+	r.Check("it lasted longer than the lease", fmt.Sprintf("> %s", lease), long.Latency.Round(time.Millisecond).String(), long.Latency > lease)
 	r.Check("concurrent requests were made after the lease would have run out", "≥ 1", afterLease, afterLease >= 1)
 	r.Check("every concurrent request was denied with 429", len(probeStatuses), deniedProbes, deniedProbes == len(probeStatuses))
 	r.Check("the reservation stayed live, also after the lease (sampled from the ledger with each request)", sampled, held,
@@ -155,7 +169,7 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 		r.Check("settled at the usage the provider counted", pr.Consumed(), q.Settled(), q.Settled() == pr.Consumed())
 	}
 	r.Key("%s generation, lease %s: %d/%d concurrent requests denied (%d after the lease), settled %d", long.Latency.Round(100*time.Millisecond),
-		p.LongGenerationLease, deniedProbes, len(probeStatuses), afterLease, q.Settled())
+		lease, deniedProbes, len(probeStatuses), afterLease, q.Settled())
 	return r
 }
 

@@ -26,8 +26,8 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 	p := env.Profile
 	caps := env.gateway().Caps
 	capacity, lease, rule := p.Capacity, p.Lease, "the run's rule"
-	if env.hasOwnRule(deployment.LongGenerationRule) {
-		capacity, lease, rule = p.Estimate, p.LongGenerationLease, deployment.LongGenerationRule
+	if env.hasOwnRule(longGenerationRuleName) {
+		capacity, lease, rule = p.Estimate, shortestRenewedLease(p), longGenerationRuleName
 	}
 	r.DecidedBy("admissions probed from outside", "the providers' call logs")
 	if !env.inspects() {

@@ -6,9 +6,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
 )
+
+func init() { register(1700, modelBudgets) }
 
 func modelBudgets() Scenario {
 	return Scenario{
@@ -24,8 +28,31 @@ func modelBudgets() Scenario {
 		BlackBox: "sees every decision per (subject, model) key against the rule replayed on the responses' own usage, and the " +
 			"quota headers of each answer; cannot see the ledger's settled usage per key, nor which key a charge landed on except through " +
 			"the admissions that follow it",
-		Run: runModelBudgets,
+		Rules: modelBudgetsRules,
+		Run:   runModelBudgets,
 	}
+}
+
+// modelBudgetsRule keys its subjects' quota by subject and model, two estimates per model over
+// a window that outlasts the run (nothing leaves it mid-scenario), and allows the two models
+// modelBudgetsModels: the provider stub's default and one more (the stub serves any model name
+// it is asked for). model-source's rule has the same shape.
+const (
+	modelBudgetsRule   = "model-budgets"
+	modelBudgetsWindow = 10 * time.Minute
+)
+
+var modelBudgetsModels = []string{providerstub.DefaultModel, "qwen3-8b"}
+
+func modelBudgetsRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{modelKeyedRule(modelBudgetsRule, p)}
+}
+
+// modelKeyedRule is the rule shape of model-budgets and model-source: keyed by subject and
+// model, two estimates per key over modelBudgetsWindow, allowing only modelBudgetsModels.
+func modelKeyedRule(name string, p deployment.Profile) deployment.ScenarioRule {
+	return deployment.ScenarioRule{Name: name, Window: deployment.FormatDuration(modelBudgetsWindow), Capacity: 2 * p.Estimate,
+		Lease: deployment.FormatDuration(p.Lease), Estimate: p.Estimate, KeyByModel: true, Models: modelBudgetsModels}
 }
 
 // modelKey is one (subject, model) key of model-budgets.
@@ -51,9 +78,9 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
 	est, capacity := p.Estimate, 2*p.Estimate
-	m1, m2 := deployment.ModelBudgetsModels[0], deployment.ModelBudgetsModels[1]
+	m1, m2 := modelBudgetsModels[0], modelBudgetsModels[1]
 	r.Fact("rule", fmt.Sprintf("%s: key subject_and_model, %d tokens per %s per key, %d reserved per request, models %v",
-		deployment.ModelBudgetsRule, capacity, deployment.ModelBudgetsWindow, est, deployment.ModelBudgetsModels))
+		modelBudgetsRule, capacity, modelBudgetsWindow, est, modelBudgetsModels))
 	before, ok := env.startReplay(ctx, r, "the ledger's settled usage per key against the responses'")
 	if !ok {
 		return r
@@ -71,7 +98,7 @@ func runModelBudgets(ctx context.Context, env *Env) *Result {
 		if !st.o.Admitted() {
 			return st.o, nil
 		}
-		q, err := env.waitIdleOfModel(ctx, gw, deployment.ModelBudgetsRule, k.subject, k.model)
+		q, err := env.Quotas().WaitIdle(ctx, gw, Key{Rule: modelBudgetsRule, Subject: k.subject, Model: k.model})
 		if err != nil {
 			return st.o, err
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 )
 
+func init() { register(1800, modelSource) }
+
 func modelSource() Scenario {
 	return Scenario{
 		Name: "model-source",
@@ -29,8 +31,17 @@ func modelSource() Scenario {
 			"same subject, left room for exactly one estimate before, admitted once and only once after, and each admitted response's " +
 			"remaining header against its key's replayed usage; cannot see a charge on a key it does not probe (a made-up model's) " +
 			"except through an admission, nor the spent key's settled usage",
-		Run: runModelSource,
+		Rules: modelSourceRules,
+		Run:   runModelSource,
 	}
+}
+
+// modelSourceRule is model-budgets' rule shape (modelKeyedRule), so every other spelling of a
+// model is outside the allowlist.
+const modelSourceRule = "model-source"
+
+func modelSourceRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{modelKeyedRule(modelSourceRule, p)}
 }
 
 // otherModelHeaders are model headers other gateways route on (Envoy AI Gateway, the Gateway
@@ -69,11 +80,11 @@ func runModelSource(ctx context.Context, env *Env) *Result {
 	p := env.Profile
 	gw := env.gateway()
 	est, capacity := p.Estimate, 2*p.Estimate
-	m1, m2 := deployment.ModelBudgetsModels[0], deployment.ModelBudgetsModels[1]
-	rule := deployment.ModelSourceRule
+	m1, m2 := modelBudgetsModels[0], modelBudgetsModels[1]
+	rule := modelSourceRule
 	denial := gw.Expect.Denial.Status
 	r.Fact("rule", fmt.Sprintf("%s: key subject_and_model, %d tokens per %s per key, %d reserved per request, allowed models %v",
-		rule, capacity, deployment.ModelBudgetsWindow, est, deployment.ModelBudgetsModels))
+		rule, capacity, modelBudgetsWindow, est, modelBudgetsModels))
 	if !env.inspects() {
 		r.DecidedBy("admissions probed from outside", "the providers' call logs", "the responses' usage")
 		r.NotMade("settled and reserved tokens of the probed keys unchanged, and each key's settled usage == its responses'", "no quota inspection")
@@ -227,7 +238,7 @@ func (env *Env) checkServedKeys(ctx context.Context, r *Result, rule, m1, m2 str
 		case !c.mayRefuse || o.Status < 400 || o.Status >= 500:
 			wrong = append(wrong, fmt.Sprintf("%s: %d", c.label, o.Status))
 		}
-		if _, err := env.waitIdleOfModel(ctx, gwA, rule, appB, c.model); err != nil {
+		if _, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: rule, Subject: appB, Model: c.model}); err != nil {
 			r.Error(err)
 			return "interrupted"
 		}
@@ -254,7 +265,7 @@ func (env *Env) checkServedKeys(ctx context.Context, r *Result, rule, m1, m2 str
 	if env.inspects() {
 		var differ []string
 		for _, m := range []string{m1, m2} {
-			q, err := env.QuotaOfModel(ctx, gwB, rule, appB, m)
+			q, err := env.Quotas().Read(ctx, gwB, Key{Rule: rule, Subject: appB, Model: m})
 			if err != nil {
 				r.Error(err)
 				continue

@@ -9,6 +9,8 @@ import (
 	"github.com/quotaqual/quotaqual/topology"
 )
 
+func init() { register(1100, networkPolicy) }
+
 func networkPolicy() Scenario {
 	return Scenario{
 		Name:      "network-policy",

@@ -2,17 +2,23 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/undertest"
 )
+
+func init() { register(1900, outputBound) }
 
 func outputBound() Scenario {
 	return Scenario{
-		Name: deployment.OutputBoundScenario,
+		Name: outputBoundScenario,
 		Summary: "every form of the output bound — max_completion_tokens only, max_tokens only, both (disagreeing by an order of " +
 			"magnitude either way, or the client's own below the clamp), neither, n > 1 — streamed and not, under a hard rule " +
 			"(a burst of all of them, each asking for far more than its reservation) and under a meter rule (one after another)",
@@ -27,7 +33,39 @@ func outputBound() Scenario {
 		Needs:    []Need{NeedScenarioRules},
 		Prefers:  []Need{NeedQuotaInspection},
 		BlackBox: "sees, at the providers, every request's honoured bound, what it generated and the prompt it counted, and each reservation and charge through the remaining header of the request's own response and of neutral probes sent after it; cannot see the ledger's settled and reserved figures (with inspection only a cross-check)",
+		Rules:    outputBoundRules,
 		Run:      runOutputBound,
+	}
+}
+
+// The scenario's two rules over a window that outlasts the run: the hard one (application-a)
+// reserves outputBoundHardEstimate per choice and holds exactly what its cases reserve together
+// (outputBoundHardCapacity, which the scenario checks); the meter one (application-b and -c)
+// estimates from the output bound like usage-accounting's rule.
+const (
+	outputBoundScenario     = "output-bound"
+	outputBoundHardRule     = "output-bound-hard"
+	outputBoundMeterRule    = "output-bound-meter"
+	outputBoundWindow       = 10 * time.Minute
+	outputBoundHardEstimate = int64(100)
+	outputBoundHardCapacity = int64(3400)
+)
+
+// The subjects of each of the scenario's rules.
+var (
+	outputBoundHardLabels  = []string{"application-a"}
+	outputBoundMeterLabels = []string{"application-b", "application-c"}
+)
+
+func outputBoundRules(p deployment.Profile) []deployment.ScenarioRule {
+	lease := deployment.FormatDuration(p.Lease)
+	return []deployment.ScenarioRule{
+		{Name: outputBoundHardRule, Scenario: outputBoundScenario, Labels: outputBoundHardLabels,
+			Window: deployment.FormatDuration(outputBoundWindow), Capacity: outputBoundHardCapacity,
+			Lease: lease, Estimate: outputBoundHardEstimate, Enforcement: "hard"},
+		{Name: outputBoundMeterRule, Scenario: outputBoundScenario, Labels: outputBoundMeterLabels,
+			Window: deployment.FormatDuration(outputBoundWindow), Capacity: usageAccountingCapacity,
+			Lease: lease, Strategy: "max_tokens", Estimate: p.Estimate},
 	}
 }
 
@@ -70,7 +108,7 @@ func runOutputBound(ctx context.Context, env *Env) *Result {
 		return res.Skip(needsRequestID(env))
 	}
 	res.Fact("meter_rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s",
-		deployment.OutputBoundMeterRule, env.Profile.Estimate, deployment.UsageAccountingCapacity, deployment.OutputBoundWindow))
+		outputBoundMeterRule, env.Profile.Estimate, usageAccountingCapacity, outputBoundWindow))
 	r := &sharedResult{r: res}
 	var wg sync.WaitGroup
 	var hardKey string
@@ -96,15 +134,23 @@ func runOutputBound(ctx context.Context, env *Env) *Result {
 // at the providers that nothing was generated beyond any reservation. It returns the key fact's
 // part.
 func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) string {
-	est, capacity := deployment.OutputBoundHardEstimate, deployment.OutputBoundHardCapacity
+	est, capacity := outputBoundHardEstimate, outputBoundHardCapacity
 	type hardCase struct {
 		label       string
 		call        ChatCall
 		own, n      int64
 		reservation int64
+		// path and body: a case sent to another metered endpoint (hardEndpointCases), as is.
+		path string
+		body []byte
 	}
 	var cases []hardCase
 	var total int64
+	for _, c := range hardEndpointCases(env, r, 10*outputBoundAsk) {
+		cases = append(cases, hardCase{label: c.label, own: c.own, n: 1, reservation: est, path: c.path, body: c.body})
+		total += est
+	}
+	chatFrom := len(cases)
 	for _, stream := range []bool{false, true} {
 		for _, f := range outputBoundForms(10*outputBoundAsk, 3) {
 			c := hardCase{label: f.label, call: f.call, own: boundOf(f.call), n: choicesOf(f.call)}
@@ -120,7 +166,7 @@ func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) strin
 	}
 	r.do(func(r *Result) {
 		r.Fact("hard_rule", fmt.Sprintf("%s: enforcement hard, %d tokens reserved per choice, capacity %d per %s (all %d cases at once)",
-			deployment.OutputBoundHardRule, est, capacity, deployment.OutputBoundWindow, len(cases)))
+			outputBoundHardRule, est, capacity, outputBoundWindow, len(cases)))
 	})
 	if total != capacity {
 		r.do(func(r *Result) {
@@ -128,11 +174,18 @@ func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) strin
 		})
 		return "not decided"
 	}
-	outs := env.chatAtOnce(ctx, len(cases), func(i int) ChatCall {
-		c := cases[i].call
-		c.Gateway = env.alternate(i)
+	// The other endpoints' cases first, one after another (their reservations are in the
+	// capacity), then the chat burst.
+	outs := make([]Outcome, chatFrom)
+	for i, c := range cases[:chatFrom] {
+		id := "qq-" + env.scenario + "-hard-" + c.label
+		outs[i] = Outcome{Status: env.surfaceCall(ctx, env.alternate(i), appA, http.MethodPost, c.path, id, c.body), RequestID: id}
+	}
+	outs = append(outs, env.chatAtOnce(ctx, len(cases)-chatFrom, func(i int) ChatCall {
+		c := cases[chatFrom+i].call
+		c.Gateway = env.alternate(chatFrom + i)
 		return c
-	})
+	})...)
 	snap, err := env.settledProviders(ctx)
 	if err != nil {
 		r.do(func(r *Result) { r.Error(fmt.Errorf("hard: reading the provider call logs: %w", err)) })
@@ -176,7 +229,7 @@ func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) strin
 	}
 	var settled any = "not read (no quota inspection)"
 	if env.inspects() {
-		if q, err := env.waitIdleOf(ctx, gwA, deployment.OutputBoundHardRule, appA); err != nil {
+		if q, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: outputBoundHardRule, Subject: appA}); err != nil {
 			r.do(func(r *Result) { r.Error(fmt.Errorf("hard: %w", err)) })
 		} else {
 			settled = q.Settled()
@@ -208,7 +261,7 @@ func checkMeterOutputBounds(ctx context.Context, env *Env, r *sharedResult, stre
 	}
 	fallback := env.Profile.Estimate
 	const ask = 40 // per choice: above the small bounds, below the large ones
-	m, ok := env.newChargeMeter(subject, "meter-"+kind, deployment.UsageAccountingCapacity)
+	m, ok := env.newChargeMeter(subject, "meter-"+kind, usageAccountingCapacity)
 	if !ok {
 		r.do(func(r *Result) {
 			r.NotMade("meter ("+kind+"): each form's reservation and charge", errNoRemainingHeader.Error())
@@ -271,7 +324,7 @@ func checkMeterOutputBounds(ctx context.Context, env *Env, r *sharedResult, stre
 			exact++
 		}
 	}
-	held, settled := m.held, m.checkLedger(ctx, r, "meter ("+kind+")", deployment.OutputBoundMeterRule)
+	held, settled := m.held, m.checkLedger(ctx, r, "meter ("+kind+")", outputBoundMeterRule)
 	r.do(func(r *Result) {
 		r.Fact("meter_"+kind+"_cases", facts)
 		r.Fact("meter_"+kind+"_charged_from_headers", held)
@@ -283,4 +336,48 @@ func checkMeterOutputBounds(ctx context.Context, env *Env, r *sharedResult, stre
 		r.Check("meter ("+kind+"): each form charged what the provider counted (prompt + generated)", "all exact", wrongCharge, len(wrongCharge) == 0)
 	})
 	return fmt.Sprintf("%s %d/%d charged as counted", kind, exact, len(forms))
+}
+
+// hardEndpointCase is a hard-rule case sent to a metered endpoint other than chat, whose output
+// bound is its own field: the Responses API's max_output_tokens, legacy completions' max_tokens
+// (which knows no max_completion_tokens).
+type hardEndpointCase struct {
+	label, path string
+	own         int64 // the client's own bound; 0: none
+	body        []byte
+}
+
+// hardEndpointCases are the hard-rule cases of the other endpoints with an output bound: each
+// with the bound far above the reservation and without one, so the clamp must write the
+// endpoint's own field whether or not the client sent it. An endpoint the gateway profile does
+// not declare (capabilities.endpoints) is stood in for by chat, so the cases still reserve the
+// whole capacity, and its check says it was not made.
+func hardEndpointCases(env *Env, r *sharedResult, big int64) []hardEndpointCase {
+	var out []hardEndpointCase
+	for _, ep := range meteredSurface {
+		if ep.name == undertest.EndpointChat || ep.name == undertest.EndpointEmbeddings {
+			continue // chat's forms are the burst's; embeddings generate no output
+		}
+		path, body := ep.path, ep.body
+		if !env.gateway().Serves(ep.name) {
+			r.do(func(r *Result) {
+				r.NotMade("hard: "+ep.name+" forwarded with its own output bound clamped", "the gateway profile does not declare it (capabilities.endpoints; chat stands in)")
+			})
+			path, body = ChatPath, meteredSurface[0].body
+		}
+		for _, own := range []int64{big, 0} {
+			b := body(own, "")
+			form := "own-bound"
+			if own == 0 {
+				form = "no-bound"
+				for _, f := range []string{"max_tokens", "max_output_tokens"} {
+					delete(b, f)
+				}
+			}
+			b["model"], b["metadata"] = providerstub.DefaultModel, generate(outputBoundAsk, "")
+			raw, _ := json.Marshal(b)
+			out = append(out, hardEndpointCase{label: ep.name + "-" + form, path: path, own: own, body: raw})
+		}
+	}
+	return out
 }

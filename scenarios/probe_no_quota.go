@@ -12,6 +12,8 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(100, probeNoQuota) }
+
 // probeRounds is how many times each probe endpoint is hit on each gateway.
 const probeRounds = 5
 
@@ -68,7 +70,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 	before := map[string]wire.QuotaState{}
 	if env.inspects() {
 		for _, s := range subjects() {
-			q, err := env.waitIdle(ctx, gwA, s)
+			q, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: RuleName, Subject: s})
 			if err != nil {
 				return r.Error(err)
 			}
@@ -119,7 +121,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 	after := map[string]wire.QuotaState{}
 	if env.inspects() {
 		for _, s := range subjects() {
-			q, err := env.Quota(ctx, gwB, s)
+			q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: s})
 			if err != nil {
 				r.Error(err)
 				continue

@@ -11,9 +11,11 @@ import (
 	"github.com/quotaqual/quotaqual/providerstub"
 )
 
+func init() { register(2000, providerUsage) }
+
 func providerUsage() Scenario {
 	return Scenario{
-		Name: deployment.ProviderUsageRule,
+		Name: providerUsageRule,
 		Summary: "a provider that reports hostile usage — missing, partial (prompt or completion only), negative, a total below or " +
 			"above its parts, beyond any budget, overflowing int64, fewer completion tokens than it sent, and (streamed) the usage " +
 			"chunk twice or contradicting itself — in the JSON body and in the SSE usage chunk",
@@ -27,8 +29,18 @@ func providerUsage() Scenario {
 		Needs:    []Need{NeedScenarioRules},
 		Prefers:  []Need{NeedQuotaInspection},
 		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported, and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check)",
+		Rules:    providerUsageRules,
 		Run:      runProviderUsage,
 	}
+}
+
+// providerUsageRule estimates from the output bound, with room for every case, like
+// usage-accounting's rule (for all three applications).
+const providerUsageRule = "provider-usage"
+
+func providerUsageRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{{Name: providerUsageRule, Window: deployment.FormatDuration(usageAccountingWindow), Capacity: usageAccountingCapacity,
+		Lease: deployment.FormatDuration(p.Lease), Strategy: "max_tokens", Estimate: p.Estimate}}
 }
 
 // hostileGenerated is what the stub generates for each case: no bound, so the case's estimate
@@ -55,7 +67,7 @@ func runProviderUsage(ctx context.Context, env *Env) *Result {
 		return res.Skip(needsRequestID(env))
 	}
 	res.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s; every case generates %d tokens, no bound",
-		deployment.ProviderUsageRule, env.Profile.Estimate, deployment.UsageAccountingCapacity, deployment.UsageAccountingWindow, hostileGenerated))
+		providerUsageRule, env.Profile.Estimate, usageAccountingCapacity, usageAccountingWindow, hostileGenerated))
 	r := &sharedResult{r: res}
 	keys := make([]string, 2)
 	var wg sync.WaitGroup
@@ -80,7 +92,7 @@ func checkHostileUsage(ctx context.Context, env *Env, r *sharedResult, stream bo
 	if stream {
 		subject, kind = appB, "stream"
 	}
-	m, ok := env.newChargeMeter(subject, "usage-"+kind, deployment.UsageAccountingCapacity)
+	m, ok := env.newChargeMeter(subject, "usage-"+kind, usageAccountingCapacity)
 	if !ok {
 		r.do(func(r *Result) { r.NotMade(kind+": each mode's charge", errNoRemainingHeader.Error()) })
 		return kind + " not made"
@@ -131,7 +143,7 @@ func checkHostileUsage(ctx context.Context, env *Env, r *sharedResult, stream bo
 			below = append(below, fmt.Sprintf("%s: charged %d < %d generated", mode, got.tokens, pr.GeneratedTokens))
 		}
 	}
-	held, settled := m.held, m.checkLedger(ctx, r, kind, deployment.ProviderUsageRule)
+	held, settled := m.held, m.checkLedger(ctx, r, kind, providerUsageRule)
 	r.do(func(r *Result) {
 		r.Fact(kind+"_cases", facts)
 		r.Fact(kind+"_charged_from_headers", held)

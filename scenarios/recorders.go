@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 // Recorders of time-shaped facts the report draws: when a fault lever was held, and how a
@@ -27,6 +28,46 @@ func (env *Env) Fault(kind, target string) (end func()) {
 	return func() { once.Do(func() { r.faults[i].End = time.Now().UTC() }) }
 }
 
+// healTimeout bounds how long undoing a pulled lever may take: long enough for a loaded
+// engine to thaw a process or restore a store setting, short enough not to hang a run.
+const healTimeout = 10 * time.Second
+
+// pull opens the fault window for lever on target (Fault, under the lever's name) and injects
+// the lever there. The heal it returns undoes the fault and then ends the window; it does its
+// work once however often it is called, so that a scenario heals at the moment it chooses and
+// also defers healOnExit for every other path. The heal runs even once ctx is done. On error
+// nothing is injected and the window is already closed.
+func (env *Env) pull(ctx context.Context, lever topology.Lever, target topology.Target) (heal func() error, err error) {
+	end := env.Fault(lever.Name(), faultTarget(target))
+	undo, err := lever.Inject(ctx, env.Topo, target)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	return sync.OnceValue(func() error {
+		defer end()
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), healTimeout)
+		defer cancel()
+		return undo(c)
+	}), nil
+}
+
+// healOnExit is a pulled lever's heal for a defer: an error healing is the result's.
+func healOnExit(r *Result, heal func() error) {
+	if err := heal(); err != nil {
+		r.Error(err)
+	}
+}
+
+// faultTarget names a lever's target in its fault window: the host, or for a pair fault the
+// two ends ("gateway-a–valkey").
+func faultTarget(t topology.Target) string {
+	if t.Peer == "" {
+		return t.Host
+	}
+	return t.Host + "–" + t.Peer
+}
+
 // ledgerTraceInterval is how often scenarios that only trace the ledger for the report (not to
 // check a peak) sample it.
 const ledgerTraceInterval = 50 * time.Millisecond
@@ -40,13 +81,9 @@ type ledgerSampler struct {
 	window  time.Duration // the sampled rule's, for the report
 }
 
-// sampleLedger starts sampling subject's quota under the run's rule every interval until Stop.
-func (env *Env) sampleLedger(ctx context.Context, subject string, interval time.Duration) *ledgerSampler {
-	return env.sampleLedgerOf(ctx, RuleName, env.Profile.Window, subject, interval)
-}
-
-// sampleLedgerOf is sampleLedger for subject's key under rule, whose window is window.
-func (env *Env) sampleLedgerOf(ctx context.Context, rule string, window time.Duration, subject string, interval time.Duration) *ledgerSampler {
+// sampleLedger starts sampling k's quota every interval until Stop, alternating gateways;
+// window is k's rule's, for the report.
+func (env *Env) sampleLedger(ctx context.Context, k Key, window, interval time.Duration) *ledgerSampler {
 	sctx, stop := context.WithCancel(ctx)
 	s := &ledgerSampler{stop: stop, done: make(chan struct{}), window: window}
 	if !env.inspects() {
@@ -57,7 +94,7 @@ func (env *Env) sampleLedgerOf(ctx context.Context, rule string, window time.Dur
 		defer close(s.done)
 		for i := 0; ; i++ {
 			sent := time.Now().UTC()
-			q, err := env.QuotaOf(sctx, env.alternate(i), rule, subject)
+			q, err := env.Quotas().Read(sctx, env.alternate(i), k)
 			if sctx.Err() != nil {
 				return
 			}

@@ -15,6 +15,8 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(2200, rollingUpgrade) }
+
 // rollingUpgrade changes the rule's policy while both gateways serve: gateway-a is restarted
 // with policy P2 (shorter window, larger capacity, smaller estimate, shorter lease) while
 // gateway-b still runs P1 (the profile's), traffic goes through both, then gateway-b is
@@ -121,7 +123,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 		if !inspects { // nothing to read: held stays empty, its checks below are not made
 			break
 		}
-		q, err := env.Quota(ctx, gw, appA)
+		q, err := env.Quotas().Read(ctx, gw, Key{Rule: RuleName, Subject: appA})
 		if err != nil {
 			r.Error(err)
 			continue
@@ -182,7 +184,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	var q wire.QuotaState
 	if inspects {
 		var err error
-		if q, err = env.Quota(ctx, gwB, appA); err != nil {
+		if q, err = env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: appA}); err != nil {
 			return r.Error(err)
 		}
 		r.Fact("p1_settled_after_p2_rebuild", q.Settled())
@@ -232,7 +234,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	// A next change to a window over a minute (P3), whose buckets are window/60 wide: once P3
 	// has served a key, usage settled under P2's one-second buckets must count in P3's window
 	// too. (Usage from before P3's first call on a key is in buckets P3 does not have: see the
-	// README's known limitations.)
+	// limits in docs/ledger.md.)
 	p3 := rollingLongPolicy(p1)
 	env.Progressf("restarting gateway-a on P3 (window %s)", p3.Window)
 	if err := ro.RestartGatewayWithPolicy(ctx, gwA, &p3); err != nil {
@@ -247,7 +249,7 @@ func runRollingUpgrade(ctx context.Context, env *Env) *Result {
 	var seen int64
 	if inspects {
 		if _, err := poll(ctx, 50*time.Millisecond, 2*time.Second, func(ctx context.Context) (bool, error) {
-			q, err := env.Quota(ctx, gwA, appC)
+			q, err := env.Quotas().Read(ctx, gwA, Key{Rule: RuleName, Subject: appC})
 			seen = q.Settled()
 			return err == nil && seen >= want, nil
 		}); err != nil && !errors.Is(err, errPollDeadline) {

@@ -11,6 +11,8 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 )
 
+func init() { register(500, sharedBudget) }
+
 // exhaustCap bounds the requests one exhaustion may send.
 const exhaustCap = 20
 
@@ -41,11 +43,11 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	}
 
 	// The ledger's trace for the report: one budget filling from every gateway.
-	defer env.sampleLedger(ctx, appA, ledgerTraceInterval).Stop(env, r, appA)
+	defer env.sampleLedger(ctx, Key{Rule: RuleName, Subject: appA}, env.Profile.Window, ledgerTraceInterval).Stop(env, r, appA)
 	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
-	ex, err := env.exhaust(ctx, appA, "exhaust", env.gateways(), exhaustCap)
+	ex, err := env.exhaust(ctx, Key{Rule: RuleName, Subject: appA}, "exhaust", env.gateways(), exhaustCap)
 	if err != nil {
 		r.Error(err)
 	}

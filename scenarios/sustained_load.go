@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/internal/quantile"
 )
+
+func init() { register(2300, sustainedLoad) }
 
 // sustainedLoad drives many subjects through both gateways at a fixed open-loop rate (each
 // request leaves on its schedule, whatever the answers to the earlier ones), a tenth of them
@@ -61,6 +64,34 @@ func (p loadPlan) subject(k int) (subject, gateway string) {
 	return group[i], p.gateways[(i+visit)%len(p.gateways)]
 }
 
+// SustainedLoad is sustained-load's open loop: Rate requests a second, each sent on its
+// schedule whatever the answers, for For. Env.Load sets it (quotaqual load steps the rate);
+// unset, the run's profile's (sustainedLoads).
+type SustainedLoad struct {
+	Rate int
+	For  time.Duration
+}
+
+// sustainedLoads is the load on each profile: short on quick, so asking for it costs seconds (a
+// quick window still sees each hot subject past its budget); twice as long on reference, where
+// it runs by default.
+var sustainedLoads = map[string]SustainedLoad{
+	"quick":     {Rate: 100, For: 5 * time.Second},
+	"reference": {Rate: 100, For: 10 * time.Second},
+}
+
+// sustainedLoad is the load this run drives: Env.Load, else the profile's.
+func (env *Env) sustainedLoad() (SustainedLoad, error) {
+	if env.Load != nil {
+		return *env.Load, nil
+	}
+	l, ok := sustainedLoads[env.Profile.Name]
+	if !ok || l.Rate <= 0 || l.For <= 0 {
+		return l, fmt.Errorf("profile %s has no sustained rate and duration: give it an entry in sustainedLoads (scenarios/sustained_load.go)", env.Profile.Name)
+	}
+	return l, nil
+}
+
 // loadRequest is one request of the load: its schedule and what came back.
 type loadRequest struct {
 	Subject, Gateway string
@@ -71,19 +102,20 @@ type loadRequest struct {
 func runSustainedLoad(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	if p.SustainedRate <= 0 || p.SustainedFor <= 0 {
-		return r.Error(fmt.Errorf("profile %s sets no sustained rate and duration", p.Name))
+	load, err := env.sustainedLoad()
+	if err != nil {
+		return r.Error(err)
 	}
 	plan := newLoadPlan(env.gateways())
-	total := int(p.SustainedFor.Seconds() * float64(p.SustainedRate))
-	every := time.Second / time.Duration(p.SustainedRate)
+	total := int(load.For.Seconds() * float64(load.Rate))
+	every := time.Second / time.Duration(load.Rate)
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
 	if !ok {
 		return r
 	}
 
 	env.Progressf("%d requests at %d/s for %s to %d subjects (%d driven past their budget)",
-		total, p.SustainedRate, p.SustainedFor, deployment.SustainedLoadSubjects, len(plan.hot))
+		total, load.Rate, load.For, deployment.SustainedLoadSubjects, len(plan.hot))
 	reqs := make([]loadRequest, total)
 	var wg sync.WaitGroup
 	start := time.Now().Add(50 * time.Millisecond)
@@ -108,12 +140,12 @@ func runSustainedLoad(ctx context.Context, env *Env) *Result {
 	if err != nil {
 		return r.Error(fmt.Errorf("provider call counts after: %w", err))
 	}
-	judgeSustainedLoad(r, env.checksThenCharges(), p, plan, reqs, TotalDelta(before, after), after)
+	judgeSustainedLoad(r, env.checksThenCharges(), p, load, plan, reqs, TotalDelta(before, after), after)
 	return r
 }
 
 // judgeSustainedLoad records the load's facts and decides it from the history.
-func judgeSustainedLoad(r *Result, ctc bool, p deployment.Profile, plan loadPlan, reqs []loadRequest, providerCalls int64, providers ProviderSnapshot) {
+func judgeSustainedLoad(r *Result, ctc bool, p deployment.Profile, load SustainedLoad, plan loadPlan, reqs []loadRequest, providerCalls int64, providers ProviderSnapshot) {
 	var admitted, denied, unavailable, other5xx, noAnswer, otherStatus int
 	var admitLat, denyLat, lag []time.Duration
 	for _, q := range reqs {
@@ -146,14 +178,14 @@ func judgeSustainedLoad(r *Result, ctc bool, p deployment.Profile, plan loadPlan
 	}
 	r.Fact("subjects", fmt.Sprintf("%d (%d driven past their budget)", len(plan.hot)+len(plan.cool), len(plan.hot)))
 	r.Fact("requests", len(reqs))
-	r.Fact("rate_target_per_s", p.SustainedRate)
+	r.Fact("rate_target_per_s", load.Rate)
 	r.Fact("rate_sustained_per_s", math.Round(rate*10)/10)
-	r.Fact("send_lag_behind_schedule_ms", map[string]float64{"p50": ms(quantile(lag, 0.5)), "p99": ms(quantile(lag, 0.99)), "max": ms(quantile(lag, 1))})
+	r.Fact("send_lag_behind_schedule_ms", map[string]float64{"p50": ms(quantile.Of(lag, 0.5)), "p99": ms(quantile.Of(lag, 0.99)), "max": ms(quantile.Of(lag, 1))})
 	r.Fact("answers", map[string]int{"200": admitted, "429": denied, "503": unavailable, "other 5xx": other5xx, "no answer": noAnswer, "other": otherStatus})
-	r.Fact("admission_latency_ms", map[string]float64{"p50": ms(quantile(admitLat, 0.5)), "p99": ms(quantile(admitLat, 0.99))})
-	r.Fact("denial_latency_ms", map[string]float64{"p50": ms(quantile(denyLat, 0.5)), "p99": ms(quantile(denyLat, 0.99))})
+	r.Fact("admission_latency_ms", map[string]float64{"p50": ms(quantile.Of(admitLat, 0.5)), "p99": ms(quantile.Of(admitLat, 0.99))})
+	r.Fact("denial_latency_ms", map[string]float64{"p50": ms(quantile.Of(denyLat, 0.5)), "p99": ms(quantile.Of(denyLat, 0.99))})
 	overhead := gatewayOverhead(reqs, providers)
-	r.Fact("gateway_overhead_ms", map[string]float64{"p50": ms(quantile(overhead, 0.5)), "p99": ms(quantile(overhead, 0.99)), "requests": float64(len(overhead))})
+	r.Fact("gateway_overhead_ms", map[string]float64{"p50": ms(quantile.Of(overhead, 0.5)), "p99": ms(quantile.Of(overhead, 0.99)), "requests": float64(len(overhead))})
 
 	r.Check("no 5xx (503 included) under the load", 0, unavailable+other5xx, unavailable+other5xx == 0)
 	r.Check("every request got an HTTP answer", 0, noAnswer, noAnswer == 0)
@@ -209,8 +241,8 @@ func judgeSustainedLoad(r *Result, ctc bool, p deployment.Profile, plan loadPlan
 		return
 	}
 	r.Key("%d requests at %.0f/s (target %d) to %d subjects: %d admitted, %d denied, %d 503; over-admission %d tokens; admission p50/p99 %.1f/%.1f ms, gateway overhead p50/p99 %.1f/%.1f ms",
-		len(reqs), rate, p.SustainedRate, len(plan.hot)+len(plan.cool), admitted, denied, unavailable, worst,
-		ms(quantile(admitLat, 0.5)), ms(quantile(admitLat, 0.99)), ms(quantile(overhead, 0.5)), ms(quantile(overhead, 0.99)))
+		len(reqs), rate, load.Rate, len(plan.hot)+len(plan.cool), admitted, denied, unavailable, worst,
+		ms(quantile.Of(admitLat, 0.5)), ms(quantile.Of(admitLat, 0.99)), ms(quantile.Of(overhead, 0.5)), ms(quantile.Of(overhead, 0.99)))
 }
 
 // overAdmission returns by how many tokens the usage admitted to one subject within a window
@@ -262,15 +294,4 @@ func gatewayOverhead(reqs []loadRequest, providers ProviderSnapshot) []time.Dura
 		}
 	}
 	return out
-}
-
-// quantile is the q-quantile (0..1) of ds by the nearest-rank method; 0 for none.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

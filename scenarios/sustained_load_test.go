@@ -1,12 +1,13 @@
 package scenarios
 
 import (
-	"github.com/quotaqual/quotaqual/topology"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 // TestOverAdmissionFromHistory: the per-subject window check finds usage admitted beyond the
@@ -40,18 +41,6 @@ func TestOverAdmissionFromHistory(t *testing.T) {
 	}
 }
 
-func TestQuantileNearestRank(t *testing.T) {
-	ds := []time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
-	for q, want := range map[float64]time.Duration{0.5: 5, 0.99: 10, 1: 10, 0.1: 1} {
-		if got := quantile(ds, q); got != want {
-			t.Errorf("quantile(%v) = %d, want %d", q, got, want)
-		}
-	}
-	if quantile(nil, 0.5) != 0 {
-		t.Error("quantile of nothing is not 0")
-	}
-}
-
 // TestLoadPlanDrivesATenthPastTheirBudget: the plan reaches every subject, each through both
 // gateways in turn, and sends half the requests to a tenth of them.
 func TestLoadPlanDrivesATenthPastTheirBudget(t *testing.T) {
@@ -76,5 +65,27 @@ func TestLoadPlanDrivesATenthPastTheirBudget(t *testing.T) {
 	}
 	if seen[plan.hot[0]] <= 5*seen[plan.cool[0]] {
 		t.Fatalf("hot subject %d requests, cool %d: the hot ones must get many times more", seen[plan.hot[0]], seen[plan.cool[0]])
+	}
+}
+
+// TestEveryProfileHasASustainedLoad: sustained-load owns its load per profile; a profile added
+// without one would leave the scenario an error, so it fails here first.
+func TestEveryProfileHasASustainedLoad(t *testing.T) {
+	for _, name := range deployment.ProfileNames() {
+		p, err := deployment.ProfileByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := &Env{Profile: p}
+		l, err := env.sustainedLoad()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("%s: %d/s for %s", name, l.Rate, l.For)
+	}
+	env := &Env{Profile: deployment.Profile{Name: "reference"}, Load: &SustainedLoad{Rate: 7, For: time.Second}}
+	if l, _ := env.sustainedLoad(); l.Rate != 7 || l.For != time.Second {
+		t.Errorf("Env.Load does not override the profile's load: %+v", l)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/evidence"
+
+	"github.com/quotaqual/quotaqual/providerstub"
 )
 
 func denial(start time.Time, retryAfter string) Outcome {
@@ -113,7 +115,7 @@ func TestHeldInFlight(t *testing.T) {
 func TestClockDisagreementNamesTheSkewAndTheFix(t *testing.T) {
 	sent := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	o := Outcome{Start: sent, End: sent.Add(250 * time.Millisecond), Attempts: 1}
-	at := func(d time.Duration) ProviderRequest { return ProviderRequest{Time: sent.Add(d)} }
+	at := func(d time.Duration) providerstub.CallRecord { return providerstub.CallRecord{Time: sent.Add(d)} }
 
 	var agree clockDisagreement
 	agree.add(o, at(time.Millisecond))

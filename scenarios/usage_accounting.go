@@ -12,6 +12,8 @@ import (
 	"github.com/quotaqual/quotaqual/providerstub"
 )
 
+func init() { register(1300, usageAccounting) }
+
 func usageAccounting() Scenario {
 	return Scenario{
 		Name: "usage-accounting",
@@ -28,8 +30,26 @@ func usageAccounting() Scenario {
 			"charge of at least what the provider generated leaves less than an estimate) and what the provider logged; cannot " +
 			"see any charge exactly, nor the charges of the oversized response, the provider errors, n > 1 and both output " +
 			"bounds, nor settlements handed over together: those it reports as checks not made",
-		Run: runUsageAccounting,
+		Rules: usageAccountingRules,
+		Run:   runUsageAccounting,
 	}
+}
+
+// usageAccountingRule is the scenario's own rule: it estimates from the request's output bound
+// (max_tokens strategy) and has room for every case in a window long enough that nothing leaves
+// it mid-scenario. It holds application-a only (usageAccountingRuleSubject): a capacity no case
+// reaches shows no charge in an admission, so the black-box path phrases its case on the run's
+// rule, with application-b. output-bound's meter rule and provider-usage's share its shape.
+const (
+	usageAccountingRule        = "usage-accounting"
+	usageAccountingRuleSubject = "application-a"
+	usageAccountingWindow      = 10 * time.Minute
+	usageAccountingCapacity    = int64(1) << 40
+)
+
+func usageAccountingRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{{Name: usageAccountingRule, Labels: []string{usageAccountingRuleSubject}, Window: deployment.FormatDuration(usageAccountingWindow),
+		Capacity: usageAccountingCapacity, Lease: deployment.FormatDuration(p.Lease), Strategy: "max_tokens", Estimate: p.Estimate}}
 }
 
 // accountingCase is one request of usage-accounting.
@@ -75,14 +95,14 @@ func accountingCases() []accountingCase {
 }
 
 func runUsageAccounting(ctx context.Context, env *Env) *Result {
-	if !env.hasOwnRule(deployment.UsageAccountingRule) || !env.inspects() {
+	if !env.hasOwnRule(usageAccountingRule) || !env.inspects() {
 		return runUsageAccountingBlackBox(ctx, env)
 	}
 	r := env.NewResult()
-	const rule = deployment.UsageAccountingRule
+	const rule = usageAccountingRule
 	r.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s", rule, env.Profile.Estimate,
-		deployment.UsageAccountingCapacity, deployment.UsageAccountingWindow))
-	q, err := env.waitIdleOf(ctx, gwA, rule, appA)
+		usageAccountingCapacity, usageAccountingWindow))
+	q, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: rule, Subject: appA})
 	if err != nil {
 		return r.Error(err)
 	}
@@ -101,7 +121,7 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 		if !r.Check(c.label+": the provider logged the request", "found", found, found) {
 			continue
 		}
-		q, err := env.waitIdleOf(ctx, gw, rule, appA)
+		q, err := env.Quotas().WaitIdle(ctx, gw, Key{Rule: rule, Subject: appA})
 		if err != nil {
 			return r.Error(fmt.Errorf("%s: %w", c.label, err))
 		}
@@ -122,7 +142,7 @@ func runUsageAccounting(ctx context.Context, env *Env) *Result {
 		if c.reserveAtLeastGenerated {
 			// x-ratelimit-remaining-tokens = capacity − settled − reserved, at admission.
 			rem, err := strconv.ParseInt(o.Headers.Get("x-ratelimit-remaining-tokens"), 10, 64)
-			reserved := deployment.UsageAccountingCapacity - settled - rem
+			reserved := usageAccountingCapacity - settled - rem
 			ok := err == nil && reserved >= pr.GeneratedTokens
 			r.Check(c.label+": reserved ≥ completion tokens generated", fmt.Sprintf("≥ %d", pr.GeneratedTokens), reserved, ok)
 		}
@@ -158,7 +178,7 @@ const (
 // settled at what its provider counted, none left to its lease. It returns the key fact's part.
 func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string) string {
 	const label = "responses-ending-together"
-	base, err := env.waitIdleOf(ctx, gwA, rule, appA)
+	base, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: rule, Subject: appA})
 	if err != nil {
 		r.Error(fmt.Errorf("%s: %w", label, err))
 		return label + " not run"
@@ -226,7 +246,7 @@ func checkSettledTogether(ctx context.Context, env *Env, r *Result, rule string)
 	// read, decides both ways and never fails a correct gateway on a loaded machine, whose
 	// settlement may take three store timeouts and their backoffs.
 	limit := max(0, time.Until(last.Add(env.Profile.Lease))) + adminTimeout(env.Profile) + env.Profile.StoreTimeout
-	q, err := env.waitIdleWithin(ctx, gwA, rule, appA, limit)
+	q, err := env.Quotas().WaitIdleWithin(ctx, gwA, Key{Rule: rule, Subject: appA}, limit)
 	if err != nil && (errors.Is(err, errInspectionUnanswered) || !errors.Is(err, errPollDeadline)) {
 		r.Error(fmt.Errorf("%s: reading the quota after the responses: %w", label, err))
 		return label + " not decided"
@@ -248,7 +268,7 @@ type clockDisagreement struct{ ahead, behind time.Duration }
 
 // add takes one request in. Of a request the harness sent twice (a transport retry) only the
 // answer bounds the arrival: the log's entry may be the first attempt's, sent before o.Start.
-func (c *clockDisagreement) add(o Outcome, pr ProviderRequest) {
+func (c *clockDisagreement) add(o Outcome, pr providerstub.CallRecord) {
 	if o.Start.IsZero() || o.End.IsZero() || pr.Time.IsZero() {
 		return
 	}

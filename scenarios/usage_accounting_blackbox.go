@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/providerstub"
 )
 
@@ -26,7 +25,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	p := env.Profile
 	r.DecidedBy("admissions probed from outside", "the providers' call logs")
 	why := "no quota inspection"
-	if !env.hasOwnRule(deployment.UsageAccountingRule) {
+	if !env.hasOwnRule(usageAccountingRule) {
 		why = "the gateway renders no rule of the scenario's (max_tokens estimation, a capacity no case reaches)"
 	}
 	r.NotMade("the oversized response, both provider errors, n > 1 and both output bounds are charged what the provider counted, "+
@@ -61,7 +60,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("provider call logs after: %w", err))
 	}
 	news := newRequests(before, after)
-	pr, found := ProviderRequest{}, len(news) == 1
+	pr, found := providerstub.CallRecord{}, len(news) == 1
 	if found {
 		pr = news[0]
 	}
@@ -105,8 +104,8 @@ func settleGrace(storeTimeout time.Duration) time.Duration {
 // newRequests lists the requests that arrived at the providers between two snapshots taken
 // with none in flight: the last entries of each log (it is bounded: counted by calls, not by
 // its length).
-func newRequests(before, after ProviderSnapshot) []ProviderRequest {
-	var out []ProviderRequest
+func newRequests(before, after ProviderSnapshot) []providerstub.CallRecord {
+	var out []providerstub.CallRecord
 	for h, c := range after.ByHost {
 		n := int(c.Calls - before.ByHost[h].Calls)
 		if n > len(c.Requests) {

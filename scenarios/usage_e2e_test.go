@@ -74,7 +74,7 @@ func TestMeteringScenariosPassOnOurGateway(t *testing.T) {
 	}
 	for _, mode := range evidenceModes {
 		t.Run(mode.name, func(t *testing.T) {
-			for _, r := range runMetering(t, "", mode.gw(), deployment.OutputBoundScenario, deployment.ProviderUsageRule) {
+			for _, r := range runMetering(t, "", mode.gw(), outputBoundScenario, providerUsageRule) {
 				if r.Status != evidence.Passed {
 					t.Errorf("want passed, got %s", describe(r))
 				}
@@ -92,34 +92,38 @@ var meteringMutants = []struct {
 	scenario string
 	failsOn  []string
 }{
-	{mutant.LegacyEstimate, deployment.OutputBoundScenario, []string{
+	{mutant.LegacyEstimate, outputBoundScenario, []string{
 		"meter (json): each form reserved the bound the provider honours × n",
 		"meter (stream): each form reserved the bound the provider honours × n",
 		"hard: no request forwarded with a bound above the client's own"}},
-	{mutant.HardClampIgnoresN, deployment.OutputBoundScenario, []string{
+	{mutant.HardClampIgnoresN, outputBoundScenario, []string{
 		"hard: no request consumed more than its reservation",
 		"hard: every request forwarded with a bound that, times n, leaves the prompt room",
 		"hard: usage within the window ≤ capacity"}},
-	{mutant.HardClampMaxTokensOnly, deployment.OutputBoundScenario, []string{
+	{mutant.HardClampMaxTokensOnly, outputBoundScenario, []string{
 		"hard: no request consumed more than its reservation",
 		"hard: every request forwarded with a bound that, times n, leaves the prompt room"}},
-	{mutant.HardClampSentFieldsOnly, deployment.OutputBoundScenario, []string{
+	{mutant.HardClampSentFieldsOnly, outputBoundScenario, []string{
 		"hard: no request consumed more than its reservation",
 		"hard: every request forwarded with a bound that, times n, leaves the prompt room"}},
-	{mutant.UsageTrustsTotal, deployment.ProviderUsageRule, []string{
+	// Blind review 12: legacy completions clamped in chat's field, which the legacy API ignores.
+	{mutant.LegacyClampWrongField, outputBoundScenario, []string{
+		"hard: no request consumed more than its reservation",
+		"hard: every request forwarded with a bound that, times n, leaves the prompt room"}},
+	{mutant.UsageTrustsTotal, providerUsageRule, []string{
 		"json: every mode charged at least what the provider generated",
 		"stream: every mode charged at least what the provider generated"}},
-	{mutant.UsageTrustsNegative, deployment.ProviderUsageRule, []string{
+	{mutant.UsageTrustsNegative, providerUsageRule, []string{
 		"json: every mode charged at least what the provider generated",
 		"stream: every mode charged at least what the provider generated"}},
-	{mutant.UsageUnbounded, deployment.ProviderUsageRule, []string{
+	{mutant.UsageUnbounded, providerUsageRule, []string{
 		"json: the gateway keeps serving",
 		"stream: the gateway keeps serving"}},
-	{mutant.UsageChunksSummed, deployment.ProviderUsageRule, []string{
+	{mutant.UsageChunksSummed, providerUsageRule, []string{
 		"stream: the same usage chunk twice charged once"}},
-	{mutant.UsageLastChunkWins, deployment.ProviderUsageRule, []string{
+	{mutant.UsageLastChunkWins, providerUsageRule, []string{
 		"stream: every mode charged at least what the provider generated"}},
-	{mutant.UsageUnderstatedTrusted, deployment.ProviderUsageRule, []string{
+	{mutant.UsageUnderstatedTrusted, providerUsageRule, []string{
 		"json: every mode charged at least what the provider generated",
 		"stream: every mode charged at least what the provider generated"}},
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/quotaqual/quotaqual/wire"
 )
 
+func init() { register(2100, valkeyFailover) }
+
 // valkeyFailover is the split brain of a replicated store: the primary is cut off from its
 // replicas, the Sentinels and gateway-b, while gateway-a still reaches it. The Sentinels promote
 // a replica; whatever the old primary admitted alone and had not replicated is gone with it.
@@ -39,8 +41,22 @@ func valkeyFailover() Scenario {
 		BlackBox: "has none: the lost-reservation check and the linearizability check read the promoted primary's ledger, " +
 			"so the scenario needs quota inspection and is skipped without it; the request history alone would see tokens held at once " +
 			"beyond the capacity, not a reservation lost with the old primary",
-		Run: runValkeyFailover,
+		Rules: valkeyFailoverRules,
+		Run:   runValkeyFailover,
 	}
+}
+
+// valkeyFailoverRule is the scenario's own rule: the run's budget with a production-length
+// lease. A failover takes seconds in which no renewal reaches the store, and a lease shorter
+// than that would expire holds the promoted primary still has (charged, but no longer live),
+// which the scenario could not tell from a reservation lost in the promotion.
+const (
+	valkeyFailoverRule  = "valkey-failover"
+	valkeyFailoverLease = 30 * time.Second
+)
+
+func valkeyFailoverRules(p deployment.Profile) []deployment.ScenarioRule {
+	return []deployment.ScenarioRule{runBudgetRule(valkeyFailoverRule, p, p.Window, valkeyFailoverLease)}
 }
 
 // failoverHold keeps the requests admitted before and during the split in flight until after
@@ -70,7 +86,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	p := env.Profile
 	sg, ok := env.Topo.(topology.StoreGroup)
 	if !ok {
-		return r.Skip("the " + env.Topo.Engine() + " topology runs no replicated store group (primary, replicas, Sentinels); it runs on netns")
+		return r.Skip("the " + env.Topo.Engine() + " topology runs no replicated store group (primary, replicas, Sentinels); it runs on netns and docker")
 	}
 	if reason := sg.StoreGroupReason(); reason != "" {
 		return r.Skip(reason)
@@ -205,7 +221,7 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	var qerr error
 	var inspectAt time.Time
 	inspect := func() {
-		held, qerr = env.QuotaOf(ctx, gwB, deployment.ValkeyFailoverRule, appA)
+		held, qerr = env.Quotas().Read(ctx, gwB, Key{Rule: valkeyFailoverRule, Subject: appA})
 		inspectAt = time.Now()
 	}
 	deadline := time.Now().Add(p.RecoveryMax)
@@ -357,7 +373,7 @@ func awaitHeldAndReplicated(ctx context.Context, env *Env, sg topology.StoreGrou
 	h := heldAndReplicated{quota: quotaRead{gateway: gwA, since: start}, primary: primary, target: -1}
 	limit := env.Profile.RecoveryMax
 	if _, err := poll(ctx, 20*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
-		q, err := env.QuotaOf(ctx, gwA, deployment.ValkeyFailoverRule, appA)
+		q, err := env.Quotas().Read(ctx, gwA, Key{Rule: valkeyFailoverRule, Subject: appA})
 		h.quota.record(q, err)
 		return err == nil && q.ReservedTokens == want, nil
 	}); err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 )
 
+func init() { register(1000, valkeyOutage) }
+
 // outageRequestsPerGateway is how many requests each gateway gets while the store is down.
 const outageRequestsPerGateway = 3
 
@@ -43,7 +45,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 	}
 	for _, gw := range env.gateways() {
 		s, fits := before(gw)
-		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-outage", Subject: s})
+		o := env.admitBeforeFault(ctx, r, ChatCall{Gateway: gw, Label: "before-outage", Subject: s})
 		if !fits { // many replicas: the subjects' budgets are spent, a 429 is gw's decision
 			r.Check(gw+" decides "+s+" past its budget before the outage (429, or 200 once the window moved)", "429 or 200", o.Status, o.Status == http.StatusTooManyRequests || o.Admitted())
 			continue
@@ -51,7 +53,7 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		r.Check("admitted on "+gw+" before the outage", http.StatusOK, o.Status, o.Admitted())
 	}
 	// Let them settle before the store goes, so the outage starts from a clean ledger.
-	if _, err := env.waitIdle(ctx, gwA, appA); err != nil {
+	if _, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: RuleName, Subject: appA}); err != nil {
 		return r.Error(err)
 	}
 	provBefore, err := env.settledProviders(ctx)

@@ -9,6 +9,8 @@ import (
 	"time"
 )
 
+func init() { register(1200, valkeyPartition) }
+
 // partitionRequests is how many requests the cut-off gateway gets at once while partitioned.
 const partitionRequests = 3
 
@@ -44,10 +46,10 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 	spend := env.newBudgetRound()
 	for _, gw := range []string{gwA, gwB} {
 		s, _ := spend.next(appA)
-		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "before-partition", Subject: s})
+		o := env.admitBeforeFault(ctx, r, ChatCall{Gateway: gw, Label: "before-partition", Subject: s})
 		r.Check("admitted on "+gw+" before the partition", http.StatusOK, o.Status, o.Admitted())
 	}
-	if _, err := env.waitIdle(ctx, gwA, appA); err != nil {
+	if _, err := env.Quotas().WaitIdle(ctx, gwA, Key{Rule: RuleName, Subject: appA}); err != nil {
 		return r.Error(err)
 	}
 	before, err := env.settledProviders(ctx)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -307,14 +309,7 @@ func SiteOf(host string) string {
 func (b *Base) BaseFacts() map[string]any {
 	b.Mu.Lock()
 	defer b.Mu.Unlock()
-	gws := map[string]any{}
-	for k, v := range b.GatewayEndpoints {
-		gws[k] = map[string]string{"data_url": v.DataURL, "admin_url": v.AdminURL}
-	}
-	prs := map[string]any{}
-	for k, v := range b.ProviderEndpoints {
-		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
-	}
+	gws, prs := EndpointFacts(slices.Collect(maps.Values(b.GatewayEndpoints)), slices.Collect(maps.Values(b.ProviderEndpoints)))
 	f := map[string]any{
 		"engine":         b.engine,
 		"store":          b.Spec.Store,
@@ -323,11 +318,7 @@ func (b *Base) BaseFacts() map[string]any {
 		"valkey_version": valkeyproc.Version(""),
 		"gateways":       gws,
 		"providers":      prs,
-		"ports": map[string]int{
-			"gateway_data": b.PortNumbers.GatewayData, "gateway_admin": b.PortNumbers.GatewayAdmin,
-			"provider_data": b.PortNumbers.ProviderData, "provider_admin": b.PortNumbers.ProviderAdmin,
-			"valkey": b.PortNumbers.Valkey,
-		},
+		"ports":          PortFacts(b.PortNumbers),
 	}
 	if b.ValkeyCluster != nil {
 		f["store_cluster"] = ClusterFacts(b.ValkeyCluster)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type ClusterStore interface {
 	// with prefix (SCAN on that node alone): where the quota state really lies. An error when
 	// this run's store is no cluster.
 	ClusterView(ctx context.Context, prefix string) (ClusterView, error)
+	// ClusterEndpoints are the nodes as Probe names them (host and port), once the cluster is
+	// up; nil when the run's store is no cluster. Every gateway must reach each of them.
+	ClusterEndpoints() []Endpoint
 }
 
 // ClusterView is the cluster as its nodes report it.
@@ -235,6 +239,19 @@ func (b *Base) ClusterAddrs() []string {
 		return nil
 	}
 	return b.ValkeyCluster.Addrs()
+}
+
+// ClusterEndpoints implements ClusterStore: the process engines' nodes all stand on host
+// valkey (netns: in its namespace, each on its own port; process: on loopback).
+func (b *Base) ClusterEndpoints() []Endpoint {
+	var out []Endpoint
+	for _, a := range b.ClusterAddrs() {
+		_, port, err := net.SplitHostPort(a)
+		if n, _ := strconv.Atoi(port); err == nil && n > 0 {
+			out = append(out, Endpoint{HostValkey, n})
+		}
+	}
+	return out
 }
 
 // ClusterView implements ClusterStore.

@@ -79,6 +79,14 @@ func IsEngine(name string) bool {
 	return ok
 }
 
+// EngineNames returns the registered engines' names in order (EngineAuto is not one): what
+// the docs' engine tables are held to.
+func EngineNames() []string {
+	enginesMu.RLock()
+	defer enginesMu.RUnlock()
+	return slices.Sorted(maps.Keys(engines))
+}
+
 // New returns a topology of the named engine: "auto" or "" (DetectAuto's choice: netns when
 // this host can build namespaces, else docker when a Docker engine answers, else process), or
 // a registered engine's name. An engine that NeedsEntering (netns: the run's own namespaces)
@@ -122,6 +130,16 @@ func CheckStore(engine, store string) error {
 		why = "it does not run a Valkey Cluster"
 	}
 	return fmt.Errorf("--store %s: the %s topology cannot run it: %s; use --topology %s", store, engine, why, strings.Join(have, " or --topology "))
+}
+
+// EngineAnswers asks the named engine's runtime whether it answers here (Engine.Answers): its
+// version, or why not. An engine that is not built in, or registers no Answers, does not.
+func EngineAnswers(ctx context.Context, engine string) (string, error) {
+	e, ok := engineNamed(engine)
+	if !ok || e.Answers == nil {
+		return "", fmt.Errorf("the %s engine is not built in", engine)
+	}
+	return e.Answers(ctx)
 }
 
 // NeedsEntering reports whether a command must Enter engine before New builds its topology.

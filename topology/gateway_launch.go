@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -33,6 +34,10 @@ type gatewayRecipe struct {
 	addrs    deployment.Addresses
 	wrap     []string
 	launches map[string]GatewayLaunch // by config file stem: gateway-a, gateway-a-store, …
+	// addrsOf are the addresses each stem was rendered for; current is the stem the gateway
+	// runs (empty: its first), so that a policy rollout keeps the store the gateway is on.
+	addrsOf map[string]deployment.Addresses
+	current string
 }
 
 // launchGateway renders gateway name's config for addresses a under qualification profile p
@@ -71,10 +76,11 @@ func (b *Base) LaunchGateway(name, stem string, a deployment.Addresses, p deploy
 	}
 	r := b.gwRecipes[name]
 	if r == nil {
-		r = &gatewayRecipe{addrs: a, wrap: wrap, launches: map[string]GatewayLaunch{}}
+		r = &gatewayRecipe{addrs: a, wrap: wrap, launches: map[string]GatewayLaunch{}, addrsOf: map[string]deployment.Addresses{}}
 		b.gwRecipes[name] = r
 	}
 	r.launches[stem] = l
+	r.addrsOf[stem] = a
 	return l, nil
 }
 
@@ -99,23 +105,26 @@ func (b *Base) RelaunchAs(name, stem string) error {
 	c.mu.Lock()
 	c.argv, c.env = l.Argv, l.Env
 	c.mu.Unlock()
+	b.Mu.Lock()
+	r.current = stem
+	b.Mu.Unlock()
 	return nil
 }
 
 // RestartGatewayWithPolicy restarts a gateway on the rule's policy of p (window, capacity,
 // estimate, lease), as one step of a rolling change; nil p restarts it on the run's own
-// profile again. The gateway's config file is <name>-policy.<ext> while it runs p.
+// profile again. The gateway's config file is <name>-policy.<ext> while it runs p. The
+// gateway stays on the store it is on: one on the replicated store group (<name>-store) is
+// rolled out to <name>-store-policy and back to <name>-store.
 func (b *Base) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
-	b.Mu.Lock()
-	r := b.gwRecipes[name]
-	b.Mu.Unlock()
+	r, base, addrs := b.rolloutBase(name)
 	if r == nil {
 		return NoGatewayError(name, b.Spec.GatewayHosts())
 	}
-	stem := name
+	stem := base
 	if p != nil {
-		stem = name + "-policy"
-		if _, err := b.LaunchGateway(name, stem, r.addrs, *p, r.wrap); err != nil {
+		stem = base + "-policy"
+		if _, err := b.LaunchGateway(name, stem, addrs, *p, r.wrap); err != nil {
 			return err
 		}
 	}
@@ -123,6 +132,23 @@ func (b *Base) RestartGatewayWithPolicy(ctx context.Context, name string, p *dep
 		return err
 	}
 	return b.RestartGateway(ctx, name)
+}
+
+// rolloutBase is the stem a policy rollout of gateway name starts from — the one it runs,
+// without a policy — and the addresses that stem was rendered for.
+func (b *Base) rolloutBase(name string) (r *gatewayRecipe, base string, addrs deployment.Addresses) {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	r = b.gwRecipes[name]
+	if r == nil {
+		return nil, "", addrs
+	}
+	base = strings.TrimSuffix(cmp.Or(r.current, name), "-policy")
+	addrs = r.addrs
+	if a, ok := r.addrsOf[base]; ok {
+		addrs = a
+	}
+	return r, base, addrs
 }
 
 // The container engines (docker, kind) place the config themselves (a file copied into the

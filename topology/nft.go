@@ -131,3 +131,26 @@ func CompilePartitionNFT(mode string) (string, error) {
 	b.WriteString("\t}\n}\n")
 	return b.String(), nil
 }
+
+// LossNFT is the nft script behind Lossy.SetLoss: table (family inet, of its own) drops
+// percent of the packets from peerAddrs (nftables numgen; tc netem is not in this kernel) at a
+// priority before the policy table qq, so an established connection loses its share too. The
+// table is declared (so the delete never fails) and deleted, then created again when
+// percent > 0: percent 0 removes it.
+func LossNFT(table string, peerAddrs []string, percent int) string {
+	s := fmt.Sprintf("table inet %s {}\ndelete table inet %s\n", table, table)
+	if percent <= 0 || len(peerAddrs) == 0 {
+		return s
+	}
+	src := peerAddrs[0]
+	if len(peerAddrs) > 1 {
+		src = "{ " + strings.Join(peerAddrs, ", ") + " }"
+	}
+	// numgen's value is 0..99: "< 100" is out of its range, so all of it is a plain drop.
+	match := fmt.Sprintf("numgen random mod 100 < %d ", percent)
+	if percent >= 100 {
+		match = ""
+	}
+	return s + fmt.Sprintf("table inet %s {\n\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n"+
+		"\t\tip saddr %s %scounter drop\n\t}\n}\n", table, src, match)
+}

@@ -107,35 +107,29 @@ func (c *Component) exited() <-chan struct{} {
 }
 
 // waitReady polls readyURL with client until it answers 200, the process exits, or the
-// deadline passes.
+// deadline passes. A 200 counts only from a process that has been up long enough to have
+// bound its ports (or failed to) and is still running: if another process holds the port we
+// picked, it answers for us while ours exits on its failed bind.
 func (c *Component) waitReady(ctx context.Context, client *http.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
 	done := c.exited()
-	tick := time.NewTicker(readyPoll)
-	defer tick.Stop()
-	var last string
-	for {
-		ok, status := GetOK(ctx, client, c.readyURL, httpPollWait)
-		// A 200 counts only from a process that has been up long enough to have bound its
-		// ports (or failed to) and is still running: if another process holds the port we
-		// picked, it answers for us while ours exits on its failed bind.
-		if ok && time.Since(c.startedAt()) >= minUpBeforeReady {
+	err := ReadyPoll{
+		Client: client, URL: c.readyURL, Within: readyTimeout, Every: readyPoll, Try: httpPollWait,
+		Accept: func() bool {
 			select {
 			case <-done:
+				return false
 			default:
-				return nil
+				return time.Since(c.startedAt()) >= minUpBeforeReady
 			}
-		}
-		last = status
-		select {
-		case <-done:
-			return &ExitedEarlyError{host: c.host, log: c.logPath, tail: logTail(c.logPath)}
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s within %s (last answer: %s); see %s", c.host, c.readyURL, readyTimeout, last, c.logPath)
-		case <-tick.C:
-		}
+		},
+		Exited:    done,
+		ExitedErr: func() error { return &ExitedEarlyError{host: c.host, log: c.logPath, tail: logTail(c.logPath)} },
+	}.Wait(ctx)
+	var nr *NotReadyError
+	if errors.As(err, &nr) {
+		return fmt.Errorf("%s %w; see %s", c.host, err, c.logPath)
 	}
+	return err
 }
 
 // minUpBeforeReady is how long a component must have run before a 200 from its ready URL is

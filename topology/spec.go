@@ -99,12 +99,8 @@ func (s *Spec) validate() error {
 		return err
 	}
 	s.Gateways = n
-	switch s.StoreReplication {
-	case "":
-		s.StoreReplication = deployment.ReplicationAcknowledged
-	case deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
-	default:
-		return fmt.Errorf("store replication %q is unknown: use %q or %q", s.StoreReplication, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
+	if s.StoreReplication, err = StoreReplication(s.StoreReplication); err != nil {
+		return err
 	}
 	switch s.Store {
 	case "":
@@ -199,4 +195,15 @@ func WindowError(gw *undertest.Profile, p deployment.Profile) error {
 	}
 	return fmt.Errorf("gateway profile %s: its engine expresses only windows of %s (expect.admission.windows), and profile %s's rule has a %s window: %s",
 		gw.Name, strings.Join(gw.Expect.Admission.Windows, ", "), p.Name, p.Window, fix)
+}
+
+// StoreReplication checks a store replication mode, "" meaning acknowledged, and returns it.
+func StoreReplication(mode string) (string, error) {
+	switch mode {
+	case "":
+		return deployment.ReplicationAcknowledged, nil
+	case deployment.ReplicationAcknowledged, deployment.ReplicationAsync:
+		return mode, nil
+	}
+	return "", fmt.Errorf("store replication %q is unknown: use %q or %q", mode, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
 }

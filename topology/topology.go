@@ -1,9 +1,10 @@
 // Package topology brings a qualification topology up and down and owns the fault levers the
 // scenarios pull: restart a gateway, stop and start Valkey, partition a host from a peer and
-// heal it, probe reachability from any host to any host:port, and collect component logs. One
-// implementation per engine: netns and process here, docker and kind in packages dockerengine
-// and kindengine, which register themselves (engines.go). Scenario logic lives in package
-// scenarios, never here.
+// heal it, probe reachability from any host to any host:port, and collect component logs. Each
+// engine lives in a package of its own (netnsengine, processengine, dockerengine, kindengine)
+// and registers itself (engines.go); this package holds what they share (Base for the
+// process-based engines, the policy, readiness polling, facts, partition checks) and the levers
+// as values (levers.go). Scenario logic lives in package scenarios, never here.
 package topology
 
 import (

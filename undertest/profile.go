@@ -231,6 +231,30 @@ type Capabilities struct {
 	// valkey-partition cuts a gateway off from: [valkey] when empty; a gateway that asks a
 	// rate-limit service names the service's hosts (the service reaches Valkey behind it).
 	StoreHosts []string `yaml:"store_hosts"`
+	// Endpoints are the OpenAI-compatible endpoints the gateway serves (Endpoint*): chat
+	// always; api-surface checks each one listed and skips the rest, saying so. Empty: chat
+	// only, as a profile written before the key existed.
+	Endpoints []string `yaml:"endpoints"`
+}
+
+// The endpoints a profile may declare (capabilities.endpoints).
+const (
+	EndpointChat        = "chat"        // POST /v1/chat/completions
+	EndpointResponses   = "responses"   // POST /v1/responses
+	EndpointEmbeddings  = "embeddings"  // POST /v1/embeddings
+	EndpointCompletions = "completions" // POST /v1/completions (legacy)
+	EndpointModels      = "models"      // GET /v1/models, unmetered
+)
+
+// AllEndpoints lists every endpoint a profile may declare, in the order the docs give them.
+var AllEndpoints = []string{EndpointChat, EndpointResponses, EndpointEmbeddings, EndpointCompletions, EndpointModels}
+
+// Serves reports whether the gateway declares endpoint (chat when it declares none).
+func (p *Profile) Serves(endpoint string) bool {
+	if len(p.Caps.Endpoints) == 0 {
+		return endpoint == EndpointChat
+	}
+	return slices.Contains(p.Caps.Endpoints, endpoint)
 }
 
 // Load reads and validates a profile file. Every problem is reported with its path in the
@@ -395,6 +419,18 @@ func (p *Profile) validate() strictyaml.Errors {
 	case InspectNone, InspectQuotaqualAdmin:
 	default:
 		bad("capabilities.quota_inspection", "%q is unknown: use %s or %s", p.Caps.QuotaInspection, InspectNone, InspectQuotaqualAdmin)
+	}
+	for i, e := range p.Caps.Endpoints {
+		path := fmt.Sprintf("capabilities.endpoints[%d]", i)
+		switch {
+		case !slices.Contains(AllEndpoints, e):
+			bad(path, "%q is unknown: use %s", e, strings.Join(AllEndpoints, ", "))
+		case slices.Index(p.Caps.Endpoints, e) < i:
+			bad(path, "%q is listed twice: list each endpoint once", e)
+		}
+	}
+	if len(p.Caps.Endpoints) > 0 && !slices.Contains(p.Caps.Endpoints, EndpointChat) {
+		bad("capabilities.endpoints", "chat is missing: every scenario drives POST /v1/chat/completions; add chat, or leave the key out for chat only")
 	}
 	p.validateRules(bad)
 	p.validateServices(bad)

@@ -105,6 +105,9 @@ func TestParseNamesEveryProblemByPath(t *testing.T) {
 		{"bad granularity", "granularity: 1s", "granularity: soon", "expect.admission.granularity"},
 		{"bad header", "limit: X-Allowance-Limit", "limit: X Allowance", "expect.quota_headers.limit"},
 		{"config file with a path", "file: altgateway.json", "file: ../x.json", "config.file"},
+		{"unknown endpoint", "quota_inspection: none", "quota_inspection: none\n  endpoints: [chat, rerank]", "capabilities.endpoints[1]"},
+		{"endpoint twice", "quota_inspection: none", "quota_inspection: none\n  endpoints: [chat, models, models]", "capabilities.endpoints[2]"},
+		{"endpoints without chat", "quota_inspection: none", "quota_inspection: none\n  endpoints: [embeddings]", "capabilities.endpoints"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -178,3 +181,35 @@ func TestGranularity(t *testing.T) {
 }
 
 func timeParse(s string) (time.Duration, error) { return time.ParseDuration(s) }
+
+// TestEndpointsDefaultToChat: a profile that declares no endpoints serves chat alone (a
+// foreign gateway is never assumed to serve more); quotaqual's own profiles declare them all.
+func TestEndpointsDefaultToChat(t *testing.T) {
+	for name, want := range map[string][]string{
+		"altgateway":       {undertest.EndpointChat},
+		"quotaqual":        undertest.AllEndpoints,
+		"quotaqual-memory": undertest.AllEndpoints,
+	} {
+		p, err := undertest.Shipped(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range undertest.AllEndpoints {
+			if p.Serves(e) {
+				got = append(got, e)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s serves %v, want %v", name, got, want)
+		}
+	}
+	good, err := undertest.ShippedYAML("altgateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = undertest.Parse([]byte(strings.Replace(string(good), "quota_inspection: none", "quota_inspection: none\n  endpoints: [chat, rerank]", 1)))
+	if err == nil || !strings.Contains(err.Error(), "use chat, responses, embeddings, completions, models") {
+		t.Errorf("an unknown endpoint: %v, want the error to list the known ones", err)
+	}
+}

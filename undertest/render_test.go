@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
@@ -18,7 +19,11 @@ func testDeployment(t *testing.T, backend string) *deployment.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.NewDeployment("q-seam-test", p, []string{"shared-budget", "usage-accounting", "hard-gate", "layered-budgets", "model-budgets", "long-generation", "valkey-failover"})
+	list, err := scenarios.Select([]string{"shared-budget", "usage-accounting", "hard-gate", "layered-budgets", "model-budgets", "long-generation", "valkey-failover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := scenarios.NewDeployment("q-seam-test", p, list)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +40,8 @@ var update = flag.Bool("update", false, "rewrite the golden configs in testdata"
 
 // TestDefaultRendersTodaysConfig pins the default profile to the config the qualification
 // rendered before the seam existed (testdata/, written by deployment's renderer, which the
-// default profile replaced byte for byte): the same bytes for the shared store, the
+// default profile replaced byte for byte; since, the scenarios' own rules come in the
+// catalogue's order, as the scenarios declare them): the same bytes for the shared store, the
 // replicated store group in both modes, the memory backend and a policy change.
 func TestDefaultRendersTodaysConfig(t *testing.T) {
 	def := undertest.Default()

@@ -95,12 +95,12 @@ func TestRenderHandsTheTemplateOnlyTheRulesItCanExpress(t *testing.T) {
 	for _, r := range d.ScenarioRules() {
 		why := p.CannotExpress(r, lease)
 		switch r.Name {
-		case deployment.ModelBudgetsRule:
+		case "model-budgets":
 			want := "needs a rule keyed by subject and model, with an allowlist of models, which gateway profile quotaqual cannot express (capabilities.rules: no model-key)"
 			if why != want {
 				t.Errorf("model-budgets: %q, want %q", why, want)
 			}
-		case deployment.UsageAccountingRule:
+		case "usage-accounting":
 			if !strings.Contains(why, "no output-bound") {
 				t.Errorf("usage-accounting: %q, want it to name output-bound", why)
 			}

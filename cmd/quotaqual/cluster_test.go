@@ -19,6 +19,7 @@ import (
 // gateways ran on the cluster (their config names its nodes); and the bundle records each
 // subject key's slot and node, spanning at least two shards.
 func TestRunOnAClusterStorePassesAndSpreadsTheKeys(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	if engine, why := topology.Detect(); engine != topology.EngineNetns {
 		t.Fatalf("the default topology should be netns on this Linux machine, auto chose %s: %s", engine, why)
 	}
@@ -34,14 +35,21 @@ func TestRunOnAClusterStorePassesAndSpreadsTheKeys(t *testing.T) {
 	if want := len(quickDefault()); len(out.Results) != want {
 		t.Fatalf("%d results, want all %d scenarios", len(out.Results), want)
 	}
-	if q := out.Qual; q.Level != evidence.LevelPartial || len(q.RequiredSkipped()) != 1 || q.RequiredSkipped()[0].Scenario != "valkey-failover" {
-		t.Errorf("qualification %+v, want partial with valkey-failover the one required skip", q)
+	// The store's own levers (CLIENT PAUSE, maxmemory) act on one server: on a cluster they
+	// would reach one node of it, not the store, so those scenarios skip and say so.
+	storeLevers := map[string]bool{"store-stall": true, "store-memory-pressure": true}
+	if q := out.Qual; q.Level != evidence.LevelPartial || len(q.RequiredSkipped()) != 1+len(storeLevers) {
+		t.Errorf("qualification %+v, want partial with valkey-failover and the store levers' scenarios the required skips", q)
 	}
 	for _, r := range out.Results {
 		switch {
 		case r.Name == "valkey-failover":
 			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "Sentinels") || !strings.Contains(r.Reason, "--store cluster") {
 				t.Errorf("valkey-failover: %s (%s), want skipped naming the Sentinel store group and --store cluster", r.Status, r.Reason)
+			}
+		case storeLevers[r.Name]:
+			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "Valkey Cluster") || !strings.Contains(r.Reason, "--store single") {
+				t.Errorf("%s: %s (%s), want skipped naming the cluster and --store single", r.Name, r.Status, r.Reason)
 			}
 		case r.Status != evidence.Passed:
 			t.Errorf("%s: %s (%s)", r.Name, r.Status, r.Reason)
@@ -132,7 +140,7 @@ func TestStoreFlagIsValidated(t *testing.T) {
 // as with the cluster (the restarted container answers 4.4-6.8 s after the old gateway stopped,
 // past the 4 s window the scenario must check within) — a docker restart's time, not the
 // cluster's.
-func TestRunDockerOnAClusterStore(t *testing.T) {
+func runDockerOnAClusterStore(t *testing.T) {
 	needDocker(t)
 	removeOwnImageAfterwards(t)
 	evDir := t.TempDir()

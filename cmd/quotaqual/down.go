@@ -30,9 +30,11 @@ that run is left.
 A docker run's containers, networks and volumes carry the label org.quotaqual.run-id; down
 removes exactly those. A process run's gateways, providers and Valkey carry the run id in their environment
 (` + topology.EnvRunID + `); down stops exactly those (SIGTERM, then SIGKILL after 5s) and nothing
-else. Once the run is dead, down also removes its work directory (configs, logs, the Valkey
-password file) from the temporary directory, and says so. Without --run-id it lists the runs
-that still have processes.`,
+else. Once the run is dead, down also removes every file it left outside its bundle — its work
+directory (configs, logs, the Sentinels' config files; on netns only the empty mount point and
+its owner file) and up's credentials file quotaqual-up-<run-id>.env (in $XDG_RUNTIME_DIR,
+/dev/shm or the temporary directory) — and names each. Without --run-id it lists the runs that
+still have processes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()

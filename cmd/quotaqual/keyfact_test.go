@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ var keyFactRuns = []struct {
 // observed values, the fail-open run's valkey-outage said "503 within 2ms" with every answer
 // 200, and its valkey-partition "cut-off replica 503 within …" likewise.
 func TestKeyFactsOfFailedRunsAreObservations(t *testing.T) {
+	t.Parallel() // a whole run: side by side (docker_runs_test.go)
 	if testing.Short() {
 		t.Skip("end-to-end: nine qualification runs on netns; not in -short")
 	}
@@ -60,66 +62,74 @@ func TestKeyFactsOfFailedRunsAreObservations(t *testing.T) {
 	if err := testbin.Build(mutants, mutant.Tag); err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex                 // guards the two maps: the runs go side by side
 	failedIn := map[string][]string{} // scenario → the runs it failed in
 	blackBoxFailed := map[string]bool{}
-	for _, run := range keyFactRuns {
-		t.Run(run.name, func(t *testing.T) {
-			args := []string{"run", "--json", "--require", "none", "--evidence-dir", t.TempDir()}
-			if run.gateway != "" {
-				args = append(args, "--gateway", run.gateway)
-			}
-			for _, s := range run.scenarios {
-				args = append(args, "--scenario", s)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, mutants, args...)
-			cmd.Env = append(os.Environ(), mutant.EnvVar+"="+string(run.mutant))
-			cmd.WaitDelay = 5 * time.Second
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			stdout, err := cmd.Output()
-			var ee *exec.ExitError
-			if err != nil && !errors.As(err, &ee) {
-				t.Fatalf("%v\n%s", err, stderr.String())
-			}
-			var out runJSON
-			if err := json.Unmarshal(stdout, &out); err != nil {
-				t.Fatalf("no JSON (%v)\nstderr:\n%s", err, stderr.String())
-			}
-			b, err := evidence.LoadBundle(out.BundleDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			statuses := map[string][]int{}
-			for _, q := range b.Requests {
-				statuses[q.Scenario] = append(statuses[q.Scenario], q.Status)
-			}
-			failed := 0
-			for _, r := range b.Results {
-				if r.Status == evidence.Skipped {
-					continue
+	// The group returns when every run has: its runs are parallel subtests (each its own
+	// process and namespaces), sharing the package's slots with the other whole runs.
+	t.Run("runs", func(t *testing.T) {
+		for _, run := range keyFactRuns {
+			t.Run(run.name, func(t *testing.T) {
+				t.Parallel()
+				args := []string{"run", "--json", "--require", "none", "--evidence-dir", t.TempDir()}
+				if run.gateway != "" {
+					args = append(args, "--gateway", run.gateway)
 				}
-				if r.Status == evidence.Failed {
-					failed++
-					failedIn[r.Name] = append(failedIn[r.Name], run.name)
-					blackBoxFailed[r.Name] = blackBoxFailed[r.Name] || r.Evidence != ""
+				for _, s := range run.scenarios {
+					args = append(args, "--scenario", s)
 				}
-				got := statuses[r.Name]
-				if got == nil {
-					got = []int{}
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, mutants, args...)
+				cmd.Env = append(os.Environ(), mutant.EnvVar+"="+string(run.mutant))
+				cmd.WaitDelay = 5 * time.Second
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				stdout, err := cmd.Output()
+				var ee *exec.ExitError
+				if err != nil && !errors.As(err, &ee) {
+					t.Fatalf("%v\n%s", err, stderr.String())
 				}
-				if lies := scenarios.KeyFactContradictions(r, got); len(lies) > 0 {
-					t.Errorf("%s (%s): key fact %q: %s", r.Name, r.Status, r.KeyFact, strings.Join(lies, "; "))
-				} else {
-					t.Logf("%s (%s): %s", r.Name, r.Status, r.KeyFact)
+				var out runJSON
+				if err := json.Unmarshal(stdout, &out); err != nil {
+					t.Fatalf("no JSON (%v)\nstderr:\n%s", err, stderr.String())
 				}
-			}
-			if failed == 0 {
-				t.Errorf("no scenario failed: the run gives the rule nothing to hold")
-			}
-		})
-	}
+				b, err := evidence.LoadBundle(out.BundleDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				statuses := map[string][]int{}
+				for _, q := range b.Requests {
+					statuses[q.Scenario] = append(statuses[q.Scenario], q.Status)
+				}
+				failed := 0
+				for _, r := range b.Results {
+					if r.Status == evidence.Skipped {
+						continue
+					}
+					if r.Status == evidence.Failed {
+						failed++
+						mu.Lock()
+						failedIn[r.Name] = append(failedIn[r.Name], run.name)
+						blackBoxFailed[r.Name] = blackBoxFailed[r.Name] || r.Evidence != ""
+						mu.Unlock()
+					}
+					got := statuses[r.Name]
+					if got == nil {
+						got = []int{}
+					}
+					if lies := scenarios.KeyFactContradictions(r, got); len(lies) > 0 {
+						t.Errorf("%s (%s): key fact %q: %s", r.Name, r.Status, r.KeyFact, strings.Join(lies, "; "))
+					} else {
+						t.Logf("%s (%s): %s", r.Name, r.Status, r.KeyFact)
+					}
+				}
+				if failed == 0 {
+					t.Errorf("no scenario failed: the run gives the rule nothing to hold")
+				}
+			})
+		}
+	})
 	// The rule is applied to a failing key fact of every scenario, black-box paths included.
 	for _, sc := range quickDefault() {
 		if sc.Name == "network-policy" {

@@ -46,12 +46,8 @@ placeholders; a run generates fresh ones and never prints them.`,
 			if err != nil {
 				return withCode(wire.ExitUsage, fmt.Errorf("--profile: %w", err))
 			}
-			var names []string
 			list, _ := scenarios.ForProfile(p.Name, nil)
-			for _, s := range list {
-				names = append(names, s.Name)
-			}
-			d, err := deployment.NewDeployment(runID, p, names)
+			d, err := scenarios.NewDeployment(runID, p, list)
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}

@@ -41,17 +41,20 @@ skipped (--require: all by default; --require none accepts a partial qualificati
   quotaqual run --profile reference --bundle tar.gz --evidence-dir /tmp/evidence`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			survivePipeLoss()
 			o.Kind.Keep = o.Keep
-			if (o.Kind.Kubeconfig != "" || o.Kind.Context != "" || o.Kind.NodeImage != "") && o.Topology != topology.EngineKind {
-				return withCode(wire.ExitUsage, fmt.Errorf("--kubeconfig, --context and --kind-node-image apply to --topology kind only"))
-			}
-			if err := o.Validate(); err != nil {
+			plan, err := qualify.Prepare(o)
+			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			if parentDone, code, err := enterTopology(&o); err != nil {
+			if parentDone, code, err := plan.Enter(nil); err != nil {
 				return withCode(wire.ExitTopology, err)
 			} else if parentDone {
-				// The run happened in the child; it already printed everything.
+				// The run happened where the engine entered; it already printed everything.
+				// However it ended (kill -9 included), the mount point of its in-memory work
+				// directory goes now.
+				removed, errs := topology.RemoveDeadWorkDirs(plan.RunID)
+				reportRemoved(cmd.ErrOrStderr(), removed, errs)
 				return withCode(code, nil)
 			}
 			// A terminal hang-up ends the run like Ctrl-C: torn down, bundle written.
@@ -60,12 +63,14 @@ skipped (--require: all by default; --require none accepts a partial qualificati
 
 			// Progress goes to stderr in both modes, so stdout stays pure JSON with --json.
 			progress := ui.New(cmd.ErrOrStderr())
-			o.Reporter = progress
-			out := qualify.Run(ctx, o)
+			plan.Reporter = progress
+			out := qualify.Run(ctx, plan)
 			if asJSON {
 				printJSON(cmd, out)
 			} else {
-				printSummary(progress, out)
+				// The closing table is the run's result: stdout, so `run > result.txt` keeps it
+				// and `2>/dev/null` leaves only it; the progress before it stays on stderr.
+				printSummary(ui.New(cmd.OutOrStdout()), out)
 			}
 			if out.Code != wire.ExitOK {
 				var ue *qualify.UsageError
@@ -79,7 +84,7 @@ skipped (--require: all by default; --require none accepts a partial qualificati
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Gateway, "gateway", "", "the gateway to qualify: a gateway profile file (launch, config template, expectations), or a shipped profile's name: "+strings.Join(undertest.ShippedNames(), ", ")+" (default: quotaqual's own gateway)")
-	f.StringVar(&o.Topology, "topology", "auto", "where components run: auto, netns (isolated network namespaces), docker (containers), process (loopback) or kind (Kubernetes)")
+	f.StringVar(&o.Topology, "topology", topology.EngineAuto, topologyUsage())
 	f.StringVar(&o.Profile, "profile", "quick", "scenario parameters: quick (short window) or reference (the upstream 60 s window)")
 	f.StringArrayVar(&o.Scenarios, "scenario", nil, "run only this scenario (repeatable); see `quotaqual scenarios`")
 	f.StringArrayVar(&o.Require, "require", nil, "scenarios whose skip fails the run with exit 4: all (every selected scenario), none (accept a partial qualification), or scenario names (repeatable, or a comma list) (default all)")
@@ -90,7 +95,7 @@ skipped (--require: all by default; --require none accepts a partial qualificati
 	f.IntVar(&o.Gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
 	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "how the gateways write to the replicated store in valkey-failover: acknowledged (a replica confirms each write) or async (Valkey's default: a failover can spend a budget twice)")
-	f.StringVar(&o.Store, "store", "single", "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns, process and docker)")
+	f.StringVar(&o.Store, "store", "single", "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries, on the engines that run one)")
 	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")
 	f.StringVar(&o.Image, "image", "", "docker: quotaqual image to run (default: built from this binary)")
 	f.StringVar(&o.GatewayImage, "gateway-image", "", "docker, kind: image of the gateway under test, present locally (docker load; nothing is pulled) (default: the profile's launch.image, else the quotaqual image)")
@@ -151,37 +156,9 @@ func printJSON(cmd *cobra.Command, out qualify.Outcome) {
 	}
 }
 
-// envEngineWhy carries auto's reason into the re-executed child.
-const envEngineWhy = "QUOTAQUAL_ENGINE_WHY"
-
-// enterTopology resolves "auto" and enters the chosen engine when it must be (topology.Enter:
-// netns re-executes this command inside the run's own user, network, mount and pid
-// namespaces, so the run can build its private network without privileges and everything it
-// creates dies with it). In the outer process it returns parentDone with the child's exit
-// code; in the child it returns with o set to the entered engine and the run id the parent
-// chose.
-func enterTopology(o *qualify.Options) (parentDone bool, code int, err error) {
-	if engine, runID, ok := topology.EnteredEngine(); ok {
-		o.Topology, o.RunID = engine, runID
-		o.EngineWhy = os.Getenv(envEngineWhy)
-		_, _, err := topology.Enter(engine, runID, nil)
-		return false, 0, err
-	}
-	if o.Topology == "" || o.Topology == topology.EngineAuto {
-		o.Topology, o.EngineWhy = topology.DetectAuto()
-	}
-	if !topology.NeedsEntering(o.Topology) {
-		return false, 0, nil
-	}
-	if o.RunID == "" {
-		o.RunID = topology.NewRunID()
-	}
-	if o.EngineWhy != "" {
-		os.Setenv(envEngineWhy, o.EngineWhy) // the child reports why auto chose its engine
-	}
-	entered, code, err := topology.Enter(o.Topology, o.RunID, nil)
-	if err != nil || entered {
-		return false, 0, err
-	}
-	return true, code, nil
+// topologyUsage is --topology's help: the engines the registry holds, without those a command
+// does not serve.
+func topologyUsage(except ...string) string {
+	return fmt.Sprintf("where components run: %s (auto: %s where this host can build network namespaces, else %s where a Docker engine answers, else %s)",
+		qualify.TopologyChoices(except...), topology.EngineNetns, topology.EngineDocker, topology.EngineProcess)
 }

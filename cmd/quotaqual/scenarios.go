@@ -13,11 +13,17 @@ import (
 func init() { subcommands = append(subcommands, newScenariosCmd) }
 
 func newScenariosCmd() *cobra.Command {
-	return &cobra.Command{
+	var markdown bool
+	cmd := &cobra.Command{
 		Use:   "scenarios",
 		Short: "List the qualification scenarios",
-		Args:  cobra.NoArgs,
+		Long: `List the qualification scenarios, one line each. With --markdown, write the page
+docs/scenarios.md from the catalogue (` + scenarios.MarkdownCommand + `).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if markdown {
+				return scenarios.WriteMarkdown(cmd.OutOrStdout(), scenarios.All())
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			for i, s := range scenarios.All() {
 				summary := s.Summary
@@ -29,4 +35,6 @@ func newScenariosCmd() *cobra.Command {
 			return w.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&markdown, "markdown", false, "write the catalogue as the Markdown page docs/scenarios.md")
+	return cmd
 }

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/providerstub"
+	"github.com/quotaqual/quotaqual/qualify"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/walkthrough"
@@ -79,47 +79,25 @@ connection: data ports from inside the client namespace (so the network policy a
 a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			prof, err := deployment.ProfileByName(profile)
+			survivePipeLoss()
+			plan, err := qualify.Prepare(qualify.Options{Topology: engine, Profile: profile, RunID: runID,
+				DenyMode: denyMode, Gateways: gateways, Store: store})
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			enteredEngine, enteredRunID, entered := topology.EnteredEngine()
-			if runID == "" {
-				runID = enteredRunID
+			if plan.Engine == topology.EngineKind { // up serves no kind topology
+				return withCode(wire.ExitUsage, fmt.Errorf("--topology %s: up serves no kind topology: use %s", plan.Engine, qualify.TopologyChoices(topology.EngineKind)))
 			}
-			if runID == "" {
-				runID = topology.NewRunID()
+			if !plan.Entered && plan.EngineWhy != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "topology %s: %s\n", plan.Engine, plan.EngineWhy)
 			}
-			if err := topology.ValidateRunID(runID); err != nil {
-				return withCode(wire.ExitUsage, err)
+			if plan.NeedsEntering() {
+				return upReexec(plan)
 			}
-			if !topology.ValidDenyMode(denyMode) {
-				return withCode(wire.ExitUsage, fmt.Errorf("--deny-mode %q is unknown: use reject or drop", denyMode))
+			if _, _, err := plan.Enter(nil); err != nil {
+				return withCode(wire.ExitTopology, err)
 			}
-			if _, err := topology.ValidateGateways(gateways); err != nil {
-				return withCode(wire.ExitUsage, err)
-			}
-			errw := cmd.ErrOrStderr()
-			switch {
-			case entered:
-				engine = enteredEngine
-			case engine == topology.EngineAuto:
-				var reason string
-				engine, reason = topology.DetectAuto()
-				fmt.Fprintf(errw, "topology %s: %s\n", engine, reason)
-			case !topology.IsEngine(engine) || engine == topology.EngineKind: // up serves no kind topology
-				return withCode(wire.ExitUsage, fmt.Errorf("--topology %q is unknown: use auto, netns, docker or process", engine))
-			}
-			if store != topology.StoreSingle && store != topology.StoreCluster {
-				return withCode(wire.ExitUsage, fmt.Errorf("--store %q is unknown: use %s (one Valkey) or %s (a Valkey Cluster)", store, topology.StoreSingle, topology.StoreCluster))
-			}
-			if err := topology.CheckStore(engine, store); err != nil {
-				return withCode(wire.ExitUsage, err)
-			}
-			if topology.NeedsEntering(engine) && !entered {
-				return upReexec(engine, runID, gateways)
-			}
-			return upServe(cmd, engine, prof, runID, denyMode, store, gateways, demo)
+			return upServe(cmd, plan, demo)
 		},
 	}
 	if demoCmd {
@@ -127,26 +105,26 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 	} else {
 		cmd.Flags().BoolVar(&demo, "demo", false, "run the narrated walkthrough, then tear down")
 	}
-	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, "auto, netns, docker or process")
+	cmd.Flags().StringVar(&engine, "topology", topology.EngineAuto, topologyUsage(topology.EngineKind))
 	cmd.Flags().StringVar(&profile, "profile", deployment.DefaultProfile, "quick or reference")
 	cmd.Flags().StringVar(&runID, "run-id", "", "run id (1-24 of a-z, 0-9, '-'); default: generated")
 	cmd.Flags().IntVar(&gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
-	cmd.Flags().StringVar(&store, "store", topology.StoreSingle, "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries; netns, process and docker)")
+	cmd.Flags().StringVar(&store, "store", topology.StoreSingle, "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries, on the engines that run one)")
 	cmd.Flags().StringVar(&denyMode, "deny-mode", topology.DenyReject, "how the network policy denies: reject (fast reset) or drop (timeout, as most CNIs)")
 	return cmd
 }
 
 // upReexec opens the loopback listeners of the port forwards here, outside, where the user's
-// shell can reach them, and runs `up` again where engine builds its topology (netns: inside
-// the run's namespaces) with them.
-func upReexec(engine, runID string, gateways int) error {
+// shell can reach them, and runs `up` again where the plan's engine builds its topology (netns:
+// inside the run's namespaces) with them.
+func upReexec(plan *qualify.Plan) error {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for range upForwards(gateways) {
+	for range upForwards(plan.Gateways) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return withCode(wire.ExitTopology, fmt.Errorf("opening a loopback port forward: %w", err))
@@ -158,7 +136,11 @@ func upReexec(engine, runID string, gateways int) error {
 		}
 		files = append(files, f)
 	}
-	_, code, err := topology.Enter(engine, runID, files)
+	_, code, err := plan.Enter(files)
+	// However the inner process ended (kill -9 included), what it left outside its namespaces
+	// — its credentials file, its work directory's mount point — goes now.
+	removed, errs := topology.RemoveDeadWorkDirs(plan.RunID)
+	reportRemoved(os.Stderr, removed, errs)
 	if err != nil {
 		return withCode(wire.ExitTopology, err)
 	}
@@ -168,10 +150,15 @@ func upReexec(engine, runID string, gateways int) error {
 	return nil
 }
 
-func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, denyMode, store string, gateways int, demo bool) error {
+func upServe(cmd *cobra.Command, plan *qualify.Plan, demo bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	engine, prof, runID := plan.Engine, plan.Params(), plan.RunID
+	// Signals stay caught until up returns, so a second Ctrl-C or a hang-up during teardown
+	// cannot cut it short; endDemo ends the walkthrough without letting them through.
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	ctx, endDemo := context.WithCancel(sigCtx)
+	defer endDemo()
 
 	self, err := os.Executable()
 	if err != nil {
@@ -187,9 +174,9 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 	if err != nil {
 		return withCode(wire.ExitUsage, err)
 	}
-	topo, err := topology.New(engine, topology.Spec{
-		RunID: runID, WorkDir: work, Binary: self, Deployment: d, DenyMode: denyMode, Gateways: gateways, Stdout: errw, Store: store,
-	})
+	spec := plan.Spec(work, self, d)
+	spec.Stdout = errw
+	topo, err := topology.New(engine, spec)
 	if err != nil {
 		return withCode(wire.ExitTopology, err)
 	}
@@ -254,11 +241,14 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 	envFile := ""
 	if !tty {
 		// Never write a password into a pipe or a log: the curl lines read it from the
-		// environment, and this file (readable by its owner only) sets it.
-		if envFile, err = writeCredentialsFile(runID, subjects); err != nil {
+		// environment, and this file (readable by its owner only, in memory-backed storage
+		// where the machine has it) sets it.
+		cf, err := topology.NewCredentialsFile(runID, credentialsExports(runID, subjects))
+		if err != nil {
 			return withCode(wire.ExitTopology, err)
 		}
-		defer os.Remove(envFile)
+		defer cf.Remove()
+		envFile = cf.Path
 	}
 	var header strings.Builder
 	fmt.Fprintf(&header, "quotaqual up — run %s, %s topology, profile %s\n\n", runID, engine, prof.Name)
@@ -300,7 +290,7 @@ func upServe(cmd *cobra.Command, engine string, prof deployment.Profile, runID, 
 		}
 		dm := &walkthrough.Demo{Out: out, Target: target, Levers: topo, Model: providerstub.DefaultModel, Pace: pace}
 		err := dm.Run(ctx)
-		stop() // tear down now: the demo is over
+		endDemo() // tear down now: the demo is over
 		fwdWG.Wait()
 		if err != nil {
 			return withCode(wire.ExitFailed, err)
@@ -356,26 +346,13 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-// writeCredentialsFile writes the walkthrough passwords as shell exports to a new file only its
-// owner can read, and returns its path.
-func writeCredentialsFile(runID string, subjects []walkthrough.Subject) (string, error) {
-	path := filepath.Join(os.TempDir(), "quotaqual-up-"+runID+".env")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("writing the walkthrough credentials: %w (remove a stale file of an earlier run with this id)", err)
-	}
+// credentialsExports renders the walkthrough passwords as the shell exports of the credentials
+// file.
+func credentialsExports(runID string, subjects []walkthrough.Subject) []byte {
 	var b strings.Builder
 	b.WriteString("# quotaqual up walkthrough credentials for run " + runID + "; removed at teardown\n")
 	for _, s := range subjects {
 		fmt.Fprintf(&b, "export %s='%s'\n", s.EnvVar, s.Password)
 	}
-	_, err = f.WriteString(b.String())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return "", fmt.Errorf("writing %s: %w", path, err)
-	}
-	return path, nil
+	return []byte(b.String())
 }

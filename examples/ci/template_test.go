@@ -1,5 +1,6 @@
-// Package ci_test holds the CI job templates to the README: the commands each template runs are
-// the README's "Continuous integration" list, in order, and that list runs on a clean clone.
+// Package ci_test holds the CI job templates to the docs: the commands each template runs are
+// the "Continuous integration" list of docs/run.md (ciPage), in order, and that list runs on a
+// clean clone.
 package ci_test
 
 import (
@@ -28,13 +29,16 @@ func repoRoot(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// readmeCommands returns the indented command block of the README's "Continuous integration"
+// ciPage is the page that documents the CI job's commands (it moved there from the README).
+const ciPage = "docs/run.md"
+
+// ciCommands returns the indented command block of ciPage's "Continuous integration"
 // section.
-func readmeCommands(t *testing.T, readme []byte) []string {
+func ciCommands(t *testing.T, page []byte) []string {
 	t.Helper()
 	var cmds []string
 	in, started := false, false
-	sc := bufio.NewScanner(bytes.NewReader(readme))
+	sc := bufio.NewScanner(bytes.NewReader(page))
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "## ") {
@@ -55,7 +59,7 @@ func readmeCommands(t *testing.T, readme []byte) []string {
 		}
 	}
 	if len(cmds) == 0 {
-		t.Fatal("README has no command block under \"## Continuous integration\"")
+		t.Fatal(ciPage + " has no command block under \"## Continuous integration\"")
 	}
 	return cmds
 }
@@ -133,11 +137,11 @@ func gitlabCommands(t *testing.T, b []byte) []string {
 
 func TestTemplatesRunTheCommandsTheReadmeDocuments(t *testing.T) {
 	root := repoRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(root, ciPage))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := readmeCommands(t, readme)
+	want := ciCommands(t, page)
 	for name, parse := range map[string]func(*testing.T, []byte) []string{
 		"github-actions.yml": githubCommands, "gitlab-ci.yml": gitlabCommands,
 	} {
@@ -147,7 +151,7 @@ func TestTemplatesRunTheCommandsTheReadmeDocuments(t *testing.T) {
 		}
 		got := parse(t, b)
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("%s runs\n  %s\nthe README documents\n  %s", name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			t.Errorf("%s runs\n  %s\n%s documents\n  %s", name, strings.Join(got, "\n  "), ciPage, strings.Join(want, "\n  "))
 		}
 	}
 	for _, must := range []string{"--bundle tar.gz", "--json", "evidence diff baseline/"} {
@@ -166,11 +170,11 @@ func TestReadmeCommandsRunInOrderOnACleanClone(t *testing.T) {
 		t.Skip("-short: the clean-clone run of the CI commands is skipped (it runs a whole qualification)")
 	}
 	root := repoRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(root, ciPage))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds := readmeCommands(t, readme)
+	cmds := ciCommands(t, page)
 	clone := filepath.Join(t.TempDir(), "clone")
 	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
 	if err != nil {
@@ -184,8 +188,8 @@ func TestReadmeCommandsRunInOrderOnACleanClone(t *testing.T) {
 			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	if got, _ := os.ReadFile(filepath.Join(clone, "README.md")); !bytes.Equal(got, readme) {
-		t.Skip("README.md has uncommitted changes: commit them; the clean clone runs what is committed")
+	if got, _ := os.ReadFile(filepath.Join(clone, ciPage)); !bytes.Equal(got, page) {
+		t.Skip(ciPage + " has uncommitted changes: commit them; the clean clone runs what is committed")
 	}
 
 	ran := 0

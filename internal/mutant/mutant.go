@@ -29,7 +29,7 @@ const Tag = "quotaqual_mutants"
 // Name is a mutant's name, the value of QUOTAQUAL_MUTANT.
 type Name string
 
-// The mutants. Each breaks one promise of the README's quota contract or gateway behaviour.
+// The mutants. Each breaks one promise of the quota contract (docs/contract.md) or of the gateway's behaviour (docs/gateway.md).
 const (
 	SeparateMemoryStores         Name = "separate-memory-stores"
 	ReadThenWriteReserve         Name = "read-then-write-reserve"
@@ -68,6 +68,12 @@ const (
 	UsageChunksSummed            Name = "usage-chunks-summed"
 	UsageLastChunkWins           Name = "usage-last-chunk-wins"
 	UsageUnderstatedTrusted      Name = "usage-understated-trusted"
+	TrailingSlashUnmetered       Name = "trailing-slash-unmetered"
+	EmbeddingsUnmetered          Name = "embeddings-unmetered"
+	RenewalGivesUp               Name = "renewal-gives-up-after-a-failure"
+	SettleDropsLostOverage       Name = "settle-drops-lost-hold-overage"
+	RetryAfterFirstWindow        Name = "retry-after-first-refusing-window"
+	LegacyClampWrongField        Name = "legacy-clamp-wrong-field"
 )
 
 // Mutant describes one broken variant.
@@ -102,6 +108,12 @@ var Catalogue = []Mutant{
 	{NoLeaseRenewal, "gateway", "lease",
 		"in-flight reservations are never renewed: a request that outlives the lease loses its hold and its settlement",
 		[]string{"concurrency"}, ""},
+	{RenewalGivesUp, "gateway", "lease",
+		"the renewer stops after one failed renewal (a store call past the timeout): a request in flight across a store stall loses its hold a lease later",
+		[]string{"store-stall"}, ""},
+	{SettleDropsLostOverage, "gateway", "truthful metering",
+		"a settlement whose lease ran out (the hold charged its estimate by the expiry) is dropped as having nothing left to settle: the usage above the estimate is never charged",
+		[]string{"store-stall", "gateway-pause"}, ""},
 	{SettleDoubleCharge, "ledger", "idempotent settlement",
 		"settlement is not idempotent: a repeated settle (a retry after a lost reply) charges the usage again",
 		[]string{"shared-budget", "concurrency"}, ""},
@@ -144,6 +156,9 @@ var Catalogue = []Mutant{
 	{FirstBudgetOnly, "ledger", "every window (layered budgets)",
 		"admission weighs the estimate against the rule's first budget only: a rule with a short and a long window (per minute and per day) is held to the short one",
 		[]string{"layered-budgets"}, ""},
+	{RetryAfterFirstWindow, "ledger", "truthful headers",
+		"a 429 that several windows of a rule refuse reports the first refusing window's wait (in the rule's order, usually the shortest), not the latest: a client that waits it out is refused again by the longer window (blind review 07)",
+		[]string{"layered-budgets"}, ""},
 	{ModelLeftOutOfKey, "gateway", "a key per model",
 		"admission keys the quota by subject alone under a rule keyed by subject and model: spending one model's budget spends every model's",
 		[]string{"model-budgets"}, ""},
@@ -171,6 +186,9 @@ var Catalogue = []Mutant{
 	{HardClampSentFieldsOnly, "gateway", "hard gate (output bound)",
 		"the hard clamp rewrites only the output-bound fields the client sent: a request with neither is forwarded without a bound",
 		[]string{"output-bound"}, ""},
+	{LegacyClampWrongField, "gateway", "hard gate (output bound)",
+		"on /v1/completions the hard clamp writes max_completion_tokens, which the legacy API does not know, and max_tokens only when the client sent it: a legacy request without max_tokens reaches the provider unbounded (blind review 12)",
+		[]string{"output-bound"}, ""},
 	{UsageTrustsTotal, "gateway", "truthful metering (provider usage)",
 		"a reported total_tokens is charged as it is, also when it is below prompt_tokens + completion_tokens",
 		[]string{"provider-usage"}, ""},
@@ -195,6 +213,12 @@ var Catalogue = []Mutant{
 	{NoRequestBounds, "gateway", "bounded resources",
 		"no read deadline on the request body, and a denial lets net/http drain an announced body first: a client that announces a body and never sends it holds a connection and goroutine forever",
 		[]string{"auth-rejection"}, ""},
+	{TrailingSlashUnmetered, "gateway", "no path around the quota",
+		"a chat request to /v1/chat/completions/ (a trailing slash, as a router that strips it would serve) is forwarded to a provider and relayed without a reservation or a charge",
+		[]string{"quota-bypass"}, ""},
+	{EmbeddingsUnmetered, "gateway", "no path around the quota",
+		"POST /v1/embeddings is forwarded to a provider and relayed without a reservation or a charge, as a gateway that meters chat alone would: a subject spent on chat still gets embeddings",
+		[]string{"api-surface"}, ""},
 }
 
 // Lookup returns the catalogue entry of a name.

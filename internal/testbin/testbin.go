@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -32,4 +33,23 @@ func Build(path string, tags ...string) error {
 		return fmt.Errorf("go build ./cmd/quotaqual: %w", err)
 	}
 	return nil
+}
+
+// Main is the TestMain of a test package that runs one quotaqual binary (what names the
+// package's tests in an error): it builds the binary into a temporary directory, sets *binary
+// to its path, runs the tests and removes the directory, and returns the exit code for
+// os.Exit. m is the package's *testing.M.
+func Main(m interface{ Run() int }, what string, binary *string) int {
+	dir, err := os.MkdirTemp("", "quotaqual-"+what+"-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	*binary = filepath.Join(dir, "quotaqual")
+	if err := Build(*binary); err != nil {
+		fmt.Fprintf(os.Stderr, "building the quotaqual binary for the %s tests: %v\n", what, err)
+		return 1
+	}
+	return m.Run()
 }

@@ -184,20 +184,22 @@ func (s *Server) args() []string {
 	return append(args, s.opts.ExtraArgs...)
 }
 
-// writeConfig writes the settings that must not appear on a command line (the password) into
-// a file only the owner can read; valkey-server takes it as its first argument.
-func (s *Server) writeConfig() (string, error) {
+// writeConfig returns how the server gets the settings that must not appear on a command line
+// (the passwords): a plain server reads them from its standard input (`valkey-server -`), so
+// they are never written to a file; a Sentinel must have a file it can rewrite with what it
+// learns, written 0600 (and rewritten 0600 too: the server runs under umask 077, see
+// restrictiveUmask). arg is the server's first argument, stdin what to feed it.
+func (s *Server) writeConfig() (arg, stdin string, err error) {
 	if s.opts.Sentinel != "" {
 		path := filepath.Join(s.opts.Dir, "sentinel.conf")
 		if _, err := os.Stat(path); err == nil {
-			return path, nil // keep what this Sentinel learnt before a restart
+			return path, "", nil // keep what this Sentinel learnt before a restart
 		}
 		if err := os.WriteFile(path, []byte(s.opts.Sentinel), 0o600); err != nil {
-			return "", fmt.Errorf("valkeyproc: write sentinel config: %w", err)
+			return "", "", fmt.Errorf("valkeyproc: write sentinel config: %w", err)
 		}
-		return path, nil
+		return path, "", nil
 	}
-	path := filepath.Join(s.opts.Dir, "valkey-secrets.conf")
 	var body string
 	if s.opts.Password != "" {
 		body = "requirepass \"" + s.opts.Password + "\"\n"
@@ -205,10 +207,14 @@ func (s *Server) writeConfig() (string, error) {
 	if s.opts.MasterAuth != "" {
 		body += "masterauth \"" + s.opts.MasterAuth + "\"\n"
 	}
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		return "", fmt.Errorf("valkeyproc: write config: %w", err)
-	}
-	return path, nil
+	return "-", body, nil
+}
+
+// restrictiveUmask runs argv under umask 077: every file the server creates or rewrites (a
+// Sentinel's config with the password, the AOF) is readable by its owner only. Valkey creates
+// them with mode 0644 less its umask.
+func restrictiveUmask(argv []string) []string {
+	return append([]string{"/bin/sh", "-c", `umask 077 && exec "$@"`, "sh"}, argv...)
 }
 
 // Restart starts the server if it is stopped and waits until it answers PING.
@@ -222,12 +228,12 @@ func (s *Server) Restart(ctx context.Context) error {
 			return nil
 		}
 	}
-	conf, err := s.writeConfig()
+	conf, stdin, err := s.writeConfig()
 	if err != nil {
 		s.mu.Unlock()
 		return err
 	}
-	argv := append(append([]string{}, s.opts.Wrap...), s.opts.Binary, conf)
+	argv := restrictiveUmask(append(append([]string{}, s.opts.Wrap...), s.opts.Binary, conf))
 	if s.opts.Sentinel != "" {
 		argv = append(argv, "--sentinel")
 	}
@@ -239,6 +245,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.SysProcAttr = s.opts.SysProcAttr
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = dieWithParent()

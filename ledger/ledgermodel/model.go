@@ -37,6 +37,9 @@ type Input struct {
 	ID       string // OpSettle: the reservation settled
 	Actual   int64  // OpSettle: usage reported (when Known)
 	Known    bool   // OpSettle: usage was known
+	// Capacity, when set, is the capacity this Reserve was decided by instead of the model's:
+	// callers on different policies of one key (a rolling policy change) each admit by their own.
+	Capacity int64
 }
 
 // Output is what the ledger answered. A non-empty Err means the call failed: its effect is
@@ -172,9 +175,11 @@ func (s State) String() string {
 	return b.String()
 }
 
-// ambiguousID names the hold an errored Reserve may have taken. Admitted outputs with ids
-// starting with '?' are rejected, so it cannot collide with a real id.
-func ambiguousID(seq int) string { return "?" + strconv.Itoa(seq) }
+// AmbiguousID names the hold an errored Reserve with this Seq may have taken; an errored
+// Settle of it at zero is that hold's possible release (the ledger releases an ambiguous
+// reserve in the background). Admitted outputs with ids starting with '?' are rejected, so it
+// cannot collide with a real id.
+func AmbiguousID(seq int) string { return "?" + strconv.Itoa(seq) }
 
 // Step returns every state the key can be in after the operation, given that the operation
 // returned output; none when the output is impossible. It is the sequential specification:
@@ -192,10 +197,13 @@ func ambiguousID(seq int) string { return "?" + strconv.Itoa(seq) }
 func Step(capacity int64, s State, in Input, out Output) []State {
 	switch in.Kind {
 	case OpReserve:
+		if in.Capacity > 0 {
+			capacity = in.Capacity
+		}
 		fits := s.Settled+s.Reserved+in.Estimate <= capacity
 		if out.Err != "" {
 			if fits {
-				return []State{s, s.with(ambiguousID(in.Seq), in.Estimate)}
+				return []State{s, s.with(AmbiguousID(in.Seq), in.Estimate)}
 			}
 			return []State{s}
 		}

@@ -9,7 +9,11 @@
 -- Reserve and settle have a fast path of their own for the usual layout (one bucket width,
 -- one window, one budget) before "-- @state": straight-line code on the same fields, without
 -- the loops, tables and closures of the general layout (which cost the store as much as its
--- commands do). What it read, state reuses.
+-- commands do). What it read, state reuses. The head defines no function: a function
+-- statement builds a closure (and its upvalues) on every call that passes it, so the helpers
+-- (idx, extend, estof, hold, unpend) are defined after "-- @state", and a fast path writes
+-- its few values inline; its rare cases (a TTL renewal, a new earliest deadline, a pending
+-- bucket to move) go on to the fast path of every other layout.
 -- The globals the fast paths use, read once (each use of a global is a table lookup).
 -- The fast paths turn a number's text into a number with arithmetic ("x + 0"): one strtod,
 -- where tonumber(x) makes two (it checks, then converts). A conversion is some five hundred
@@ -22,32 +26,11 @@ local A = KEYS[1]
 local nwd = #KEYS - 2 -- width i: KEYS[1 + i] its bucket hash, ARGV[2 + 2i] width_ms, ARGV[3 + 2i] max_window_ms
 local X = KEYS[2 + nwd] -- tombstone expiries (see common.lua)
 local wbase = 4 + 2 * nwd -- ARGV[wbase] nwindows; window j: ARGV[wbase - 1 + 2j] window_ms,
-local nwin = ARGV[wbase] + 0 -- ARGV[wbase + 2j] its width slot
+-- ARGV[wbase + 2j] its width slot. A string compares with a constant by address: the usual
+-- one window costs no conversion.
+local nwin = ARGV[wbase] == '1' and 1 or ARGV[wbase] + 0
 local base = wbase + 2 * nwin
 -- MAXT is 2^53, the largest capacity and the largest integer a Lua number holds exactly: one
 -- charge and one bucket saturate there (beyond it every window is full anyway).
 local MAXT = 9007199254740992
 
-local function idx(n)
-  return format('%d', n)
-end
-
--- extend gives key a TTL of ttl ms unless it already has a longer one. Two policies for one
--- rule (a rolling deploy that changes the lease or the windows) share these keys, and a plain
--- PEXPIRE from the shorter one would cut the TTL of state the longer one still holds — a live
--- lease vanishing uncharged. GT lengthens an existing TTL (the usual case: one call); NX sets
--- the TTL of a key that has none yet.
-local function extend(key, ttl)
-  if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
-    redis.call('PEXPIRE', key, ttl, 'NX')
-  end
-end
-
--- estof is the estimate (a string) of a reservation field's value "<estimate> <deadline_ms>"
--- (see common.lua), or nil when the field is absent.
-local function estof(v)
-  if not v then
-    return nil
-  end
-  return string.sub(v, 1, string.find(v, ' ', 1, true) - 1)
-end

@@ -10,7 +10,41 @@
 local est = ARGV[base + 1] + 0
 local lease = ARGV[base + 2] + 0
 local id = ARGV[base + 3]
-local nb = ARGV[base + 4] + 0
+local nb = ARGV[base + 4] == '1' and 1 or ARGV[base + 4] + 0
+
+-- Fast path of the usual layout (one width, one window, one budget): the totals are current
+-- and the id is new (neither live nor tombstoned) — current's tests, written out — and the
+-- estimate fits. It reads the fields state(id, 'xa') reads, in its order (ARGV[4] width_ms,
+-- ARGV[7] window_ms, ARGV[base + 6] the capacity), so the general path below reuses the read.
+-- It makes hold's usual write (below) inline; an admission that moves 'e' or renews the TTL
+-- goes on to the fast path of every other layout, which holds it from the same read (fits: the
+-- remaining it computed).
+local r1, fits
+if nwd == 1 and nwin == 1 and nb == 1 then
+  local w, ws = ARGV[4], ARGV[7]
+  r1 = redis.call('HMGET', A, '#', 'e', 'v', 'h' .. w, 't' .. ws, 'l' .. ws, 'b' .. w, id, 'xa', '~' .. id)
+  local e, h, tw, l = r1[2], r1[4], r1[5], r1[6]
+  if r1[3] == ARGV[2] and e and h and tw and l and not r1[8] and not r1[10] then
+    local wn, win = w + 0, ws + 0
+    local cur = floor(now / wn)
+    local held = (r1[1] or 0) + est
+    local remaining = ARGV[base + 6] - tw - held
+    e = e + 0
+    if e > now and h + 0 <= cur and l + 0 == floor((now - win) / wn) and remaining >= 0 then
+      local dl = now + lease
+      if dl >= e and (r1[9] or 0) + 0 >= now + ARGV[1] then
+        redis.call('HSET', A, id, ARGV[base + 1] .. ' ' .. format('%d', dl), '#', format('%d', held))
+        -- live reservations count as usage settled now: the newest bucket is now's
+        return { 1, 0, 0, remaining, (cur + 1) * wn + win - now }
+      end
+      fits = remaining -- for the other layouts' fast path, which holds it
+    end
+  end
+end
+
+-- @state
+
+local r = state(id, 'xa', false, r1)
 
 -- hold writes an admission on a fast path: the reservation's field, '#' (held: the tokens held
 -- with it), 'e' when its deadline is earlier than e (the current 'e'), and KEYS[1]'s TTL when
@@ -41,37 +75,10 @@ local function hold(held, e, xa)
   redis.call('HSET', A, unpack(f))
 end
 
--- Fast path of the usual layout (one width, one window, one budget): the totals are current
--- and the id is new (neither live nor tombstoned) — current's tests, written out — and the
--- estimate fits. It reads the fields state(id, 'xa') reads, in its order (ARGV[4] width_ms,
--- ARGV[7] window_ms, ARGV[base + 6] the capacity), so the general path below reuses the read.
-local r1
-if nwd == 1 and nwin == 1 and nb == 1 then
-  local w, ws = ARGV[4], ARGV[7]
-  r1 = redis.call('HMGET', A, '#', 'e', 'v', 'h' .. w, 't' .. ws, 'l' .. ws, 'b' .. w, id, 'xa', '~' .. id)
-  local e, h, tw, l = r1[2], r1[4], r1[5], r1[6]
-  if r1[3] == ARGV[2] and e and h and tw and l and not r1[8] and not r1[10] then
-    local wn, win = w + 0, ws + 0
-    local cur = floor(now / wn)
-    local held = (r1[1] or 0) + est
-    local remaining = ARGV[base + 6] - tw - held
-    e = e + 0
-    if e > now and h + 0 <= cur and l + 0 == floor((now - win) / wn) and remaining >= 0 then
-      hold(held, e, r1[9])
-      -- live reservations count as usage settled now: the newest bucket is now's
-      return { 1, 0, 0, remaining, (cur + 1) * wn + win - now }
-    end
-  end
-end
-
--- @state
-
-local r = state(id, 'xa', false, r1)
-
 -- Fast path of every other layout: the totals are current and the id is new. Admit when the
 -- estimate fits every window; a denial (which needs the buckets for its retry-after) takes the
 -- general path.
-local e = not r1 and current(r)
+local e = (not r1 or fits) and current(r)
 if e and not r[rx] and not r[rt] then
   local held = (r[1] or 0) + est
   local o = 3 + nwd
@@ -81,7 +88,7 @@ if e and not r[rx] and not r[rt] then
     if nwin > 1 then
       j = ARGV[base + 3 + 2 * i] + 0
     end
-    local remaining = ARGV[base + 4 + 2 * i] - r[o + 2 * j - 1] - held
+    local remaining = fits or ARGV[base + 4 + 2 * i] - r[o + 2 * j - 1] - held
     if remaining < 0 then
       out = nil -- does not fit
       break

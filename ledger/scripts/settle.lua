@@ -5,6 +5,52 @@
 -- usage at most its estimate, or never seen: then a tombstone refuses a later reserve of the id).
 local id = ARGV[base + 1]
 
+-- Fast path of the usual layout (one width, one window): the totals are current and the
+-- reservation is live — current's tests and otherwidths (below), written out. It reads the
+-- fields state(id, 'M', true) reads, in its order (ARGV[4] width_ms, ARGV[7] window_ms), so the
+-- general path below reuses the read; it writes what the fast path of every other layout
+-- writes. A charge while now's bucket is newer than the pending one (pending: unpend, below)
+-- goes on to that fast path, which makes it from the same read (live: the '#' it computed).
+local r1, live
+if nwd == 1 and nwin == 1 then
+  local w, ws = ARGV[4], ARGV[7]
+  local tf, bf = 't' .. ws, 'b' .. w
+  r1 = redis.call('HMGET', A, '#', 'e', 'v', 'h' .. w, tf, 'l' .. ws, bf, id, 'M')
+  local v, e, h, tw, l, M = r1[8], r1[2], r1[4], r1[5], r1[6], r1[9]
+  if v and r1[3] == ARGV[2] and e and h and tw and l and not (M and string.find(M, ',', 1, true)) then
+    local wn, win = w + 0, ws + 0
+    local cur, hn = floor(now / wn), h + 0
+    if e + 0 > now and hn <= cur and l + 0 == floor((now - win) / wn) then
+      local est = string.sub(v, 1, string.find(v, ' ', 1, true) - 1) -- estof(v)
+      local charged = est
+      if ARGV[base + 2] == '1' then
+        charged = ARGV[base + 3]
+      end
+      local c, ee = charged + 0, est + 0
+      local held = format('%d', (r1[1] or 0) - ee)
+      if c ~= 0 and cur > hn then
+        live = held -- '#' for the other layouts' fast path, which writes it
+      else
+        redis.call('HDEL', A, id)
+        if c == 0 then
+          redis.call('HSET', A, '#', held)
+        else
+          local nb = (r1[7] or 0) + c
+          if nb > MAXT then
+            nb = MAXT
+          end
+          redis.call('HSET', A, '#', held, bf, format('%d', nb), tf, format('%d', tw + c))
+        end
+        return { 1, c, ee }
+      end
+    end
+  end
+end
+
+-- @state
+
+local r = state(id, 'M', true, r1)
+
 -- unpend adds a width's pending tokens b (a string, or false) to their bucket h (its index, a
 -- string) in the width's hash key, saturating, when now's bucket is newer than h (the fast
 -- paths below). A new bucket (counts are positive) renews the hash's TTL. An existing bucket
@@ -20,47 +66,6 @@ local function unpend(key, h, b)
     end
   end
 end
-
--- Fast path of the usual layout (one width, one window): the totals are current and the
--- reservation is live — current's tests and otherwidths (below), written out. It reads the
--- fields state(id, 'M', true) reads, in its order (ARGV[4] width_ms, ARGV[7] window_ms), so the
--- general path below reuses the read; it writes what the fast path of every other layout
--- writes.
-local r1
-if nwd == 1 and nwin == 1 then
-  local w, ws = ARGV[4], ARGV[7]
-  local hf, tf, bf = 'h' .. w, 't' .. ws, 'b' .. w
-  r1 = redis.call('HMGET', A, '#', 'e', 'v', hf, tf, 'l' .. ws, bf, id, 'M')
-  local v, e, h, tw, l, M = r1[8], r1[2], r1[4], r1[5], r1[6], r1[9]
-  if v and r1[3] == ARGV[2] and e and h and tw and l and not (M and string.find(M, ',', 1, true)) then
-    local wn, win = w + 0, ws + 0
-    local cur, hn = floor(now / wn), h + 0
-    if e + 0 > now and hn <= cur and l + 0 == floor((now - win) / wn) then
-      redis.call('HDEL', A, id)
-      local est = estof(v)
-      local charged = est
-      if ARGV[base + 2] == '1' then
-        charged = ARGV[base + 3]
-      end
-      local c, ee = charged + 0, est + 0
-      local held = idx((r1[1] or 0) - ee)
-      local b = r1[7]
-      if c == 0 then
-        redis.call('HSET', A, '#', held)
-      elseif cur > hn then
-        unpend(KEYS[2], h, b)
-        redis.call('HSET', A, '#', held, hf, idx(cur), bf, idx(math.min(c, MAXT)), tf, idx(tw + c))
-      else
-        redis.call('HSET', A, '#', held, bf, idx(math.min((b or 0) + c, MAXT)), tf, idx(tw + c))
-      end
-      return { 1, c, ee }
-    end
-  end
-end
-
--- @state
-
-local r = state(id, 'M', true, r1)
 
 -- Fast path of every other layout: the totals are current and the reservation is live. Charge
 -- the bucket of now of every width (pending in KEYS[1], see common.lua) and every window's total
@@ -81,14 +86,14 @@ if r[rm] then
   otherwidths = n > nwd
 end
 
-if not r1 and est and not otherwidths and current(r) then
+if (not r1 or live) and est and not otherwidths and current(r) then
   redis.call('HDEL', A, id)
   local charged = est
   if ARGV[base + 2] == '1' then
     charged = ARGV[base + 3]
   end
   local c, e = charged + 0, est + 0
-  local f = { '#', idx((r[1] or 0) - e) }
+  local f = { '#', live or idx((r[1] or 0) - e) }
   if c ~= 0 then
     for i = 1, nwd do
       local cur, h, b = wcur[i], r[3 + i] + 0, r[ob + i]

@@ -1,6 +1,32 @@
 -- quotaqual ledger: the state machinery of every script (ledger/valkey.go puts it where a
 -- script says "-- @state", after head.lua, whose locals it uses).
 
+-- The helpers of every path past the fast paths (which write their few values inline): a
+-- function statement builds a closure and its upvalues on each call that reaches it.
+local function idx(n)
+  return format('%d', n)
+end
+
+-- extend gives key a TTL of ttl ms unless it already has a longer one. Two policies for one
+-- rule (a rolling deploy that changes the lease or the windows) share these keys, and a plain
+-- PEXPIRE from the shorter one would cut the TTL of state the longer one still holds — a live
+-- lease vanishing uncharged. GT lengthens an existing TTL (the usual case: one call); NX sets
+-- the TTL of a key that has none yet.
+local function extend(key, ttl)
+  if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ttl, 'NX')
+  end
+end
+
+-- estof is the estimate (a string) of a reservation field's value "<estimate> <deadline_ms>"
+-- (see common.lua), or nil when the field is absent.
+local function estof(v)
+  if not v then
+    return nil
+  end
+  return string.sub(v, 1, string.find(v, ' ', 1, true) - 1)
+end
+
 -- Each number the fast paths use is converted from its ARGV text once, here. Width i: wcur[i]
 -- now's bucket. Window j: jlo[j] its low end at now (the oldest bucket it counts), jreset[j] when
 -- all of it would have left the window if now's bucket were its newest (ms from now). The

@@ -8,7 +8,6 @@ package dockere2e_test
 
 import (
 	"context"
-	"fmt"
 	"github.com/quotaqual/quotaqual/internal/testlock"
 	"io"
 	"net/http"
@@ -26,27 +25,13 @@ import (
 	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
+	"github.com/quotaqual/quotaqual/topology/internal/enginetest"
 )
 
 var binary string
 
 // TestMain builds a static quotaqual binary for the image.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "quotaqual-docker-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "quotaqual")
-	if err := testbin.Build(binary); err != nil {
-		fmt.Fprintln(os.Stderr, "building the quotaqual binary for the docker tests:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m, "docker", &binary)) }
 
 func requireDocker(t *testing.T) {
 	t.Helper()
@@ -107,19 +92,10 @@ func newTopo(t *testing.T, qqImage string) (topology.Topology, *deployment.Deplo
 // newTopoWith is newTopo with that many gateways (0: the default two).
 func newTopoWith(t *testing.T, qqImage string, gateways int) (topology.Topology, *deployment.Deployment, string) {
 	t.Helper()
-	id := topology.NewRunID()
-	p, err := deployment.ProfileByName("quick")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := deployment.NewDeployment(id, p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := topology.New(topology.EngineDocker, topology.Spec{
-		RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d,
-		QuotaqualImage: qqImage, Stdout: e2e.LogWriter{T: t}, Gateways: gateways,
-	})
+	spec := enginetest.SpecFor(t, binary, "")
+	spec.QuotaqualImage, spec.Gateways = qqImage, gateways
+	id, d := spec.RunID, spec.Deployment
+	topo, err := topology.New(topology.EngineDocker, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +475,7 @@ func get(t *testing.T, topo topology.Topology, url string) int {
 }
 
 // The nine scenarios on docker run through the real binary in cmd/quotaqual
-// (TestRunDockerTopologyPassesAllScenarios), as a user runs them.
+// (TestDockerRuns/RunDockerTopologyPassesAllScenarios in cmd/quotaqual), as a user runs them.
 
 // TestDockerTopologyWithThreeGateways brings up three gateway containers: gateway-c serves
 // from the shared store, is policed as gateway-a is (the client reaches its data port, not its
@@ -559,4 +535,32 @@ func TestDockerTopologyWithThreeGateways(t *testing.T) {
 	if err := topo.Partition(ctx, "gateway-d", topology.HostValkey); err == nil {
 		t.Error("partitioning gateway-d, which this run lacks, succeeded")
 	}
+}
+
+// TestDockerConformance runs the engine conformance suite (enginetest.Run) on docker over two
+// combinations, each with three gateways: the replicated store group (it runs beside the single
+// Valkey, so the single store's endpoint is probed and chatted through too) and the Valkey
+// Cluster. Not the whole product: a docker Up costs tens of seconds on a loaded machine, and
+// the rest is covered here already — two gateways on the single store (TestDockerTopology),
+// three on it (TestDockerTopologyWithThreeGateways). Three gateways rather than two is where a
+// hand-wired list of two would show; the cluster had no docker test before.
+func TestDockerConformance(t *testing.T) {
+	requireDocker(t)
+	qqImage := ensureImages(t)
+	newSpec := func(t *testing.T) topology.Spec {
+		spec := enginetest.SpecFor(t, binary, "")
+		spec.QuotaqualImage = qqImage
+		return spec
+	}
+	claims := enginetest.Claims(t, topology.EngineDocker, newSpec, []int{3})
+	var combos []enginetest.Combination
+	for _, c := range claims {
+		if c.Store != enginetest.StoreSingle {
+			combos = append(combos, c)
+		}
+	}
+	if len(combos) != 2 {
+		t.Fatalf("docker claims %v: want the replicated store group and the cluster besides the single store", claims)
+	}
+	enginetest.Run(t, topology.EngineDocker, newSpec, combos)
 }

@@ -43,7 +43,8 @@ package dockerengine
 // Valkey's container (AOF on a run-scoped volume, so state survives); Partition(gateway,
 // valkey) disconnects the gateway from the backend network and Heal reconnects it with the
 // same alias. The replicated store group's containers are cut off from any host by nftables
-// in their own namespaces instead (docker_store.go). Every container, network and volume carries org.quotaqual.run-id=<run> and
+// in their own namespaces instead (docker_store.go). Loss and the store-link proxy act in the
+// containers' own namespaces, entered from the host (links_linux.go). Every container, network and volume carries org.quotaqual.run-id=<run> and
 // org.quotaqual.managed=true; Down (and Cleanup, for `quotaqual down --run-id`) removes
 // them by those labels, so nothing depends on testcontainers' reaper (disabled here:
 // TESTCONTAINERS_RYUK_DISABLED=true unless set otherwise).
@@ -56,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -79,6 +81,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/topology/images"
+	"github.com/quotaqual/quotaqual/topology/linkproxy"
 )
 
 // EnvAccess overrides how the harness reaches the containers: "published" or "exec".
@@ -151,8 +154,9 @@ type dockerTopo struct {
 	pubHost    string                    // host of published ports
 	valkeyVer  string                    // from Valkey's start-up log
 	down       topology.DownGuard
-	store      dockerStore   // the replicated store group (docker_store.go)
-	vc         dockerCluster // the store as a Valkey Cluster (docker_cluster.go)
+	store      dockerStore     // the replicated store group (docker_store.go)
+	vc         dockerCluster   // the store as a Valkey Cluster (docker_cluster.go)
+	links      linkproxy.Links // store-link proxies (links_linux.go)
 
 	client   *http.Client
 	observer *http.Client
@@ -682,27 +686,23 @@ func (t *dockerTopo) waitReady(ctx context.Context, host string) error {
 		gw := t.Gateway(host)
 		readyURL = topology.GatewayProfile(t.spec).ReadyURL(gw.DataURL, gw.AdminURL)
 	}
-	ctx, cancel := context.WithTimeout(ctx, dockerReadyTimeout)
-	defer cancel()
 	c := t.ctr(host)
-	var last string
-	for {
-		ok, status := topology.GetOK(ctx, t.observer, readyURL, 2*time.Second)
-		if ok {
+	err := topology.ReadyPoll{
+		Client: t.observer, URL: readyURL, Within: dockerReadyTimeout, Every: 100 * time.Millisecond, Try: 2 * time.Second,
+		Gone: func(ctx context.Context) error {
+			if st, serr := c.State(ctx); serr == nil && !st.Running {
+				logs, _ := t.containerLog(ctx, c.GetContainerID())
+				return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, topology.LastLines(logs, 5))
+			}
 			return nil
-		}
-		last = status
-		if st, serr := c.State(ctx); serr == nil && !st.Running {
-			logs, _ := t.containerLog(ctx, c.GetContainerID())
-			return fmt.Errorf("%s container exited (code %d): %s", host, st.ExitCode, topology.LastLines(logs, 5))
-		}
-		select {
-		case <-ctx.Done():
-			logs, _ := t.containerLog(context.WithoutCancel(ctx), c.GetContainerID())
-			return fmt.Errorf("%s not ready at %s within %s (last answer: %s): %s", host, readyURL, dockerReadyTimeout, last, topology.LastLines(logs, 5))
-		case <-time.After(100 * time.Millisecond):
-		}
+		},
+	}.Wait(ctx)
+	var nr *topology.NotReadyError
+	if errors.As(err, &nr) {
+		logs, _ := t.containerLog(context.WithoutCancel(ctx), c.GetContainerID())
+		return fmt.Errorf("%s %w: %s", host, err, topology.LastLines(logs, 5))
 	}
+	return err
 }
 
 func (t *dockerTopo) RestartGateway(ctx context.Context, name string) error {
@@ -803,10 +803,8 @@ func (t *dockerTopo) partitionPair(host, peer string) (string, error) {
 	case host == topology.HostValkey && slices.Contains(t.Gateways(), peer):
 		return peer, nil
 	}
-	for _, h := range []string{host, peer} {
-		if _, ok := dockerMembership[h]; !ok || (topology.IsGateway(h) && !slices.Contains(t.Gateways(), h)) {
-			return "", fmt.Errorf("unknown host %q: use one of %s", h, strings.Join(topology.ComponentHosts(t.Gateways()), ", "))
-		}
+	if err := topology.CheckPair(host, peer, topology.ComponentHosts(t.Gateways())); err != nil {
+		return "", err
 	}
 	return "", fmt.Errorf("partition %s from %s: %w: docker partitions disconnect a gateway from the backend network, so only a gateway and valkey can be partitioned", host, peer, topology.ErrUnsupported)
 }
@@ -1170,6 +1168,7 @@ func (t *dockerTopo) Down(ctx context.Context) (topology.Teardown, error) {
 		cli := t.cli
 		t.mu.Unlock()
 		t.stopStoreStart()
+		t.links.CloseAll()
 		t.client.CloseIdleConnections()
 		t.observer.CloseIdleConnections()
 		if cli == nil {
@@ -1213,14 +1212,7 @@ func (t *dockerTopo) Facts() map[string]any {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	gws := map[string]any{}
-	for k, v := range t.gateways {
-		gws[k] = map[string]string{"data_url": v.DataURL, "admin_url": v.AdminURL}
-	}
-	prs := map[string]any{}
-	for k, v := range t.providers {
-		prs[k] = map[string]string{"site": v.Site, "data_url": v.DataURL, "admin_url": v.AdminURL}
-	}
+	gws, prs := topology.EndpointFacts(slices.Collect(maps.Values(t.gateways)), slices.Collect(maps.Values(t.providers)))
 	containers := map[string]string{}
 	for _, h := range topology.ComponentHosts(t.Gateways()) {
 		containers[h] = dockerName(t.spec.RunID, h)
@@ -1233,10 +1225,6 @@ func (t *dockerTopo) Facts() map[string]any {
 		for _, r := range roles {
 			membership[h] = append(membership[h], t.nets[r])
 		}
-	}
-	var rules []string
-	for _, r := range t.policy.Rules {
-		rules = append(rules, fmt.Sprintf("%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
 	}
 	return map[string]any{
 		"engine":          topology.EngineDocker,
@@ -1252,17 +1240,13 @@ func (t *dockerTopo) Facts() map[string]any {
 		"networks":        membership,
 		"volume":          cmp.Or(t.volume, "none: the cluster's nodes keep their data in their containers"),
 		"harness_access":  t.access,
-		"network_policy":  rules,
-		"ports": map[string]int{
-			"gateway_data": dockerPorts.GatewayData, "gateway_admin": dockerPorts.GatewayAdmin,
-			"provider_data": dockerPorts.ProviderData, "provider_admin": dockerPorts.ProviderAdmin,
-			"valkey": dockerPorts.Valkey,
-		},
-		"isolation":     "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
-		"deny_mode":     "docker (no route between networks: dropped or unreachable)",
-		"store_group":   storeFacts,
-		"store":         t.spec.Store,
-		"store_cluster": cluster,
+		"network_policy":  topology.PolicyFacts(t.policy, ""),
+		"ports":           topology.PortFacts(dockerPorts),
+		"isolation":       "docker network membership: internal edge, backend and provider networks; admin ports bound to an admin network with inter-container traffic off, reached only through published ports (or docker exec)",
+		"deny_mode":       "docker (no route between networks: dropped or unreachable)",
+		"store_group":     storeFacts,
+		"store":           t.spec.Store,
+		"store_cluster":   cluster,
 	}
 }
 

@@ -224,6 +224,16 @@ func (t *dockerTopo) startCluster(ctx context.Context) error {
 	return t.cluster().WaitOK(ctx, topology.ClusterReadyTimeout)
 }
 
+// ClusterEndpoints implements topology.ClusterStore: node i is probed at its address holder
+// (node 0's also answers to "valkey"), each on the Valkey port.
+func (t *dockerTopo) ClusterEndpoints() []topology.Endpoint {
+	var out []topology.Endpoint
+	for i := range t.clusterAddrs() {
+		out = append(out, topology.Endpoint{Host: clusterHolder(i), Port: dockerPorts.Valkey})
+	}
+	return out
+}
+
 // ClusterView implements topology.ClusterStore.
 func (t *dockerTopo) ClusterView(ctx context.Context, prefix string) (topology.ClusterView, error) {
 	c := t.cluster()

@@ -11,7 +11,6 @@ package kinde2e_test
 
 import (
 	"context"
-	"fmt"
 	"github.com/quotaqual/quotaqual/internal/testlock"
 	"net/http"
 	"os"
@@ -30,28 +29,14 @@ import (
 	"github.com/quotaqual/quotaqual/topology/dockerengine"
 	"github.com/quotaqual/quotaqual/topology/images"
 	"github.com/quotaqual/quotaqual/topology/internal/e2e"
+	"github.com/quotaqual/quotaqual/topology/internal/enginetest"
 	"github.com/quotaqual/quotaqual/topology/kindengine"
 )
 
 var binary string
 
 // TestMain builds a static quotaqual binary for the image.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "quotaqual-kind-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "quotaqual")
-	if err := testbin.Build(binary); err != nil {
-		fmt.Fprintln(os.Stderr, "building the quotaqual binary for the kind tests:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m, "kind", &binary)) }
 
 // nodeImage returns the kind node image to use, or skips with the reason it cannot run.
 func nodeImage(t *testing.T) string {
@@ -84,12 +69,8 @@ func newTopo(t *testing.T, kind topology.KindOptions) (topology.Topology, *deplo
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
 	quick, _ := scenarios.ForProfile("quick", nil)
-	for _, s := range quick {
-		names = append(names, s.Name)
-	}
-	d, err := deployment.NewDeployment(id, p, names)
+	d, err := scenarios.NewDeployment(id, p, quick)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,4 +340,18 @@ func TestKindCleanupOfAnUnknownRunRemovesNothing(t *testing.T) {
 	if err != nil || len(td.Removed) != 0 {
 		t.Errorf("KindCleanup of an unknown run: %+v, %v", td, err)
 	}
+}
+
+// TestKindConformance runs the engine conformance suite (enginetest.Run) on kind over what it
+// claims beyond TestKindTopology's two gateways: the single store (kind runs no cluster and no
+// store group yet) with three gateways. One combination, as every kind Up creates a cluster;
+// without a node image it skips with nodeImage's reason, like every kind test here.
+func TestKindConformance(t *testing.T) {
+	img := nodeImage(t)
+	newSpec := func(t *testing.T) topology.Spec {
+		spec := enginetest.SpecFor(t, binary, "")
+		spec.Kind = topology.KindOptions{NodeImage: img}
+		return spec
+	}
+	enginetest.Run(t, topology.EngineKind, newSpec, enginetest.Claims(t, topology.EngineKind, newSpec, []int{3}))
 }

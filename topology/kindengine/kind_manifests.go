@@ -204,7 +204,7 @@ func RenderYAML(d *deployment.Deployment, o ManifestOptions) ([]byte, error) {
 func PartitionedPolicy(p topology.Policy, pairs [][2]string) topology.Policy {
 	cuts := map[[2]string]bool{}
 	for _, pr := range pairs {
-		cuts[pairKey(pr[0], pr[1])] = true
+		cuts[topology.PairKey(pr[0], pr[1])] = true
 	}
 	return partitionedPolicy(p, cuts)
 }

@@ -170,7 +170,7 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 		}
 		return hosts
 	}
-	cut := map[[2]string]bool{pairKey(topology.HostValkey, topology.HostGatewayA): true}
+	cut := map[[2]string]bool{topology.PairKey(topology.HostValkey, topology.HostGatewayA): true}
 	in := k.in
 	in.Rules = nil
 	for _, r := range partitionedPolicy(k.base, cut).Rules {
@@ -190,7 +190,7 @@ func TestKindAPISideWithFakeClientset(t *testing.T) {
 	}
 	// Cutting gateway-a from the client and the observer leaves its data rule without a
 	// source: that policy goes (an allow rule with an empty from would allow everyone).
-	cut = map[[2]string]bool{pairKey(topology.HostClient, topology.HostGatewayA): true, pairKey(topology.HostObserver, topology.HostGatewayA): true}
+	cut = map[[2]string]bool{topology.PairKey(topology.HostClient, topology.HostGatewayA): true, topology.PairKey(topology.HostObserver, topology.HostGatewayA): true}
 	in.Rules = nil
 	for _, r := range partitionedPolicy(k.base, cut).Rules {
 		in.Rules = append(in.Rules, k8s.Rule{Name: r.Name, Host: r.Host, Port: r.Port, From: r.From})

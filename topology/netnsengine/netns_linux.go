@@ -25,6 +25,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/topology/linkproxy"
 )
 
 // The private network of a netns run. Every run lives in its own user and network namespace
@@ -99,6 +100,7 @@ type netnsTopo struct {
 	nmu        sync.Mutex
 	handles    map[string]netns.NsHandle // open host namespaces
 	partitions map[[2]string]bool
+	proxies    linkproxy.Links // store-link proxies (proxy_linux.go)
 
 	store storeGroup // the replicated store group (netns_store.go)
 
@@ -428,19 +430,6 @@ func (t *netnsTopo) Probe(ctx context.Context, from, to string, port int) topolo
 	return res
 }
 
-func (t *netnsTopo) checkPair(host, peer string) error {
-	if _, ok := t.addrOf(host); !ok || host == topology.HostObserver {
-		return fmt.Errorf("unknown host %q: use one of %s", host, strings.Join(t.hosts(), ", "))
-	}
-	if _, ok := t.addrOf(peer); !ok || peer == topology.HostObserver {
-		return fmt.Errorf("unknown peer %q: use one of %s", peer, strings.Join(t.hosts(), ", "))
-	}
-	if host == peer {
-		return fmt.Errorf("cannot partition %s from itself", host)
-	}
-	return nil
-}
-
 // Partition adds each side's address to the other side's partition set: both directions,
 // and since the set is matched before the established accept, live connections die too.
 func (t *netnsTopo) Partition(ctx context.Context, host, peer string) error {
@@ -452,13 +441,10 @@ func (t *netnsTopo) Heal(ctx context.Context, host, peer string) error {
 }
 
 func (t *netnsTopo) setPartition(ctx context.Context, host, peer string, on bool) error {
-	if err := t.checkPair(host, peer); err != nil {
+	if err := topology.CheckPair(host, peer, t.hosts()); err != nil {
 		return err
 	}
-	key := [2]string{host, peer}
-	if peer < host {
-		key = [2]string{peer, host}
-	}
+	key := topology.PairKey(host, peer)
 	t.nmu.Lock()
 	defer t.nmu.Unlock()
 	if t.partitions[key] == on {
@@ -490,6 +476,7 @@ func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
 	t.client.CloseIdleConnections()
 	t.StopAll(ctx, td)
 	t.stopStore(td)
+	t.proxies.CloseAll()
 
 	// Sockets and handles keep a namespace alive: let go of them first.
 	t.client.CloseIdleConnections()
@@ -573,16 +560,12 @@ func (t *netnsTopo) Facts() map[string]any {
 	for _, h := range append(t.hosts(), topology.HostObserver) {
 		addrs[h] = t.addrs[h]
 	}
-	var rules []string
-	for _, r := range t.policy.Rules {
-		rules = append(rules, fmt.Sprintf("%s: %s:%d from %s", r.Name, r.Host, r.Port, strings.Join(r.From, ",")))
-	}
 	f["deny_mode"] = t.Spec.DenyMode
 	f["addresses"] = addrs
 	f["bridge"] = bridgeName
 	f["bridge_subnet"] = bridgeSubnet
 	f["namespaces"] = nsn
-	f["network_policy"] = rules
+	f["network_policy"] = topology.PolicyFacts(t.policy, "")
 	f["isolation"] = "one unprivileged user+net+mount+pid namespace per run; one network namespace per host; nftables ingress policy per host"
 	f["store_group"] = t.storeFacts()
 	if sv := t.ServiceFacts(); sv != nil {

@@ -400,26 +400,68 @@ func TestNetnsEngineWithoutStoreGroup(t *testing.T) {
 	}
 }
 
-// TestNetnsEngineClusterWithFourGateways: the combination of --gateways 4 and --store cluster,
-// which each passed alone while together gateway-c and gateway-d were refused by every cluster
-// node but the first (the nodes' policy named gateway-a and gateway-b): every gateway reaches
-// every node's port, and a chat through each is decided by the cluster.
-func TestNetnsEngineClusterWithFourGateways(t *testing.T) {
+// TestNetnsLeversAvailable: on netns every existing lever is available, the store group's
+// with the reason when the run has none (see topology/engines' TestLeversAvailablePerEngine).
+func TestNetnsLeversAvailable(t *testing.T) {
+	requireNetns(t)
+	for _, tc := range []struct {
+		name   string
+		adjust func(*topology.Spec)
+		no     map[string]string
+	}{
+		{name: "default", adjust: func(*topology.Spec) {}},
+		{name: "without store group", adjust: func(s *topology.Spec) { s.WithoutStoreGroup = true },
+			no: map[string]string{"use-store-group": topology.NoStoreGroupSelected}},
+		{name: "cluster", adjust: func(s *topology.Spec) { s.Store = topology.StoreCluster },
+			no: map[string]string{"use-store-group": topology.ClusterNoStoreGroup}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := enginetest.NewSpec(t, topology.DenyReject)
+			tc.adjust(&spec)
+			topo, err := topology.New(topology.EngineNetns, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enginetest.CheckAvailable(t, topo, tc.no)
+		})
+	}
+}
+
+// TestNetnsPartitionLever: the partition lever, as a value, cuts a gateway off from valkey and
+// its Undo heals the pair (twice is harmless).
+func TestNetnsPartitionLever(t *testing.T) {
 	requireNetns(t)
 	spec := enginetest.NewSpec(t, topology.DenyReject)
-	spec.Gateways = 4
-	spec.Store = topology.StoreCluster
+	spec.WithoutStoreGroup = true
 	ctx := context.Background()
 	topo, _ := enginetest.UpTopology(t, topology.EngineNetns, spec)
-	defer topo.Down(ctx)
-	for _, g := range topology.GatewayNames(4) {
-		for i := 0; i < topology.ClusterPrimaries; i++ {
-			if r := topo.Probe(ctx, g, topology.HostValkey, clusterPort(i)); !r.Reached {
-				t.Errorf("%s does not reach cluster node %d (port %d): %s", g, i, clusterPort(i), r.Error)
-			}
-		}
-		if code, _ := enginetest.Chat(t, topo, g, spec.Deployment); code != http.StatusOK && code != http.StatusTooManyRequests {
-			t.Errorf("chat via %s on the cluster: %d, want 200 or 429 (a decision of the cluster)", g, code)
+	port := topo.Ports().Valkey
+	undo, err := topology.Partition.Inject(ctx, topo, topology.Target{Host: topology.HostGatewayB, Peer: topology.HostValkey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := topo.Probe(ctx, topology.HostGatewayB, topology.HostValkey, port); r.Reached {
+		t.Error("gateway-b reaches valkey through the injected partition")
+	}
+	if r := topo.Probe(ctx, topology.HostGatewayA, topology.HostValkey, port); !r.Reached {
+		t.Errorf("the partition of gateway-b cut gateway-a off too: %s", r.Error)
+	}
+	for range 2 {
+		if err := undo(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
+	if r := topo.Probe(ctx, topology.HostGatewayB, topology.HostValkey, port); !r.Reached {
+		t.Errorf("undo did not heal gateway-b -> valkey: %s", r.Error)
+	}
+}
+
+// TestNetnsEngineConformance runs the engine conformance suite over every combination the
+// netns engine claims: single, replicated and cluster store, each with two and four gateways.
+// It is where --gateways 4 --store cluster, which each passed alone while together gateway-c
+// and gateway-d were refused by every cluster node but the first, is kept working.
+func TestNetnsEngineConformance(t *testing.T) {
+	requireNetns(t)
+	newSpec := func(t *testing.T) topology.Spec { return enginetest.NewSpec(t, topology.DenyReject) }
+	enginetest.Run(t, topology.EngineNetns, newSpec, enginetest.Claims(t, topology.EngineNetns, newSpec, nil))
 }

@@ -121,3 +121,11 @@ func TestProcessEngineWithFourGateways(t *testing.T) {
 		t.Errorf("processes of run %s still alive after Down: %v", spec.RunID, live)
 	}
 }
+
+// TestProcessEngineConformance runs the engine conformance suite over every combination the
+// process engine claims (single and cluster store, two and four gateways). It cannot probe
+// between hosts (one loopback): each gateway's chat is its reachability check.
+func TestProcessEngineConformance(t *testing.T) {
+	newSpec := func(t *testing.T) topology.Spec { return enginetest.NewSpec(t, "") }
+	enginetest.Run(t, topology.EngineProcess, newSpec, enginetest.Claims(t, topology.EngineProcess, newSpec, nil))
+}

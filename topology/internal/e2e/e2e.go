@@ -1,10 +1,11 @@
-// Package e2e holds the helpers the docker and kind end-to-end test packages share: one
+// Package e2e holds the helpers the engines' test packages (enginetest, docker and kind) share: one
 // walkthrough chat request through a topology, polling with a deadline, a docker image check,
 // and a writer that sends topology progress to the test log.
 package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -25,9 +26,22 @@ import (
 func Chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment, subject string,
 	timeout time.Duration, report func(format string, args ...any)) (int, string) {
 	t.Helper()
+	if _, ok := d.Credential("", subject); !ok {
+		t.Fatalf("no walkthrough credential for %s", subject)
+	}
+	status, site, err := Send(topo, gateway, d, subject, timeout)
+	if err != nil {
+		report("chat via %s: %v", gateway, err)
+	}
+	return status, site
+}
+
+// Send is Chat that returns a transport failure (or a subject with no walkthrough credential)
+// as an error, for a caller that expects silence: a paused gateway answers nothing.
+func Send(topo topology.Topology, gateway string, d *deployment.Deployment, subject string, timeout time.Duration) (status int, site string, err error) {
 	cred, ok := d.Credential("", subject)
 	if !ok {
-		t.Fatalf("no walkthrough credential for %s", subject)
+		return 0, "", fmt.Errorf("no walkthrough credential for %s", subject)
 	}
 	body := `{"model":"` + providerstub.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -37,12 +51,11 @@ func Chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.De
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := topo.Client().Do(req)
 	if err != nil {
-		report("chat via %s: %v", gateway, err)
-		return 0, ""
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
+	return resp.StatusCode, resp.Header.Get(wire.SiteHeader), nil
 }
 
 // Eventually calls f every interval until want(f()) or within has passed, then fails the test

@@ -18,9 +18,8 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/internal/testbin"
-	"github.com/quotaqual/quotaqual/providerstub"
 	"github.com/quotaqual/quotaqual/topology"
-	"github.com/quotaqual/quotaqual/wire"
+	"github.com/quotaqual/quotaqual/topology/internal/e2e"
 )
 
 // testBinary is the quotaqual binary built once for all tests.
@@ -66,6 +65,13 @@ func Main(m *testing.M) int {
 // NewSpec is the Spec of a fresh run for a test, on the quick profile with deny mode mode.
 func NewSpec(t *testing.T, mode string) topology.Spec {
 	t.Helper()
+	return SpecFor(t, testBinary, mode)
+}
+
+// SpecFor is NewSpec for a test package with its own quotaqual binary (or none: a topology
+// that is built but never brought up).
+func SpecFor(t *testing.T, binary, mode string) topology.Spec {
+	t.Helper()
 	id := topology.NewRunID()
 	p, err := deployment.ProfileByName("quick")
 	if err != nil {
@@ -75,37 +81,14 @@ func NewSpec(t *testing.T, mode string) topology.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return topology.Spec{RunID: id, WorkDir: t.TempDir(), Binary: testBinary, Deployment: d, DenyMode: mode, Stdout: testWriter{t}}
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	return topology.Spec{RunID: id, WorkDir: t.TempDir(), Binary: binary, Deployment: d, DenyMode: mode, Stdout: e2e.LogWriter{T: t}}
 }
 
 // Chat sends one walkthrough request to a gateway from the client host and returns the status
-// and the provider site that served it.
+// and the provider site that served it; a transport error fails the test.
 func Chat(t *testing.T, topo topology.Topology, gateway string, d *deployment.Deployment) (int, string) {
 	t.Helper()
-	cred, ok := d.Credential("", deployment.Subjects[0])
-	if !ok {
-		t.Fatal("no walkthrough credential")
-	}
-	body := `{"model":"` + providerstub.DefaultModel + `","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, topo.Gateway(gateway).DataURL+"/v1/chat/completions", strings.NewReader(body))
-	req.SetBasicAuth(cred.Username, cred.Password)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := topo.Client().Do(req)
-	if err != nil {
-		t.Fatalf("chat via %s: %v", gateway, err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get(wire.SiteHeader)
+	return e2e.Chat(t, topo, gateway, d, deployment.Subjects[0], 10*time.Second, t.Fatalf)
 }
 
 // GetStatus fetches url with the observer client.

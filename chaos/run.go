@@ -1,0 +1,449 @@
+// Package chaos is `quotaqual chaos`: open-loop traffic from many subjects across every
+// gateway while a seeded random schedule of faults runs, judged afterwards from the recorded
+// history alone (the client's requests, the faults as pulled and released, the providers' call
+// logs) — never from what a scenario expected a fault to break. A failing schedule is shrunk
+// to a few faults that still fail, by re-running the qualification for each candidate.
+//
+// Files: schedule.go draws a seed's schedule, levers.go is the fault catalogue (topology.Lever
+// values), traffic.go the client and its load, history.go what is recorded, checker.go the
+// judgement, shrink.go delta debugging, bundle.go the evidence; this file runs it all.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/quotaqual/quotaqual/deployment"
+	"github.com/quotaqual/quotaqual/topology"
+	_ "github.com/quotaqual/quotaqual/topology/netnsengine" // the one engine chaos runs on
+)
+
+// Options are what `quotaqual chaos` takes.
+type Options struct {
+	Seed     int64
+	Duration time.Duration // the span the schedule's faults lie in
+	Gateways int           // 0: topology.DefaultGateways
+	Rate     int           // requests per second of the load; 0: DefaultRate
+	Levers   []string      // lever names; empty: the whole catalogue
+	// StoreReplication is how the gateways write to the replicated store group in a run that
+	// names the store-failover lever (which puts them on the group): acknowledged (default) or
+	// async.
+	StoreReplication string
+	// ShrinkRuns bounds the candidate runs spent shrinking a failing schedule; 0: DefaultShrinkRuns,
+	// negative: do not shrink.
+	ShrinkRuns  int
+	Engine      string // the topology engine: netns only, for now
+	Binary      string // the quotaqual binary to run as gateway and provider; default os.Executable
+	RunID       string // empty: generated
+	EvidenceDir string // default ./quotaqual-evidence
+	Progress    func(string)
+
+	// GatewayTestEnv is added to the gateways' environment: tests arm a mutant with it (see
+	// internal/mutant). Empty in every real run.
+	GatewayTestEnv []string
+}
+
+// Defaults and limits.
+const (
+	DefaultRate       = 40
+	DefaultShrinkRuns = 10
+	MinDuration       = 3 * time.Second
+	MaxDuration       = 5 * time.Minute
+	// tail is how long the load goes on after the schedule's span, so the last release is
+	// followed by traffic that shows the recovery.
+	tail = 3 * time.Second
+	// activeSubjects are the subjects in use at once; each group of them takes a slice of
+	// the load, and every subject gets about perSubject requests, enough to spend its budget
+	// several times over.
+	activeSubjects = 8
+	perSubject     = 16
+	// recoveryBound is how soon after a fault's release every gateway it touched must decide
+	// again (a 200 or a 429).
+	recoveryBound = 10 * time.Second
+)
+
+// Validate checks the options before anything starts, naming the flag and the fix.
+func (o *Options) Validate() error {
+	if o.Duration < MinDuration || o.Duration > MaxDuration {
+		return fmt.Errorf("--duration %s is out of range: use %s to %s", o.Duration, MinDuration, MaxDuration)
+	}
+	if o.Rate == 0 {
+		o.Rate = DefaultRate
+	}
+	if o.Rate < 5 || o.Rate > 200 {
+		return fmt.Errorf("--rate %d is out of range: use 5 to 200 requests a second", o.Rate)
+	}
+	if _, err := topology.ValidateGateways(o.Gateways); err != nil {
+		return err
+	}
+	if _, err := kindsOf(o.Levers); err != nil {
+		return err
+	}
+	mode, err := topology.StoreReplication(o.StoreReplication)
+	if err != nil {
+		return fmt.Errorf("--store-replication: %w", err)
+	}
+	o.StoreReplication = mode
+	if o.StoreReplication == deployment.ReplicationAsync && !o.storeGroup() {
+		return fmt.Errorf("--store-replication async needs the replicated store group: add --lever %s", topology.StoreFailover.Name())
+	}
+	if o.ShrinkRuns == 0 {
+		o.ShrinkRuns = DefaultShrinkRuns
+	}
+	if o.Engine != topology.EngineNetns {
+		return fmt.Errorf("--topology %s: chaos runs on the netns topology only for now (its levers and the many restarts a shrink needs are proven there); use --topology netns", o.Engine)
+	}
+	if o.EvidenceDir == "" {
+		o.EvidenceDir = "quotaqual-evidence"
+	}
+	return nil
+}
+
+// Profile is the rule the chaos run's subjects share: the quick profile's capacity, reservation,
+// lease and store timeout, with a window longer than any run, so that nothing leaves a window
+// while the checker judges it (the ledger model's assumption) and each subject's budget is
+// spent once and for all.
+func Profile() deployment.Profile {
+	p, _ := deployment.ProfileByName("quick")
+	p.Name = "chaos"
+	p.Window = 10 * time.Minute
+	return p
+}
+
+// Bounds are the checker's bounds for profile p.
+func BoundsOf(p deployment.Profile) Bounds {
+	return Bounds{Capacity: p.Capacity, Estimate: p.Estimate, Window: p.Window, Recovery: recoveryBound,
+		LinearizeTimeout: 5 * time.Second}
+}
+
+// Attempt is one run of one schedule on a topology of its own.
+type Attempt struct {
+	RunID    string        `json:"run_id"`
+	Schedule Schedule      `json:"schedule"`
+	History  History       `json:"history"`
+	Verdict  Verdict       `json:"verdict"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+	Subjects int           `json:"subjects"`
+}
+
+// Report is what a chaos run produced.
+type Report struct {
+	Seed      int64         `json:"seed"`
+	Schedule  Schedule      `json:"schedule"`
+	First     *Attempt      `json:"first"`
+	Shrunk    *Shrunk       `json:"shrunk,omitempty"`
+	Final     *Attempt      `json:"shrunk_attempt,omitempty"` // the last failing run of the shrunk schedule
+	Elapsed   time.Duration `json:"elapsed_ns"`
+	BundleDir string        `json:"bundle_dir"`
+}
+
+// Failed reports whether the seed's schedule failed the checker.
+func (r Report) Failed() bool { return r.First != nil && r.First.Verdict.Failed }
+
+// Run draws the seed's schedule, runs it, judges it and, when it fails, shrinks it; the
+// bundle gets the schedule, the history, the verdict and the shrunk schedule. The topology is
+// brought up afresh for every run (the first and each shrinking candidate), so no run sees
+// another's budgets or faults.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if err := o.Validate(); err != nil {
+		return Report{}, err
+	}
+	started := time.Now()
+	if o.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return Report{}, fmt.Errorf("find the quotaqual binary to run as gateway and provider: %w", err)
+		}
+		o.Binary = exe
+	}
+	if o.RunID == "" {
+		o.RunID = topology.NewRunID()
+	}
+	gateways := topology.GatewayNames(o.Gateways)
+	if o.Gateways == 0 {
+		gateways = topology.GatewayNames(topology.DefaultGateways)
+	}
+	sched, err := Generate(Plan{Seed: o.Seed, Duration: o.Duration, Gateways: gateways, Levers: o.Levers, StoreGroup: o.storeGroup(),
+		Replication: replicationOf(o)})
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Seed: o.Seed, Schedule: sched}
+	// One set of secrets for the whole chaos run (every attempt's deployment shares it), so
+	// the bundle's redaction and canary scan cover every attempt.
+	secrets, err := deployment.NewDeployment(o.RunID, Profile(), []string{deployment.ChaosScenario})
+	if err != nil {
+		return rep, err
+	}
+	b, err := newBundle(o, secrets)
+	if err != nil {
+		return rep, err
+	}
+	rep.BundleDir = b.w.Dir()
+	o.progress("seed %d: %s", o.Seed, sched)
+
+	first, err := attempt(ctx, o, secrets, o.RunID, sched, b)
+	if err != nil {
+		rep.Elapsed = time.Since(started)
+		_ = b.finish(rep, err)
+		return rep, err
+	}
+	rep.First = &first
+	o.progress("seed %d: %s in %s", o.Seed, verdictLine(first.Verdict), first.Elapsed.Round(time.Millisecond))
+
+	if first.Verdict.Failed && o.ShrinkRuns > 0 && len(sched.Faults) > 0 {
+		var last *Attempt
+		shrunk := Shrink(sched, first.Verdict.Exposing(), o.ShrinkRuns, func(c Schedule) (bool, error) {
+			a, err := attempt(ctx, o, secrets, topology.NewRunID(), c, nil)
+			if err != nil {
+				return false, err
+			}
+			o.progress("shrinking: %d faults: %s (%s)", len(c.Faults), verdictLine(a.Verdict), a.Elapsed.Round(time.Millisecond))
+			if a.Verdict.Failed && (last == nil || len(c.Faults) <= len(last.Schedule.Faults)) {
+				last = &a
+			}
+			return a.Verdict.Failed, nil
+		})
+		rep.Shrunk = &shrunk
+		if last != nil && keyOf(last.Schedule.Faults) == keyOf(shrunk.Schedule.Faults) {
+			rep.Final = last
+		}
+		o.progress("seed %d shrunk in %d runs to %s", o.Seed, shrunk.Runs, shrunk.Schedule)
+	}
+	rep.Elapsed = time.Since(started)
+	return rep, b.finish(rep, nil)
+}
+
+// storeGroup: the run's gateways decide on the replicated store group, which a run gets when
+// its levers name the store failover (the default set does not, and leaves the failover out
+// with that reason).
+func (o Options) storeGroup() bool { return slices.Contains(o.Levers, topology.StoreFailover.Name()) }
+
+func replicationOf(o Options) string {
+	if !o.storeGroup() {
+		return ""
+	}
+	return o.StoreReplication
+}
+
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
+func verdictLine(v Verdict) string {
+	if !v.Failed {
+		return "passed"
+	}
+	return fmt.Sprintf("FAILED %v (faults %v)", v.FailedChecks(), v.Exposing())
+}
+
+// attempt brings a topology up, runs sched on it with the load, tears it down and judges the
+// history. b, when set, receives the requests and the component logs.
+func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, runID string, sched Schedule, b *bundle) (Attempt, error) {
+	start := time.Now()
+	a := Attempt{RunID: runID, Schedule: sched}
+	p := Profile()
+	dep, err := deployment.NewDeployment(runID, p, []string{deployment.ChaosScenario})
+	if err != nil {
+		return a, err
+	}
+	dep.ValkeyPassword, dep.Credentials = secrets.ValkeyPassword, secrets.Credentials
+	dep.GatewayTestEnv = o.GatewayTestEnv
+	wd, err := topology.NewWorkDir("quotaqual-chaos-", runID)
+	if err != nil {
+		return a, err
+	}
+	defer wd.Remove()
+	topo, err := topology.New(o.Engine, topology.Spec{RunID: runID, WorkDir: wd.Path, Binary: o.Binary, Deployment: dep,
+		Gateways: o.Gateways, WithoutStoreGroup: !sched.StoreGroup, StoreReplication: o.StoreReplication})
+	if err != nil {
+		return a, err
+	}
+	upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	err = topo.Up(upCtx)
+	cancel()
+	defer func() { _, _ = topo.Down(context.Background()) }()
+	if err != nil {
+		return a, fmt.Errorf("bring the %s topology up: %w", o.Engine, err)
+	}
+	for _, f := range sched.Faults {
+		k, _ := KindByName(f.Lever)
+		if ok, why := k.Lever.Available(topo); !ok {
+			return a, fmt.Errorf("lever %s is not available on %s: %s: %w", f.Lever, topo.Engine(), why, topology.ErrUnsupported)
+		}
+	}
+	if sched.StoreGroup {
+		if err := onStoreGroup(ctx, topo); err != nil {
+			return a, err
+		}
+	}
+	loadFor := sched.Duration + tail
+	subjects := subjectsFor(o.Rate, loadFor)
+	a.Subjects = len(subjects)
+	c := newClient(topo, dep, nil)
+	a.History = execute(ctx, topo, c, sched, Load{Rate: o.Rate, For: loadFor, Subjects: subjects})
+	if sched.StoreGroup {
+		a.History.StoreGroup, a.History.Replication = true, o.StoreReplication
+	}
+	if b != nil {
+		b.collect(topo, wd.Path)
+	}
+	a.Verdict = Judge(a.History, BoundsOf(p))
+	a.Elapsed = time.Since(start)
+	return a, nil
+}
+
+// onStoreGroup moves every gateway onto the replicated store group (topology.UseStoreGroup,
+// not undone: the topology is torn down after the run), once the Sentinels know every node.
+func onStoreGroup(ctx context.Context, topo topology.Topology) error {
+	if ok, why := topology.UseStoreGroup.Available(topo); !ok {
+		return fmt.Errorf("the %s lever needs the replicated store group: %s: %w", topology.StoreFailover.Name(), why, topology.ErrUnsupported)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := topo.(topology.StoreGroup).WaitStoreReady(sctx); err != nil {
+		return fmt.Errorf("waiting for the store group's Sentinels: %w", err)
+	}
+	gateways := topo.Gateways()
+	errs := make([]error, len(gateways))
+	var wg sync.WaitGroup
+	for i, g := range gateways {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := topology.UseStoreGroup.Inject(sctx, topo, topology.Target{Host: g}); err != nil {
+				errs[i] = fmt.Errorf("restarting %s on the replicated store group: %w", g, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// subjectsFor is how many subjects a load of rate for d spreads over: about perSubject
+// requests each, in groups of activeSubjects, within the deployment's load subjects.
+func subjectsFor(rate int, d time.Duration) []string {
+	n := int(float64(rate)*d.Seconds()) / perSubject
+	n = max(activeSubjects, min(n-n%activeSubjects, deployment.SustainedLoadSubjects))
+	out := make([]string, n)
+	for i := range out {
+		out[i] = deployment.LoadSubject(i)
+	}
+	return out
+}
+
+// execute runs the load and the schedule side by side, then drains every subject, then reads
+// the providers' call logs.
+func execute(ctx context.Context, topo topology.Topology, c *client, sched Schedule, l Load) History {
+	gateways := topo.Gateways()
+	h := History{Gateways: gateways, Start: time.Now().Add(200 * time.Millisecond)}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.loadGroups(ctx, l, gateways, h.Start)
+	}()
+	events := make([]FaultEvent, len(sched.Faults))
+	locks := newLocks()
+	for i, f := range sched.Faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			events[i] = pull(ctx, topo, gateways, locks, h.Start, f)
+		}()
+	}
+	wg.Wait()
+	h.Faults = events
+	h.Limits = limitSpans(events)
+
+	capacity := c.dep.Profile.Capacity
+	c.drain(ctx, l.Subjects, gateways, int(capacity)+2, 5)
+	h.Requests = c.requests()
+	calls, total, dropped, err := readProviders(ctx, topo)
+	h.Providers, h.ProviderCalls, h.ProviderDropped = calls, total, dropped
+	if err != nil {
+		// Without the providers' counts the checks on them cannot pass: say why.
+		h.Faults = append(h.Faults, FaultEvent{Fault: Fault{Lever: "provider-call-logs"}, Err: err.Error()})
+	}
+	return h
+}
+
+// pull injects one fault at its time, holds it and releases it, recording when each happened.
+// It first takes the fault's shared things (Kind.Holds), so a fault whose neighbour is late in
+// releasing them (a slow restart) waits instead of overlapping it.
+func pull(ctx context.Context, topo topology.Topology, gateways []string, locks *locks, t0 time.Time, f Fault) FaultEvent {
+	k, _ := KindByName(f.Lever)
+	ev := FaultEvent{Fault: f, CutsOff: k.CutsOff(f.Target, gateways)}
+	if k.Touches != nil {
+		ev.Touches = k.Touches(f.Target, gateways)
+	}
+	if !sleepUntil(ctx, t0.Add(f.At)) {
+		ev.Err = "interrupted before the fault"
+		return ev
+	}
+	release := locks.take(k.Holds(f.Target))
+	defer release()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	ev.Pulled = time.Now()
+	undo, err := k.Lever.Inject(lctx, topo, f.Target)
+	ev.Held = time.Now()
+	if err != nil {
+		ev.Err = "inject: " + err.Error()
+		ev.Held = time.Time{}
+		return ev
+	}
+	switch {
+	case k.Takes > 0: // held for Hold once it took hold (a failover: after the promotion)
+		sleepUntil(ctx, ev.Held.Add(f.Hold))
+	case f.Hold > 0:
+		sleepUntil(ctx, t0.Add(f.At+f.Hold))
+	}
+	ev.Releasing = time.Now()
+	if err := undo(lctx); err != nil {
+		ev.Err = "release: " + err.Error()
+	}
+	ev.Released = time.Now()
+	return ev
+}
+
+// locks are named mutexes, taken in name order so two faults never deadlock.
+type locks struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}
+
+func newLocks() *locks { return &locks{m: map[string]*sync.Mutex{}} }
+
+func (l *locks) take(names []string) (release func()) {
+	names = append([]string(nil), names...)
+	sort.Strings(names)
+	var held []*sync.Mutex
+	for _, n := range names {
+		l.mu.Lock()
+		m, ok := l.m[n]
+		if !ok {
+			m = &sync.Mutex{}
+			l.m[n] = m
+		}
+		l.mu.Unlock()
+		m.Lock()
+		held = append(held, m)
+	}
+	return func() {
+		for _, m := range held {
+			m.Unlock()
+		}
+	}
+}
+
+// ErrFailed is returned (wrapped) by callers that turn a failing verdict into an error.
+var ErrFailed = errors.New("the chaos checker failed the history")

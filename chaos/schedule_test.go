@@ -1,0 +1,159 @@
+package chaos
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/topology"
+)
+
+var twoGateways = []string{topology.HostGatewayA, topology.HostGatewayB}
+
+// The same seed gives the same schedule — the promise a printed seed rests on — and other
+// seeds give other schedules.
+func TestSameSeedSameSchedule(t *testing.T) {
+	plan := Plan{Seed: 42, Duration: 20 * time.Second, Gateways: twoGateways}
+	a, err := Generate(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Generate(plan)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("seed 42 drew two schedules:\n%s\n%s", a, b)
+	}
+	if len(a.Faults) < 3 {
+		t.Fatalf("20 s should hold several faults: %s", a)
+	}
+	plan.Seed = 43
+	c, _ := Generate(plan)
+	if reflect.DeepEqual(a.Faults, c.Faults) {
+		t.Fatalf("seeds 42 and 43 drew the same schedule: %s", a)
+	}
+	// The schedule is a function of the seed alone: pinned here so a change to the generator
+	// (which changes what every printed seed means) is a deliberate one.
+	if got := a.Faults[0].String(); got != pinnedFirstFault {
+		t.Errorf("seed 42's first fault is %q, was %q: the generator changed what seeds mean", got, pinnedFirstFault)
+	}
+}
+
+// Re-pinned when the store-link levers (store-latency, store-lost-replies) joined the
+// catalogue: a longer catalogue redraws every seed.
+const pinnedFirstFault = "#1 restart-gateway gateway-b at 1s"
+
+// Every fault lies within the duration; faults holding a shared thing never overlap.
+func TestScheduleShape(t *testing.T) {
+	for seed := int64(1); seed <= 200; seed++ {
+		s, err := Generate(Plan{Seed: seed, Duration: 15 * time.Second, Gateways: twoGateways})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range s.Faults {
+			k, ok := KindByName(f.Lever)
+			if !ok {
+				t.Fatalf("seed %d: unknown lever %s", seed, f.Lever)
+			}
+			span := k.Takes + f.Hold
+			if k.Instant {
+				span = instantSpan
+			}
+			if f.At < warmUp || f.At+span > s.Duration {
+				t.Fatalf("seed %d: %s outside [%s, %s]", seed, f, warmUp, s.Duration)
+			}
+			for _, g := range s.Faults[:i] {
+				gk, _ := KindByName(g.Lever)
+				gspan := gk.Takes + g.Hold
+				if gk.Instant {
+					gspan = instantSpan
+				}
+				if g.At+gspan > f.At && overlaps(gk.Holds(g.Target), k.Holds(f.Target)) {
+					t.Fatalf("seed %d: %s overlaps %s on a shared thing", seed, f, g)
+				}
+			}
+		}
+	}
+}
+
+func TestUnknownLeverNamed(t *testing.T) {
+	_, err := Generate(Plan{Seed: 1, Duration: 10 * time.Second, Gateways: twoGateways, Levers: []string{"meteor"}})
+	if err == nil || !containsSub(err.Error(), "meteor") || !containsSub(err.Error(), "partition") {
+		t.Fatalf("want an error naming the lever and the choices, got %v", err)
+	}
+}
+
+func containsSub(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A run without the replicated store group leaves the failover out and says why; one on the
+// group leaves out the levers that act on the single Valkey, each with its reason; the same
+// seed still draws the same schedule, and only levers that were not left out are drawn.
+func TestScheduleLeavesOutLeversWithReasons(t *testing.T) {
+	single, err := Generate(Plan{Seed: 42, Duration: 30 * time.Second, Gateways: twoGateways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(single.Excluded) != 1 || single.Excluded[0].Lever != topology.StoreFailover.Name() ||
+		!containsSub(single.Excluded[0].Reason, "--lever store-failover") {
+		t.Fatalf("want only store-failover left out, with the flag that runs it: %+v", single.Excluded)
+	}
+	if !containsSub(single.String(), "left out: store-failover") {
+		t.Fatalf("the printed schedule hides what was left out:\n%s", single)
+	}
+	levers := []string{"partition", "crash-gateway", topology.StoreFailover.Name(), PolicyChange.Name()}
+	plan := Plan{Seed: 5, Duration: 30 * time.Second, Gateways: twoGateways, Levers: levers, StoreGroup: true}
+	group, err := Generate(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := Generate(plan)
+	if !reflect.DeepEqual(group, again) {
+		t.Fatalf("seed 5 drew two schedules on the store group:\n%s\n%s", group, again)
+	}
+	if len(group.Excluded) != 1 || group.Excluded[0].Lever != "partition" || !containsSub(group.Excluded[0].Reason, "single Valkey") {
+		t.Fatalf("want partition left out on the store group, with why: %+v", group.Excluded)
+	}
+	drawn := map[string]int{}
+	for _, f := range group.Faults {
+		drawn[f.Lever]++
+		if f.Lever == PolicyChange.Name() && f.Target.Percent != 50 && f.Target.Percent != 150 {
+			t.Errorf("%s: a policy change to %d%%", f, f.Target.Percent)
+		}
+	}
+	if drawn["partition"] > 0 || drawn[topology.StoreFailover.Name()] == 0 || drawn[PolicyChange.Name()] == 0 {
+		t.Fatalf("want failovers and policy changes and no partition in 30 s:\n%s", group)
+	}
+	// Nothing left to draw is an error naming the reasons, never an empty schedule.
+	_, err = Generate(Plan{Seed: 1, Duration: 10 * time.Second, Gateways: twoGateways, Levers: []string{topology.StoreFailover.Name()}})
+	if err == nil || !containsSub(err.Error(), "store-failover: this run's gateways decide on the single Valkey") {
+		t.Fatalf("want an error naming the left-out failover and why, got %v", err)
+	}
+}
+
+// Async replication is only meaningful on the store group, which --lever store-failover asks for.
+func TestOptionsStoreReplication(t *testing.T) {
+	o := Options{Duration: 10 * time.Second, Engine: topology.EngineNetns, StoreReplication: "async"}
+	if err := o.Validate(); err == nil || !containsSub(err.Error(), "--lever store-failover") {
+		t.Fatalf("async without the failover: want an error naming the flag, got %v", err)
+	}
+	o.Levers = []string{topology.StoreFailover.Name()}
+	if err := o.Validate(); err != nil || !o.storeGroup() {
+		t.Fatalf("async with the failover: %v (store group %v)", err, o.storeGroup())
+	}
+	o.StoreReplication = "sync"
+	if err := o.Validate(); err == nil || !containsSub(err.Error(), "--store-replication") {
+		t.Fatalf("want the flag named, got %v", err)
+	}
+}
+
+// The reproduce line names the levers and a replication other than the default.
+func TestReproduceNamesTheLevers(t *testing.T) {
+	s, err := Generate(Plan{Seed: 11, Duration: 10 * time.Second, Gateways: twoGateways,
+		Levers: []string{topology.StoreFailover.Name(), PolicyChange.Name()}, StoreGroup: true, Replication: "async"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Reproduce(Report{Seed: 11, Schedule: s})
+	if !containsSub(got, "quotaqual chaos --seed 11 --duration 10s --lever store-failover --lever policy-change --store-replication async\n") {
+		t.Fatalf("the reproduce line does not reproduce:\n%s", got)
+	}
+}
