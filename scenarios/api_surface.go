@@ -69,7 +69,8 @@ const modelsPath = "/v1/models"
 //     every other declared metered endpoint — each body at least as long, and its output bound
 //     at least chat's, so no estimate is smaller — must be refused, with no provider call.
 //
-// Endpoints the profile does not declare (capabilities.endpoints) are not called, and say so.
+// Endpoints the profile does not declare (capabilities.endpoints) are not called, and say so;
+// a gateway declaring chat alone is still probed for the admin paths on its data port.
 func runAPISurface(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	gw := env.gateway()
@@ -86,11 +87,17 @@ func runAPISurface(ctx context.Context, env *Env) *Result {
 	if !models {
 		undeclared = append(undeclared, undertest.EndpointModels)
 	}
-	if len(declared) == 1 && !models {
-		return r.Skip("the gateway profile declares no endpoint but chat (capabilities.endpoints): there is no other endpoint to check against its quota")
-	}
 	for _, name := range undeclared {
 		r.NotMade(name, "the gateway profile does not declare it (capabilities.endpoints)")
+	}
+	if len(declared) == 1 && !models {
+		// Chat alone: no other endpoint to hold against its quota, but the data port is still a
+		// surface a client reaches, and any gateway can answer an admin path on it.
+		if !env.inspects() {
+			r.DecidedBy("the answers on the wire")
+		}
+		r.Key("no endpoint but chat declared (capabilities.endpoints); %s", env.probeAdminOnDataPort(ctx, r))
+		return r
 	}
 	r.Fact("endpoints", endpointNames(declared, models))
 	inspect := env.inspects()

@@ -130,8 +130,9 @@ var altGatewayVerdicts = map[string]verdict{
 	// Its mux routes the canonical path only: every other spelling is refused without a
 	// provider call, and the spent subject is denied on each.
 	"quota-bypass": {evidence.Passed, "", true},
-	// Its profile declares no endpoint but chat: its mux serves the chat path alone.
-	"api-surface":   {evidence.Skipped, "declares no endpoint but chat", false},
+	// Its profile declares no endpoint but chat: its mux serves the chat path alone, and
+	// answers every admin path on the data port 404.
+	"api-surface":   {evidence.Passed, "no endpoint but chat declared", true},
 	"shared-budget": {evidence.Passed, "", true},
 	// INCRBY is atomic: exactly capacity/estimate of the burst, peak reconstructed ≤ capacity.
 	"concurrency": {evidence.Passed, "", true},
