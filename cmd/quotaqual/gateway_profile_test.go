@@ -132,7 +132,7 @@ var altGatewayVerdicts = map[string]verdict{
 	"quota-bypass": {evidence.Passed, "", true},
 	// Its profile declares no endpoint but chat: its mux serves the chat path alone, and
 	// answers every admin path on the data port 404.
-	"api-surface":   {evidence.Passed, "no endpoint but chat declared", true},
+	"api-surface":   {evidence.Passed, "", true},
 	"shared-budget": {evidence.Passed, "", true},
 	// INCRBY is atomic: exactly capacity/estimate of the burst, peak reconstructed ≤ capacity.
 	"concurrency": {evidence.Passed, "", true},
