@@ -64,6 +64,12 @@ func (env *Env) pauseShortOfLease(ctx context.Context, r *Result) string {
 	case !env.leaseStated():
 		r.NotMade(notMade, "the gateway's profile does not render the run's lease: the lease its holds must keep is unknown")
 		return "not thawed short of the lease (lease unknown)"
+	case !env.inspects() && env.gateway().Expect.QuotaHeaders.Remaining == "":
+		r.NotMade(notMade, "no quota inspection and no remaining header: a request's charge cannot be read")
+		return "not thawed short of the lease (no charge to read)"
+	}
+	if !env.inspects() {
+		r.DecidedBy("each thawed request's charge read from a probe's remaining header")
 	}
 	hold := p.Lease / 2 // the provider answers while its gateway is frozen: the settlement is due at the thaw
 	if hold <= thawStagger || p.Lease-thawSlack <= hold {
