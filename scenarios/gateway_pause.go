@@ -19,15 +19,20 @@ func gatewayPause() Scenario {
 		Name: "gateway-pause",
 		Summary: "gateway-a frozen (SIGSTOP, docker pause) past its lease while it holds two admitted requests generating more than " +
 			"their estimate, then thawed: meanwhile gateway-b admits exactly what the capacity less the expired holds' estimates " +
-			"allows; after the thaw the late settlements charge what was generated, exactly once",
+			"allows; after the thaw the late settlements charge what was generated, exactly once. Then each of two gateways frozen " +
+			"right after it admits a request (the two sent half a second apart) and thawed a quarter of a second short of that " +
+			"request's lease: each hold kept, charged the request's usage, not its estimate",
 		Invariant: "a hold whose gateway stopped renewing it runs out and is charged its estimate; a settlement that arrives after " +
-			"that charges only the rest of the usage — never the estimate and the usage both, never less than was generated",
-		Exclusive: "pauses gateway-a",
+			"that charges only the rest of the usage — never the estimate and the usage both, never less than was generated; and " +
+			"the hold runs out no earlier than its last renewal + lease, judged to a quarter of a second (a lease deadline on the " +
+			"store's clock to the millisecond, not its whole second)",
+		Exclusive: "pauses gateway-a, then both gateways at once",
 		Needs:     []Need{NeedSharedStore, NeedLeases},
 		Prefers:   []Need{NeedQuotaInspection},
 		BlackBox: "sees gateway-b admit exactly the capacity less the frozen holds during the pause, and the frozen requests " +
-			"completing after the thaw; cannot see the late settlements' charge (a probe's remaining header cannot read a key " +
-			"this full)",
+			"completing after the thaw; cannot see those late settlements' charge (a probe's remaining header cannot read a key " +
+			"this full). Sees each request thawed short of its lease charged its usage or its estimate (a probe's remaining " +
+			"header on a subject of its own)",
 		Run: runGatewayPause,
 	}
 }
@@ -43,19 +48,31 @@ const (
 
 func runGatewayPause(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
-	p := env.Profile
 	if ok, why := topology.Pause.Available(env.Topo); !ok {
 		return r.Error(fmt.Errorf("%s: %w", why, topology.ErrUnsupported))
 	}
+	past := env.pausePastLease(ctx, r)
+	short := env.pauseShortOfLease(ctx, r)
+	r.Key("%s; %s", past, short)
+	return r
+}
+
+// pausePastLease freezes gateway-a past its lease with two requests in flight and judges what
+// gateway-b admits meanwhile and what the late settlements charge. It returns its part of the
+// key fact.
+func (env *Env) pausePastLease(ctx context.Context, r *Result) string {
+	p := env.Profile
+	const notCompleted = "paused past the lease: not completed"
 	frozen := 2
 	if int64(frozen)*p.Estimate >= p.Capacity {
-		return r.Error(fmt.Errorf("profile %s: capacity %d leaves no room beside %d holds of %d", p.Name, p.Capacity, frozen, p.Estimate))
+		r.Error(fmt.Errorf("profile %s: capacity %d leaves no room beside %d holds of %d", p.Name, p.Capacity, frozen, p.Estimate))
+		return notCompleted
 	}
 	pauseFor := p.Lease + p.LeaseSlack + 1500*time.Millisecond
 	r.Fact("pause", fmt.Sprintf("%s (lease %s, slack %s)", pauseFor, p.Lease, p.LeaseSlack))
 	before, ok := env.readProviders(ctx, r, "provider call counts before")
 	if !ok {
-		return r
+		return notCompleted
 	}
 	outs := make([]Outcome, frozen)
 	var wg sync.WaitGroup
@@ -69,7 +86,8 @@ func runGatewayPause(ctx context.Context, env *Env) *Result {
 	}
 	if err := env.waitInFlight(ctx, int64(frozen)); err != nil {
 		wg.Wait()
-		return r.Error(fmt.Errorf("waiting for gateway-a's requests to reach a provider: %w", err))
+		r.Error(fmt.Errorf("waiting for gateway-a's requests to reach a provider: %w", err))
+		return notCompleted
 	}
 
 	env.Progressf("pausing gateway-a for %s", pauseFor)
@@ -77,7 +95,8 @@ func runGatewayPause(ctx context.Context, env *Env) *Result {
 	resume, err := env.pull(ctx, topology.Pause, topology.Target{Host: gwA})
 	if err != nil {
 		wg.Wait()
-		return r.Error(fmt.Errorf("pausing gateway-a: %w", err))
+		r.Error(fmt.Errorf("pausing gateway-a: %w", err))
+		return notCompleted
 	}
 	defer wg.Wait()
 	defer healOnExit(r, resume)
@@ -85,7 +104,8 @@ func runGatewayPause(ctx context.Context, env *Env) *Result {
 	// Past the frozen holds' lease (their last renewal came at the latest when the pause began)
 	// and its slack: they have run out and are charged their estimates.
 	if err := waitUntil(ctx, pausedAt.Add(p.Lease+p.LeaseSlack+200*time.Millisecond)); err != nil {
-		return r.Error(err)
+		r.Error(err)
+		return notCompleted
 	}
 	if env.inspects() {
 		if q, err := env.Quotas().Read(ctx, gwB, Key{Rule: RuleName, Subject: appA}); err != nil {
@@ -116,7 +136,8 @@ func runGatewayPause(ctx context.Context, env *Env) *Result {
 		fmt.Sprintf("%d admitted, %d denied (%s)", admitted, denied, tally(statuses(burst))), int64(admitted) == room && int64(denied) == int64(pauseBurst)-room)
 
 	if err := waitUntil(ctx, pausedAt.Add(pauseFor)); err != nil {
-		return r.Error(err)
+		r.Error(err)
+		return notCompleted
 	}
 	env.Progressf("resuming gateway-a")
 	healOnExit(r, resume)
@@ -124,7 +145,8 @@ func runGatewayPause(ctx context.Context, env *Env) *Result {
 	r.Fact("paused_ms", ms(time.Since(pausedAt)))
 	after, err := env.settledProviders(ctx)
 	if err != nil {
-		return r.Error(fmt.Errorf("provider call logs after: %w", err))
+		r.Error(fmt.Errorf("provider call logs after: %w", err))
+		return notCompleted
 	}
 	var generated, burstUsage int64
 	found := 0
@@ -146,19 +168,18 @@ func runGatewayPause(ctx context.Context, env *Env) *Result {
 	if !env.inspects() {
 		r.NotMade("the late settlements charge what was generated, exactly once", "no quota inspection, and the key is too full for a probe's remaining header to read it")
 		r.DecidedBy("gateway-b's admissions during the pause", "the providers' call logs")
-		r.Key("gateway-a paused %s with %d requests held: gateway-b admitted %d of %d (room %d); the frozen requests answered %s after the thaw",
+		return fmt.Sprintf("gateway-a paused %s with %d requests held: gateway-b admitted %d of %d (room %d); the frozen requests answered %s after the thaw",
 			pauseFor, frozen, admitted, pauseBurst, room, tally(statuses(outs)))
-		return r
 	}
 	want := generated + burstUsage
 	q, err := env.settledAtLeast(ctx, appA, want)
 	if err != nil {
-		return r.Error(err)
+		r.Error(err)
+		return notCompleted
 	}
 	r.Check("the frozen requests' late settlements charged what the providers counted, exactly once (with gateway-b's burst: the key's settled usage)",
 		fmt.Sprintf("%d (estimates %d not charged on top; found %d of %d)", want, int64(frozen)*p.Estimate, found, frozen), q.Settled(),
 		found == frozen && q.Settled() == want)
-	r.Key("gateway-a paused %s with %d requests held: gateway-b admitted %d of %d (room %d); settled %d for usage %d",
+	return fmt.Sprintf("gateway-a paused %s with %d requests held: gateway-b admitted %d of %d (room %d); settled %d for usage %d",
 		pauseFor, frozen, admitted, pauseBurst, room, q.Settled(), want)
-	return r
 }

@@ -1,13 +1,17 @@
 package scenarios
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/internal/mutant/matrix"
 	"github.com/quotaqual/quotaqual/topology"
 	"github.com/quotaqual/quotaqual/undertest"
 )
@@ -133,4 +137,63 @@ func TestStoreMemoryPressureFailsOnItsDefects(t *testing.T) {
 		{name: "store error answered 429", m: mutant.StoreErrorAs429, failsOn: []string{failed}, failsOutside: []string{failed}},
 		{name: "store error admitted", m: mutant.FailOpen, failsOn: []string{failed}, failsOutside: []string{failed}},
 	})
+}
+
+// TestGatewayPauseFailsOnTheStoreClockInWholeSeconds proves gateway-pause's thaw short of the
+// lease against blind patch 57 (round 3's 62): the scripts' now read from the store's TIME in
+// whole seconds, so every lease deadline lands up to a second early. Whatever the store clock's
+// phase, one of the two holds, reserved half a second apart, is early by more than the quarter
+// of a second the thaw leaves: the scenario fails on that hold's charge (its estimate, not its
+// usage) every run, with inspection and from outside, and passes on the unpatched gateway.
+// Before, only store-stall met the defect, once in four runs (internal/blindround3).
+func TestGatewayPauseFailsOnTheStoreClockInWholeSeconds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds a patched gateway and starts real processes; not in -short")
+	}
+	const kept = "the hold was kept (a hold ends no earlier than its last renewal + lease)"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	patched := filepath.Join(t.TempDir(), "quotaqual-store-clock-whole-seconds")
+	if err := matrix.BuildPatched(ctx, "..", filepath.Join("..", matrix.BlindDir, "57-store-clock-whole-seconds.patch"), patched); err != nil {
+		t.Fatal(err)
+	}
+	blackBox, err := undertest.Load(filepath.Join("..", "undertest", "testdata", "quotaqual-blackbox.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := Select([]string{"gateway-pause"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gw := range []struct {
+		name, bin string
+		defect    bool
+	}{{"store clock in whole seconds", patched, true}, {"without the defect", quotaqualBinary(t), false}} {
+		for _, view := range []struct {
+			name string
+			gw   *undertest.Profile
+		}{{"white-box", nil}, {"black-box", blackBox}} {
+			t.Run(gw.name+"/"+view.name, func(t *testing.T) {
+				results, _, _ := topologyRunBin(t, topology.EngineProcess, gw.bin, func(*deployment.Deployment) {},
+					func(s *topology.Spec) { s.Gateway = view.gw }, list)
+				if len(results) != 1 {
+					t.Fatalf("want one result, got %s", describeAll(results))
+				}
+				r := results[0]
+				for _, f := range r.Facts {
+					if f.Name == "thawed_short_of_lease" {
+						b, _ := json.Marshal(f.Value)
+						t.Logf("in %s: %s; %s", r.Elapsed.Round(100*time.Millisecond), r.KeyFact, b)
+					}
+				}
+				if gw.defect {
+					expectFailedOn(t, results, kept)
+					return
+				}
+				if r.Status != evidence.Passed {
+					t.Errorf("want passed: %s", describe(r))
+				}
+			})
+		}
+	}
 }
