@@ -50,7 +50,7 @@ func checkProviderErrorUsage(ctx context.Context, env *Env, r *sharedResult) str
 		md[providerstub.FailMetadata] = strconv.Itoa(c.status)
 		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i), Subject: subject, Label: kind + "-" + c.label, Stream: c.stream,
 			MaxTokens: -1, Metadata: md})
-		fact := map[string]any{"status": o.Status, "site": o.Site}
+		fact := map[string]any{"status": o.Status, "error_type": o.ErrorType, "site": o.Site}
 		facts[c.label] = fact
 		pr, err := env.providerRecord(ctx, o)
 		if err != nil {
