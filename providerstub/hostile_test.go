@@ -164,6 +164,34 @@ func TestHostileUsageModes(t *testing.T) {
 			t.Errorf("status %d, usage %v (%v)", resp.StatusCode, v.Usage, err)
 		}
 	})
+	t.Run("each failure status is shaped as a provider shapes it and reports what was generated", func(t *testing.T) {
+		for _, tc := range []struct {
+			status     int
+			typ, code  string
+			streamBody string
+		}{
+			{400, "invalid_request_error", "content_filter", ""},
+			{400, "invalid_request_error", "content_filter", `,"stream":true`}, // refused before any chunk: a JSON error
+			{429, "tokens", "rate_limit_exceeded", ""},
+			{422, "invalid_request_error", "stub_failure", ""},
+			{500, "server_error", "stub_failure", ""},
+		} {
+			resp := s.post(t, fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"metadata":{"quotaqual_tokens":"40","quotaqual_fail_status":"%d"}%s}`, tc.status, tc.streamBody))
+			var v struct {
+				Error struct{ Type, Code string }
+				Usage map[string]int64
+			}
+			err := json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != tc.status || v.Error.Type != tc.typ || v.Error.Code != tc.code || !reflect.DeepEqual(v.Usage, truth) {
+				t.Errorf("asked %d%s: status %d, error %+v, usage %v (%v); want %s/%s reporting %v", tc.status, tc.streamBody,
+					resp.StatusCode, v.Error, v.Usage, err, tc.typ, tc.code, truth)
+			}
+			if rec := s.lastCall(t); rec.Status != tc.status || rec.GeneratedTokens != c {
+				t.Errorf("asked %d: logged status %d, generated %d; want %d, %d", tc.status, rec.Status, rec.GeneratedTokens, tc.status, c)
+			}
+		}
+	})
 	for _, tc := range []struct{ name, md, want string }{
 		{"an unknown mode names the field and the modes", `"quotaqual_usage":"lies"`, "is not a usage mode: use one of missing"},
 		{"a streamed-only mode without a stream says so", `"quotaqual_usage":"duplicated"`, `needs "stream": true`},

@@ -18,17 +18,18 @@ func providerUsage() Scenario {
 		Name: providerUsageRule,
 		Summary: "a provider that reports hostile usage — missing, partial (prompt or completion only), negative, a total below or " +
 			"above its parts, beyond any budget, overflowing int64, fewer completion tokens than it sent, and (streamed) the usage " +
-			"chunk twice or contradicting itself — in the JSON body and in the SSE usage chunk",
+			"chunk twice or contradicting itself — in the JSON body and in the SSE usage chunk; and a provider that answers non-2xx " +
+			"after generating, its error reporting the usage (a 400 content filter, a 429, a 500, a stream refused with a 400)",
 		Invariant: "meter: each request is charged at least what the provider generated (its call log: what it really generated, " +
-			"whatever it reported), a self-consistent usage (the same chunk twice) exactly once, and the gateway keeps serving: " +
-			"the subject's next request is admitted",
+			"whatever it reported), a self-consistent usage (the same chunk twice) exactly once, a provider's non-2xx answer " +
+			"exactly the usage it reported, and the gateway keeps serving: the subject's next request is admitted",
 		// The charges are read from outside (the remaining header of the next admitted
 		// responses); inspection only adds the ledger's figure.
 		// The run's rule reserves a fixed estimate whatever the bound, in a window with room for
 		// four requests: only the scenario's own rules can show what it checks.
 		Needs:    []Need{NeedScenarioRules},
 		Prefers:  []Need{NeedQuotaInspection},
-		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported, and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check)",
+		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported (and the status of each error it answered), and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check)",
 		Rules:    providerUsageRules,
 		Run:      runProviderUsage,
 	}
@@ -66,15 +67,19 @@ func runProviderUsage(ctx context.Context, env *Env) *Result {
 	case !env.echoesRequestID():
 		return res.Skip(needsRequestID(env))
 	}
-	res.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s; every case generates %d tokens, no bound",
+	res.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s; every case generates %d tokens, no bound "+
+		"(application-a's JSON bodies, application-b's streams, application-c's provider errors)",
 		providerUsageRule, env.Profile.Estimate, usageAccountingCapacity, usageAccountingWindow, hostileGenerated))
 	r := &sharedResult{r: res}
-	keys := make([]string, 2)
+	keys := make([]string, 3)
 	var wg sync.WaitGroup
 	for i, stream := range []bool{false, true} {
 		wg.Add(1)
 		go func() { defer wg.Done(); keys[i] = checkHostileUsage(ctx, env, r, stream) }()
 	}
+	// Beside them, on a key of its own: providers that answer non-2xx and report usage.
+	wg.Add(1)
+	go func() { defer wg.Done(); keys[2] = checkProviderErrorUsage(ctx, env, r) }()
 	wg.Wait()
 	if !env.inspects() {
 		res.DecidedBy("the providers' call logs", "the remaining-tokens header of admitted responses")

@@ -145,3 +145,19 @@ func TestMeteringScenariosFailOnTheirMutants(t *testing.T) {
 		}
 	}
 }
+
+// TestProviderUsageFailsWhenAProvider4xxIsNotBilled proves provider-usage's provider errors
+// against blind patch 54 (round 3's 57): a gateway that settles a provider's 4xx at zero, though
+// its error reports the usage generated (a content filter after generating, a 429 met
+// mid-generation), is charged 0 where the error reported prompt + 40 — seen in the remaining
+// header of the probes after it, so it fails white-box and black-box alike; the unpatched
+// gateway charges each error exactly its reported usage and passes in both views.
+func TestProviderUsageFailsWhenAProvider4xxIsNotBilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds a patched gateway and starts real processes; not in -short")
+	}
+	checkBlindCases(t, []blindCase{
+		{"54-provider-4xx-not-billed.patch", providerUsageRule,
+			[]string{"errors: every non-2xx answer charged the usage it reported"}, nil},
+	}, providerUsageRule)
+}
