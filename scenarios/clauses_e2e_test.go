@@ -98,6 +98,7 @@ func checkBlindCasesOn(t *testing.T, engine string, cases []blindCase, baseline 
 			inspecting[sc.Name] = slices.Contains(sc.Prefers, NeedQuotaInspection)
 		}
 		for _, r := range results {
+			t.Logf("%s: %s — %s", r.Name, r.Status, r.KeyFact)
 			// A scenario that uses no inspection has the same evidence in both views.
 			if gw != nil && inspecting[r.Name] && !strings.HasPrefix(r.Evidence, "black-box") {
 				t.Fatalf("want every result at the black-box level, got %s", describeAll(results))
