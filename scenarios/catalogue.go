@@ -33,6 +33,8 @@ import (
 //	1900-2000 the metering clauses along their dimensions (output-bound, provider-usage: after
 //	          layered-budgets, the longest of the scenarios side by side, so that they start as
 //	          early as before them);
+//	2050      replica-loss (the replicated store group's replicas gone, its primary up: before
+//	          valkey-failover, which leaves the group with another primary);
 //	2100      valkey-failover (a split brain of the replicated store group);
 //	2200      rolling-upgrade (a policy change while both gateways serve);
 //	2300      sustained-load (many subjects at a fixed rate; in the reference profile's default run).

@@ -52,8 +52,16 @@ type blindCase struct {
 // checkBlindCases builds each case's patch into a gateway of its own (two builds at a time)
 // and runs its scenario on it white-box (quotaqual's profile, with inspection) and black-box
 // (quotaqual-blackbox.yaml: what a client sees): each must fail on the checks named. Then the
-// unpatched gateway runs the baseline scenarios in both views: each must pass.
+// unpatched gateway runs the baseline scenarios in both views: each must pass. Every run is
+// on the process engine.
 func checkBlindCases(t *testing.T, cases []blindCase, baseline ...string) {
+	t.Helper()
+	checkBlindCasesOn(t, topology.EngineProcess, cases, baseline...)
+}
+
+// checkBlindCasesOn is checkBlindCases on engine, for scenarios that need a lever the process
+// engine lacks.
+func checkBlindCasesOn(t *testing.T, engine string, cases []blindCase, baseline ...string) {
 	t.Helper()
 	bins := make([]string, len(cases))
 	errs := make([]error, len(cases))
@@ -83,13 +91,14 @@ func checkBlindCases(t *testing.T, cases []blindCase, baseline ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, _, _ := topologyRunBin(t, topology.EngineProcess, bin, func(*deployment.Deployment) {},
+		results, _, _ := topologyRunBin(t, engine, bin, func(*deployment.Deployment) {},
 			func(s *topology.Spec) { s.Gateway = gw }, list)
 		inspecting := map[string]bool{}
 		for _, sc := range list {
 			inspecting[sc.Name] = slices.Contains(sc.Prefers, NeedQuotaInspection)
 		}
 		for _, r := range results {
+			t.Logf("%s: %s — %s", r.Name, r.Status, r.KeyFact)
 			// A scenario that uses no inspection has the same evidence in both views.
 			if gw != nil && inspecting[r.Name] && !strings.HasPrefix(r.Evidence, "black-box") {
 				t.Fatalf("want every result at the black-box level, got %s", describeAll(results))

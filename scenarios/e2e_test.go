@@ -221,6 +221,7 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 		"network-policy":   "loopback",
 		"valkey-partition": "loopback",
 		"valkey-failover":  "loopback",
+		"replica-loss":     "loopback",
 		"lossy-store-link": "no Lossy",
 	}
 	for _, r := range results {

@@ -580,8 +580,8 @@ func TestFaultWindowsAreRecordedAsAFactOnEveryPath(t *testing.T) {
 	}
 }
 
-// TestUseStoreGroup: only a selection with valkey-failover (the one scenario that puts
-// gateways on the replicated store group) asks for the group; "today's ten" do not.
+// TestUseStoreGroup: only a selection with valkey-failover or replica-loss (the scenarios that
+// put gateways on the replicated store group) asks for the group; "today's ten" do not.
 func TestUseStoreGroup(t *testing.T) {
 	all, err := Select(nil)
 	if err != nil {
@@ -598,9 +598,10 @@ func TestUseStoreGroup(t *testing.T) {
 	if UseStoreGroup(ten) {
 		t.Error("today's ten use the store group")
 	}
-	failover, _ := Select([]string{"valkey-failover"})
-	if !UseStoreGroup(failover) {
-		t.Error("valkey-failover alone does not use the store group")
+	for _, name := range []string{"valkey-failover", "replica-loss"} {
+		if alone, _ := Select([]string{name}); !UseStoreGroup(alone) {
+			t.Errorf("%s alone does not use the store group", name)
+		}
 	}
 }
 

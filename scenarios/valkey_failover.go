@@ -84,14 +84,11 @@ var failoverPair = []string{gwA, gwB}
 func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	r := env.NewResult()
 	p := env.Profile
-	sg, ok := env.Topo.(topology.StoreGroup)
-	if !ok {
-		return r.Skip("the " + env.Topo.Engine() + " topology runs no replicated store group (primary, replicas, Sentinels); it runs on netns and docker")
+	sg, skip, err := env.storeGroup(ctx)
+	if skip != "" {
+		return r.Skip(skip)
 	}
-	if reason := sg.StoreGroupReason(); reason != "" {
-		return r.Skip(reason)
-	}
-	if err := sg.WaitStoreReady(ctx); err != nil {
+	if err != nil {
 		return r.Error(err)
 	}
 	oldPrimary, err := sg.StorePrimary(ctx)
@@ -105,27 +102,12 @@ func runValkeyFailover(ctx context.Context, env *Env) *Result {
 	var history []sentRequest
 	defer func() {
 		// Back on the single Valkey for the scenarios after this one (also after a failed
-		// step), once nothing is held (a gateway drains its in-flight requests on SIGTERM).
+		// step), once nothing is held.
 		inflight.Wait()
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.RecoveryMax)
-		defer cancel()
-		var mu sync.Mutex
-		allGateways(failoverPair, func(gw string) {
-			if err := sg.UseReplicatedStore(c, gw, false); err != nil {
-				mu.Lock()
-				r.Error(fmt.Errorf("restarting %s back on the single valkey: %w", gw, err))
-				mu.Unlock()
-			}
-		})
+		env.moveBackFromStoreGroup(ctx, r, sg)
 	}()
 	env.Progressf("restarting both gateways on the replicated store")
-	var restartErrs [2]error
-	allGateways(failoverPair, func(gw string) {
-		if err := sg.UseReplicatedStore(ctx, gw, true); err != nil {
-			restartErrs[slices.Index(failoverPair, gw)] = fmt.Errorf("restarting %s on the replicated store: %w", gw, err)
-		}
-	})
-	if err := errors.Join(restartErrs[:]...); err != nil {
+	if err := env.moveToStoreGroup(ctx, sg); err != nil {
 		return r.Error(err)
 	}
 	// send sends one held request in the background; its outcome lands in the history and on

@@ -21,9 +21,9 @@ import (
 // again and waits until the cluster is whole, and a partition of a gateway from "valkey" cuts
 // it off from every node.
 
-// ClusterNoStoreGroup is why a cluster run has no replicated store group (valkey-failover
-// reports it when it skips).
-const ClusterNoStoreGroup = "the run's store is a Valkey Cluster (--store cluster): valkey-failover is about the replicated store group (a primary, replicas and Sentinels), which a cluster run does not start; run it with --store single"
+// ClusterNoStoreGroup is why a cluster run has no replicated store group (valkey-failover and
+// replica-loss report it when they skip).
+const ClusterNoStoreGroup = "the run's store is a Valkey Cluster (--store cluster): valkey-failover and replica-loss are about the replicated store group (a primary, replicas and Sentinels), which a cluster run does not start; run them with --store single"
 
 // ClusterNodeName is the name of cluster node i in logs and facts: valkey-cluster-0, -1, ….
 func ClusterNodeName(i int) string { return "valkey-cluster-" + strconv.Itoa(i) }

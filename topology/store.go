@@ -195,7 +195,7 @@ func ReadStoreNodeState(ctx context.Context, r *valkeyproc.Replicated, host stri
 
 // NoStoreGroupSelected is why a run started without the replicated store group
 // (Spec.WithoutStoreGroup): none of its scenarios uses it.
-const NoStoreGroupSelected = "none of the run's scenarios uses the replicated store group, so it was not started (valkey-failover starts it when selected)"
+const NoStoreGroupSelected = "none of the run's scenarios uses the replicated store group, so it was not started (valkey-failover or replica-loss starts it when selected)"
 
 // storeGroupFacts describes the group for the evidence manifest.
 func StoreGroupFacts(addrs map[string]string, replication string) map[string]any {

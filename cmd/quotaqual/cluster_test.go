@@ -14,8 +14,8 @@ import (
 )
 
 // The full quick qualification on a Valkey Cluster (--store cluster) on netns: every scenario
-// passes but valkey-failover, which is about the Sentinel store group and says so — so the run
-// is partial, and under the default --require all it exits 4 naming that skip; the
+// passes but valkey-failover and replica-loss, which are about the Sentinel store group and say
+// so — so the run is partial, and under the default --require all it exits 4 naming the skips; the
 // gateways ran on the cluster (their config names its nodes); and the bundle records each
 // subject key's slot and node, spanning at least two shards.
 func TestRunOnAClusterStorePassesAndSpreadsTheKeys(t *testing.T) {
@@ -38,14 +38,15 @@ func TestRunOnAClusterStorePassesAndSpreadsTheKeys(t *testing.T) {
 	// The store's own levers (CLIENT PAUSE, maxmemory) act on one server: on a cluster they
 	// would reach one node of it, not the store, so those scenarios skip and say so.
 	storeLevers := map[string]bool{"store-stall": true, "store-memory-pressure": true}
-	if q := out.Qual; q.Level != evidence.LevelPartial || len(q.RequiredSkipped()) != 1+len(storeLevers) {
-		t.Errorf("qualification %+v, want partial with valkey-failover and the store levers' scenarios the required skips", q)
+	storeGroup := map[string]bool{"valkey-failover": true, "replica-loss": true}
+	if q := out.Qual; q.Level != evidence.LevelPartial || len(q.RequiredSkipped()) != len(storeGroup)+len(storeLevers) {
+		t.Errorf("qualification %+v, want partial with valkey-failover, replica-loss and the store levers' scenarios the required skips", q)
 	}
 	for _, r := range out.Results {
 		switch {
-		case r.Name == "valkey-failover":
+		case storeGroup[r.Name]:
 			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "Sentinels") || !strings.Contains(r.Reason, "--store cluster") {
-				t.Errorf("valkey-failover: %s (%s), want skipped naming the Sentinel store group and --store cluster", r.Status, r.Reason)
+				t.Errorf("%s: %s (%s), want skipped naming the Sentinel store group and --store cluster", r.Name, r.Status, r.Reason)
 			}
 		case storeLevers[r.Name]:
 			if r.Status != evidence.Skipped || !strings.Contains(r.Reason, "Valkey Cluster") || !strings.Contains(r.Reason, "--store single") {

@@ -165,6 +165,7 @@ var altGatewayVerdicts = map[string]verdict{
 	"provider-usage":  {evidence.Skipped, "which gateway profile altgateway cannot express (capabilities.rules: no own-rules", false},
 	// Its config cannot name the replicated store group: nothing to fail over.
 	"valkey-failover": {evidence.Skipped, "needs the replicated store group", false},
+	"replica-loss":    {evidence.Skipped, "needs the replicated store group", false},
 	// Each policy's window is a counter key of its own (the key holds Unix time / period), so the two
 	// policies do not share the subject's state: together they admit beyond the larger
 	// capacity, and P1 no longer counts what was admitted under P2.

@@ -94,7 +94,7 @@ skipped (--require: all by default; --require none accepts a partial qualificati
 	f.StringVar(&o.RunID, "run-id", "", "run id (default: generated); namespaces keys, hosts and the bundle")
 	f.IntVar(&o.Gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.StringVar(&o.DenyMode, "deny-mode", "reject", "how the network policy denies on netns: reject (fast) or drop (as most CNIs do)")
-	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "how the gateways write to the replicated store in valkey-failover: acknowledged (a replica confirms each write) or async (Valkey's default: a failover can spend a budget twice)")
+	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "how the gateways write to the replicated store in valkey-failover and replica-loss: acknowledged (a replica confirms each write) or async (Valkey's default: a failover can spend a budget twice; replica-loss skips)")
 	f.StringVar(&o.Store, "store", "single", "the store the gateways share: single (one Valkey) or cluster (a Valkey Cluster of three primaries, on the engines that run one)")
 	f.StringVar(&o.ValkeyImage, "valkey-image", "", "docker: Valkey image to run (default: quotaqual-valkey:8, built from the host's valkey-server; with a registry e.g. valkey/valkey:8)")
 	f.StringVar(&o.Image, "image", "", "docker: quotaqual image to run (default: built from this binary)")

@@ -210,9 +210,9 @@ func exercise(t *testing.T, topo topology.Topology, d *deployment.Deployment, p 
 			(slices.Contains(sc.Needs, scenarios.NeedPartition) && !caps.Partition)
 	}
 	// The lever the kind engine does not have yet: a replicated store group; valkey-failover
-	// skips with the reason. gateway-crash runs (a SIGKILL through containerd), rolling-upgrade
+	// and replica-loss skip with the reason. gateway-crash runs (a SIGKILL through containerd), rolling-upgrade
 	// too (the gateway's ConfigMap rewritten, then a rollout).
-	missingOnKind := map[string]bool{"valkey-failover": true}
+	missingOnKind := map[string]bool{"valkey-failover": true, "replica-loss": true}
 	quick, _ := scenarios.ForProfile("quick", nil)
 	results := scenarios.Run(ctx, env, quick)
 	skips := 0

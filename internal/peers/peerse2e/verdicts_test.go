@@ -253,6 +253,8 @@ func common(over map[string]verdict) map[string]verdict {
 		// Its rule is keyed by subject and model, with an allowlist: no peer profile renders one.
 		"model-source":    {evidence.Skipped, ownRule + " and a rule keyed by subject and model", false, ""},
 		"valkey-failover": {evidence.Skipped, "needs quota inspection", false, ""},
+		// No peer profile can be put on the replicated store group (capabilities.store_group).
+		"replica-loss": {evidence.Skipped, "needs the replicated store group", false, ""},
 		// The nemesis scenarios that hold requests across a store stall or a frozen gateway
 		// judge leases: no peer profile has reservation leases.
 		"store-stall":   {evidence.Skipped, "needs reservation leases", false, ""},
