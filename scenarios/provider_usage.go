@@ -21,14 +21,15 @@ func providerUsage() Scenario {
 			"chunk twice or contradicting itself — in the JSON body and in the SSE usage chunk",
 		Invariant: "meter: each request is charged at least what the provider generated (its call log: what it really generated, " +
 			"whatever it reported), a self-consistent usage (the same chunk twice) exactly once, and the gateway keeps serving: " +
-			"the subject's next request is admitted",
+			"the subject's next request is admitted; where the gateway declares its usage counters (capabilities.metrics), " +
+			"they count every request once, as reported or not as the provider's usage decides",
 		// The charges are read from outside (the remaining header of the next admitted
 		// responses); inspection only adds the ledger's figure.
 		// The run's rule reserves a fixed estimate whatever the bound, in a window with room for
 		// four requests: only the scenario's own rules can show what it checks.
 		Needs:    []Need{NeedScenarioRules},
 		Prefers:  []Need{NeedQuotaInspection},
-		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported, and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check)",
+		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported, and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check) nor the gateway's usage counters (read only where its profile declares them: its own view of itself)",
 		Rules:    providerUsageRules,
 		Run:      runProviderUsage,
 	}
@@ -68,6 +69,7 @@ func runProviderUsage(ctx context.Context, env *Env) *Result {
 	}
 	res.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s; every case generates %d tokens, no bound",
 		providerUsageRule, env.Profile.Estimate, usageAccountingCapacity, usageAccountingWindow, hostileGenerated))
+	counters := env.startUsageCounters(ctx, providerUsageRule)
 	r := &sharedResult{r: res}
 	keys := make([]string, 2)
 	var wg sync.WaitGroup
@@ -76,6 +78,7 @@ func runProviderUsage(ctx context.Context, env *Env) *Result {
 		go func() { defer wg.Done(); keys[i] = checkHostileUsage(ctx, env, r, stream) }()
 	}
 	wg.Wait()
+	keys = append(keys, counters.check(ctx, res))
 	if !env.inspects() {
 		res.DecidedBy("the providers' call logs", "the remaining-tokens header of admitted responses")
 		res.NotMade("the ledger's settled usage equals the charges read from outside", "no quota inspection")
