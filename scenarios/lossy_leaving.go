@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -28,7 +29,10 @@ const (
 	// leavingClients leave; as many as lossyCoolRequests, so that should each reach a provider
 	// and be charged, the probe after them still fits the capacity.
 	leavingClients = lossyCoolRequests
-	leavingStaying = 2
+	// leavingStaying stay, as many: within the capacity.
+	leavingStaying = lossyCoolRequests
+	// leavingHeadStart is how much earlier than the leaving clients the staying ones are sent.
+	leavingHeadStart = 20 * time.Millisecond
 	// leavingSubjects: the one whose clients leave, the one whose clients stay, and the one
 	// that sees gateway-a decide through the fault and recover after it.
 	leavingSubjects = 3
@@ -44,8 +48,8 @@ func runLeavingPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, fi
 	usage := chatUsage(p, maxTokens).TotalTokens
 	leaveAfter := ph.target.Latency / 2
 	r.Fact("fault", fmt.Sprintf("%s %s; store timeout %s", ph.lever.Name(), describeLink(ph.target), p.StoreTimeout))
-	r.Fact("clients", fmt.Sprintf("%d requests of %s leave %s after they are sent, %d of %s stay, all through %s at once",
-		leavingClients, leaver, leaveAfter, leavingStaying, stayer, gwA))
+	r.Fact("clients", fmt.Sprintf("%d requests of %s stay, %d of %s sent %s later leave %s after they are sent, all through %s",
+		leavingStaying, stayer, leavingClients, leaver, leavingHeadStart, leaveAfter, gwA))
 	errCounter, why, declared := env.counterOf(env.gateway().Caps.Metrics.StoreErrors, "store errors", RuleName)
 
 	env.Progressf("%s: %s", ph.phaseName(), describeLink(ph.target))
@@ -76,17 +80,31 @@ func runLeavingPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, fi
 		return "", false
 	}
 
+	// The clients that stay go first, the ones that leave leavingHeadStart later: their reserves
+	// then meet calls already in flight on the gateway's store connections, as under any load
+	// (a store client may wait out a lone call on a connection of its own without watching
+	// its context: valkey-go's synchronous path does).
 	start := time.Now()
-	outs := env.chatAtOnce(ctx, leavingClients+leavingStaying, func(i int) ChatCall {
-		if i < leavingClients {
-			return ChatCall{Gateway: gwA, Label: fmt.Sprintf("leaves-%d", i+1), Subject: leaver, MaxTokens: maxTokens,
+	outs := make([]Outcome, leavingClients+leavingStaying)
+	var wg sync.WaitGroup
+	for i := range outs {
+		c := ChatCall{Gateway: gwA, Label: fmt.Sprintf("stays-%d", i+1), Subject: stayer, MaxTokens: maxTokens}
+		if i >= leavingStaying {
+			if i == leavingStaying {
+				if err := waitUntil(ctx, start.Add(leavingHeadStart)); err != nil {
+					break
+				}
+			}
+			c = ChatCall{Gateway: gwA, Label: fmt.Sprintf("leaves-%d", i-leavingStaying+1), Subject: leaver, MaxTokens: maxTokens,
 				Timeout: leaveAfter, NoTransportRetry: true}
 		}
-		return ChatCall{Gateway: gwA, Label: fmt.Sprintf("stays-%d", i-leavingClients+1), Subject: stayer, MaxTokens: maxTokens}
-	})
+		wg.Add(1)
+		go func() { defer wg.Done(); outs[i] = env.Chat(ctx, c) }()
+	}
+	wg.Wait()
 	// A reserve outlives its client by at most the store timeout: by then each left client's
 	// handler has decided, and counted whatever it counts.
-	if err := waitUntil(ctx, start.Add(leaveAfter+p.StoreTimeout+100*time.Millisecond)); err != nil {
+	if err := waitUntil(ctx, start.Add(leavingHeadStart+leaveAfter+p.StoreTimeout+100*time.Millisecond)); err != nil {
 		r.Error(err)
 		return "", false
 	}
@@ -102,7 +120,7 @@ func runLeavingPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, fi
 	var answered []string
 	stayStatuses := []int{}
 	for i, o := range outs {
-		if i < leavingClients {
+		if i >= leavingStaying {
 			if o.Status == 0 {
 				left++
 			} else {
