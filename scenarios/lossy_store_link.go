@@ -109,7 +109,7 @@ func lossyPhases(p deployment.Profile) []lossyPhase {
 			Latency: p.StoreTimeout * lossyLatency / 100, Jitter: p.StoreTimeout * lossyJitter / 100}, what: "the latency", decides: true},
 		{lever: topology.StoreLostReplies, target: topology.Target{Host: gwA, Peer: topology.HostValkey}, what: "the lost replies"},
 		{lever: topology.StoreLatency, target: topology.Target{Host: gwA, Peer: topology.HostValkey,
-			Latency: p.StoreTimeout * leavingLatency / 100}, what: "clients leaving mid-reserve", name: leavingPhase, leave: true, decides: true},
+			Latency: p.StoreTimeout * leavingLatency / 100}, what: "clients leaving mid-reserve", name: leavingPhase, leave: true},
 	}
 }
 
