@@ -354,7 +354,10 @@ func describeLink(t topology.Target) string {
 		s += fmt.Sprintf(" %d %% loss both ways", t.Percent)
 	}
 	if t.Latency != 0 {
-		s += fmt.Sprintf(" replies +%s ±%s", t.Latency, t.Jitter)
+		s += fmt.Sprintf(" replies +%s", t.Latency)
+	}
+	if t.Jitter != 0 {
+		s += fmt.Sprintf(" ±%s", t.Jitter)
 	}
 	return s
 }
