@@ -15,8 +15,9 @@ import (
 
 // TestLossyStoreLinkFailsOnItsDefects proves lossy-store-link on the netns engine (the one
 // with the loss lever) against the defects it guards, and that our gateway passes it with
-// inspection and from outside (the scenario reads no gateway counter: both views decide alike,
-// so the mutants run from outside only):
+// inspection and from outside (the scenario's other checks read no gateway counter, so both
+// views decide them alike and the mutants run from outside only; the clients-leave phase's
+// store-error counter, white-box, is proven in TestGatewayCountersFailOnBlindDefects):
 //   - a store error answered as a quota denial (429): subjects within their budget are denied,
 //     and no store-failure answer is seen;
 //   - a store error admitted (fails open): requests admitted without a hold are never charged,

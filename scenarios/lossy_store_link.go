@@ -31,15 +31,21 @@ func (l lossyStoreLinkRun) scenario() Scenario {
 			"%d %% packet loss, replies delayed near the store timeout (%d ± %d %% of it), and every reply lost while every write is applied "+
 			"(store calls past the timeout, reserves and settlements that ran with their answer lost): "+
 			"over-admission 0, no 5xx but the store-failure 503 within the store timeout plus a margin, each subject's "+
-			"settled usage within what its admitted requests used and what its ambiguous reserves may hold, recovery after each heal", lossyPercent, lossyLatency, lossyJitter),
+			"settled usage within what its admitted requests used and what its ambiguous reserves may hold, recovery after each heal; "+
+			"then clients that leave while their reserve crosses a link delayed %d %% of the timeout: the subject that left charged only what "+
+			"reached a provider, and the gateway's store-error counter (where declared) moved only by the store-failure answers clients got",
+			lossyPercent, lossyLatency, lossyJitter, leavingLatency),
 		Invariant: "fail closed in bounded time on an unreliable store link; an ambiguous reserve is released or charged at most its " +
-			"estimate, a retried settlement charges once, and the hard gate holds",
-		Exclusive: "makes gateway-a's store link drop packets, delay replies and lose them",
+			"estimate, a retried settlement charges once, and the hard gate holds; a client that leaves is no store failure and " +
+			"costs nothing that reached no provider",
+		Exclusive: "makes gateway-a's store link drop packets, delay replies and lose them, and reads gateway-wide counters",
 		Needs:     []Need{NeedSharedStore, NeedLeases},
 		BlackBox: "sees every answer and its time, the providers' calls, each subject's admitted usage per window from the history, " +
 			"and the settled usage of each subject kept within its budget through one probe's remaining header after the heal; " +
-			"reads no gateway counter, so it sees the same with inspection and without; cannot tell which store calls were " +
-			"ambiguous, so the settled usage is judged against the bound the contract allows, not one exact value",
+			"needs no inspection, so it sees the same with it and without; cannot tell which store calls were " +
+			"ambiguous, so the settled usage is judged against the bound the contract allows, not one exact value; reads the " +
+			"gateway's store-error counter only where its profile declares it (capabilities.metrics: its own view of itself), " +
+			"so a store error counted for a client that left is not seen from outside",
 		Run: l.run,
 	}
 }
@@ -74,6 +80,12 @@ type lossyPhase struct {
 	lever  topology.Lever
 	target topology.Target
 	what   string // the fault, as the checks name it
+	// name prefixes the phase's checks and facts, and names it to lossyStoreLinkRun.only; ""
+	// is the lever's name.
+	name string
+	// leave: the phase is runLeavingPhase's (clients that leave mid-reserve), with
+	// leavingSubjects subjects, not the load of lossyPerPhase.
+	leave bool
 	// decides: gateway-a still decides through the fault, so the burst waits for its first
 	// decision (pulling a link lever resets its live store connection once, and its store
 	// client reconnects through the proxy after a backoff — the burst is to meet the slow
@@ -96,7 +108,25 @@ func lossyPhases(p deployment.Profile) []lossyPhase {
 		{lever: topology.StoreLatency, target: topology.Target{Host: gwA, Peer: topology.HostValkey,
 			Latency: p.StoreTimeout * lossyLatency / 100, Jitter: p.StoreTimeout * lossyJitter / 100}, what: "the latency", decides: true},
 		{lever: topology.StoreLostReplies, target: topology.Target{Host: gwA, Peer: topology.HostValkey}, what: "the lost replies"},
+		{lever: topology.StoreLatency, target: topology.Target{Host: gwA, Peer: topology.HostValkey,
+			Latency: p.StoreTimeout * leavingLatency / 100}, what: "clients leaving mid-reserve", name: leavingPhase, leave: true},
 	}
+}
+
+// phaseName is what prefixes ph's checks and names it to lossyStoreLinkRun.only.
+func (ph lossyPhase) phaseName() string {
+	if ph.name != "" {
+		return ph.name
+	}
+	return ph.lever.Name()
+}
+
+// subjects is how many of the scenario's subjects ph sends as.
+func (ph lossyPhase) subjects() int {
+	if ph.leave {
+		return leavingSubjects
+	}
+	return lossyPerPhase
 }
 
 // The latency phase's delay and jitter, in percent of the store timeout (400 ± 100 ms of the
@@ -113,7 +143,11 @@ func (l lossyStoreLinkRun) run(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("%s: %w", why, topology.ErrUnsupported))
 	}
 	phases := lossyPhases(p)
-	if n := len(phases) * lossyPerPhase; n > deployment.LossyStoreLinkSubjects {
+	n := 0
+	for _, ph := range phases {
+		n += ph.subjects()
+	}
+	if n > deployment.LossyStoreLinkSubjects {
 		return r.Error(fmt.Errorf("lossy-store-link sends as %d subjects, the deployment has credentials for %d (deployment.LossyStoreLinkSubjects)", n, deployment.LossyStoreLinkSubjects))
 	}
 	if (lossyCoolRequests+1)*p.Estimate > p.Capacity || lossyHotRequests/2*p.Estimate <= p.Capacity {
@@ -121,8 +155,11 @@ func (l lossyStoreLinkRun) run(ctx context.Context, env *Env) *Result {
 			p.Name, lossyCoolRequests, lossyHotRequests/2, p.Capacity, p.Estimate))
 	}
 	var keys []string
+	first := 0
 	for i, ph := range phases {
-		if l.only != nil && !slices.Contains(l.only, ph.lever.Name()) {
+		from := first
+		first += ph.subjects()
+		if l.only != nil && !slices.Contains(l.only, ph.phaseName()) {
 			continue
 		}
 		if ok, why := ph.lever.Available(env.Topo); !ok {
@@ -130,9 +167,13 @@ func (l lossyStoreLinkRun) run(ctx context.Context, env *Env) *Result {
 			continue
 		}
 		a, f := len(r.assertions), len(r.facts)
-		key, ok := runLossyPhase(ctx, env, r, ph, i*lossyPerPhase)
+		run := runLossyPhase
+		if ph.leave {
+			run = runLeavingPhase
+		}
+		key, ok := run(ctx, env, r, ph, from)
 		if i > 0 {
-			r.prefixSince(a, f, ph.lever.Name()+": ")
+			r.prefixSince(a, f, ph.phaseName()+": ")
 		}
 		keys = append(keys, key)
 		if !ok {
@@ -313,7 +354,10 @@ func describeLink(t topology.Target) string {
 		s += fmt.Sprintf(" %d %% loss both ways", t.Percent)
 	}
 	if t.Latency != 0 {
-		s += fmt.Sprintf(" replies +%s ±%s", t.Latency, t.Jitter)
+		s += fmt.Sprintf(" replies +%s", t.Latency)
+	}
+	if t.Jitter != 0 {
+		s += fmt.Sprintf(" ±%s", t.Jitter)
 	}
 	return s
 }

@@ -22,14 +22,16 @@ func providerUsage() Scenario {
 			"after generating, its error reporting the usage (a 400 content filter, a 429, a 500, a stream refused with a 400)",
 		Invariant: "meter: each request is charged at least what the provider generated (its call log: what it really generated, " +
 			"whatever it reported), a self-consistent usage (the same chunk twice) exactly once, a provider's non-2xx answer " +
-			"exactly the usage it reported, and the gateway keeps serving: the subject's next request is admitted",
+			"exactly the usage it reported, and the gateway keeps serving: the subject's next request is admitted; where the " +
+			"gateway declares its usage counters (capabilities.metrics), they count every request once, as reported or not as " +
+			"the provider's usage decides",
 		// The charges are read from outside (the remaining header of the next admitted
 		// responses); inspection only adds the ledger's figure.
 		// The run's rule reserves a fixed estimate whatever the bound, in a window with room for
 		// four requests: only the scenario's own rules can show what it checks.
 		Needs:    []Need{NeedScenarioRules},
 		Prefers:  []Need{NeedQuotaInspection},
-		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported (and the status of each error it answered), and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check)",
+		BlackBox: "sees, at the providers, what each request really generated whatever the stub reported (and the status of each error it answered), and each charge through the remaining header of neutral probes sent after it, and whether the next request is admitted; cannot see the ledger's settled figure (with inspection only a cross-check) nor the gateway's usage counters (read only where its profile declares them: its own view of itself)",
 		Rules:    providerUsageRules,
 		Run:      runProviderUsage,
 	}
@@ -70,6 +72,7 @@ func runProviderUsage(ctx context.Context, env *Env) *Result {
 	res.Fact("rule", fmt.Sprintf("%s: strategy max_tokens, fallback %d, capacity %d per %s; every case generates %d tokens, no bound "+
 		"(application-a's JSON bodies, application-b's streams, application-c's provider errors)",
 		providerUsageRule, env.Profile.Estimate, usageAccountingCapacity, usageAccountingWindow, hostileGenerated))
+	counters := env.startUsageCounters(ctx, providerUsageRule)
 	r := &sharedResult{r: res}
 	keys := make([]string, 3)
 	var wg sync.WaitGroup
@@ -81,6 +84,7 @@ func runProviderUsage(ctx context.Context, env *Env) *Result {
 	wg.Add(1)
 	go func() { defer wg.Done(); keys[2] = checkProviderErrorUsage(ctx, env, r) }()
 	wg.Wait()
+	keys = append(keys, counters.check(ctx, res))
 	if !env.inspects() {
 		res.DecidedBy("the providers' call logs", "the remaining-tokens header of admitted responses")
 		res.NotMade("the ledger's settled usage equals the charges read from outside", "no quota inspection")

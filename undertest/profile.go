@@ -235,6 +235,9 @@ type Capabilities struct {
 	// always; api-surface checks each one listed and skips the rest, saying so. Empty: chat
 	// only, as a profile written before the key existed.
 	Endpoints []string `yaml:"endpoints"`
+	// Metrics are the counters the gateway exports that scenarios may hold to what the
+	// clients and the providers observed (metrics.go). Empty: none; those checks are not made.
+	Metrics Metrics `yaml:"metrics"`
 }
 
 // The endpoints a profile may declare (capabilities.endpoints).
@@ -434,6 +437,7 @@ func (p *Profile) validate() strictyaml.Errors {
 	}
 	p.validateRules(bad)
 	p.validateServices(bad)
+	p.validateMetrics(bad)
 	return errs
 }
 

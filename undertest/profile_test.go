@@ -108,6 +108,10 @@ func TestParseNamesEveryProblemByPath(t *testing.T) {
 		{"unknown endpoint", "quota_inspection: none", "quota_inspection: none\n  endpoints: [chat, rerank]", "capabilities.endpoints[1]"},
 		{"endpoint twice", "quota_inspection: none", "quota_inspection: none\n  endpoints: [chat, models, models]", "capabilities.endpoints[2]"},
 		{"endpoints without chat", "quota_inspection: none", "quota_inspection: none\n  endpoints: [embeddings]", "capabilities.endpoints"},
+		{"counters without a path", "quota_inspection: none", "quota_inspection: none\n  metrics: {store_errors: errors_total}", "capabilities.metrics.path"},
+		{"a counter that is no selector", "quota_inspection: none", "quota_inspection: none\n  metrics: {path: /metrics, store_errors: 'errors_total{reason=reserve}'}", "capabilities.metrics.store_errors"},
+		{"usage counted across rules", "quota_inspection: none", "quota_inspection: none\n  metrics: {path: /metrics, usage_reported: 'u{r=\"k\"}', usage_unreported: 'u{rule=\"{{.Rule}}\"}'}", "capabilities.metrics.usage_reported"},
+		{"usage reported alone", "quota_inspection: none", "quota_inspection: none\n  metrics: {path: /metrics, usage_reported: 'u{rule=\"{{.Rule}}\"}'}", "capabilities.metrics"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
