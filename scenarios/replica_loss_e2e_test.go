@@ -13,7 +13,7 @@ import (
 // partitions), white-box and black-box:
 //   - 56 (round 3's 61): WAIT's timeout sent in seconds, so 0 — block until the replicas
 //     answer. Every refusal still comes as a 503, but at the store timeout, not after
-//     ack_timeout: the check of each refusal's time fails.
+//     ack_timeout: the check of the refusals' median time fails.
 //   - 29: WAIT sent on its own connection, which confirms its empty history at once, and 30:
 //     an unacknowledged reserve admitted. Either admits with no replica there: the
 //     store-failure check fails, and the admissions reach a provider.
@@ -28,7 +28,7 @@ func TestReplicaLossFailsOnBlindDefects(t *testing.T) {
 	}
 	checkBlindCasesOn(t, topology.EngineNetns, []blindCase{
 		{"56-wait-timeout-in-seconds.patch", "replica-loss",
-			[]string{"with the replicas cut off decided within ack_timeout + slack"}, nil},
+			[]string{"the refusals' median within ack_timeout + slack"}, nil},
 		{"29-wait-sent-on-own-connection.patch", "replica-loss",
 			[]string{"with the replicas cut off → 503", "no provider contacted while the replicas were cut off"}, nil},
 		{"30-unacked-reserve-admitted.patch", "replica-loss",
