@@ -363,6 +363,7 @@ func (r *run) runScenarios(ctx context.Context) []evidence.ScenarioResult {
 		Deployment: r.deployment,
 		Profile:    r.params,
 		Gateway:    r.gateway,
+		WorkDir:    r.workDir.Path,
 		Record:     r.writer.Request,
 		Progress:   func(s string) { r.rep.Note("%s", s) },
 		Finished: func(res evidence.ScenarioResult) {

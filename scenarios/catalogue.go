@@ -35,6 +35,8 @@ import (
 //	          early as before them);
 //	2050      replica-loss (the replicated store group's replicas gone, its primary up: before
 //	          valkey-failover, which leaves the group with another primary);
+//	2070      subject-privacy (the last that pulls no lever: no raw username in the gateways'
+//	          logs, metrics or store keys; short, so it ends inside the shared block);
 //	2100      valkey-failover (a split brain of the replicated store group);
 //	2200      rolling-upgrade (a policy change while both gateways serve);
 //	2300      sustained-load (many subjects at a fixed rate; in the reference profile's default run).

@@ -172,7 +172,7 @@ func topologyRunBin(t *testing.T, engine, bin string, tweak func(*deployment.Dep
 	})
 	var recs []evidence.RequestRecord
 	var recsMu sync.Mutex // scenarios side by side record at once
-	env := &Env{Topo: topo, Deployment: d, Profile: p, Gateway: spec.Gateway,
+	env := &Env{Topo: topo, Deployment: d, Profile: p, Gateway: spec.Gateway, WorkDir: work,
 		Record:   func(r evidence.RequestRecord) { recsMu.Lock(); recs = append(recs, r); recsMu.Unlock() },
 		Progress: func(s string) { t.Log(s) },
 	}

@@ -42,6 +42,10 @@ type Env struct {
 	// Finished, when set, receives each scenario's result as soon as it is decided (one call
 	// at a time; scenarios finish in any order).
 	Finished func(evidence.ScenarioResult)
+	// WorkDir is the run's own directory (memory-backed on netns; docs/secrets.md), where a
+	// scenario may copy files that could hold a secret (the components' logs); empty: the
+	// system's temporary directory.
+	WorkDir string
 
 	scenario string  // set by Run for the scenario being run
 	current  *Result // the scenario's result, so a panic keeps its partial facts
