@@ -285,7 +285,15 @@ var envoyCheckThenCharge = map[string]verdict{
 	"usage-accounting": {evidence.Failed, "was not charged them", true, ""},
 	"rolling-upgrade":  {evidence.Skipped, "needs a restart on another budget", false, ""},
 	"sustained-load":   {evidence.Failed, "", false, ""},
+	// envoy ratelimit writes the descriptor's value, the raw username, into its Redis key
+	// ("…_rule-0-match-0_application-a@subject-privacy_<epoch>"); its info log and the shim's
+	// name no subject; no metrics declared (measured on both, 2026-12-07: 3 of 3 keys raw).
+	"subject-privacy": {evidence.Failed, rawStoreKeys, true, ""},
 }
+
+// rawStoreKeys is subject-privacy's failing check on a peer that keys its counters in the
+// run's store by the raw username.
+const rawStoreKeys = "no raw subject in the store's keys"
 
 // TestEnvoyAIGatewayVerdicts pins profile envoy-ai-gateway (failure_mode_deny false).
 func TestEnvoyAIGatewayVerdicts(t *testing.T) {
@@ -361,6 +369,9 @@ func TestKuadrantVerdicts(t *testing.T) {
 		"rolling-upgrade":       {evidence.Skipped, "needs a restart on another budget", false, ""},
 		// 10-token requests on 60: count + 1 refuses at exactly 60, so none crosses it.
 		"sustained-load": {evidence.Passed, "", false, ""},
+		// Limitador's descriptor value, the raw username, is in envoy ratelimit's Redis key
+		// ("…_limit.per_user_application-a@subject-privacy_<epoch>"; measured 2026-12-07).
+		"subject-privacy": {evidence.Failed, rawStoreKeys, true, ""},
 	}))
 }
 
@@ -397,6 +408,8 @@ func TestGubernatorGlobalVerdicts(t *testing.T) {
 		"quota-bypass":     {evidence.Passed, "", true, globalSync},
 		"rolling-upgrade":  {evidence.Failed, "", true, ""},
 		"sustained-load":   {evidence.Passed, "", false, globalSync},
+		// As gubernator's below.
+		"subject-privacy": {evidence.Passed, "", true, ""},
 	}))
 }
 
@@ -428,5 +441,9 @@ func TestGubernatorVerdicts(t *testing.T) {
 		// could not be made as written. Logged, not failed, until the drain's precondition
 		// stops deciding the verdict under load.
 		"gateway-restart": {evidence.Passed, "", true, "the drain needs its 4 streams at the providers before the stop, which load can delay"},
+		// Its counters live in the nodes' memory (the store check not made) and no metrics are
+		// declared: decided by the logs, the gateways' and the nodes' (measured 2026-12-07: no
+		// username in 5 logs, 27 lines).
+		"subject-privacy": {evidence.Passed, "", true, ""},
 	}))
 }
