@@ -313,7 +313,8 @@ var blackBoxProfile = filepath.Join("..", "..", "undertest", "testdata", "quotaq
 // through the black-box profile (no quota inspection; the scenarios' own rules rendered, as the
 // gateway can express them): every scenario runs its black-box path and passes, but
 // valkey-failover, which needs inspection and says so. The scenarios that read no ledger at
-// all (valid-auth with its attribution header, window-expiry, network-policy) keep the full
+// all (valid-auth with its attribution header, window-expiry, network-policy, and
+// subject-privacy, whose logs, metrics and store keys the profile still offers) keep the full
 // evidence level. No result reports a ledger figure it cannot know.
 func TestBlackBoxProfileVerdicts(t *testing.T) {
 	t.Parallel() // a whole run: side by side (docker_runs_test.go)
@@ -329,7 +330,7 @@ func TestBlackBoxProfileVerdicts(t *testing.T) {
 	if len(out.Results) != len(list) {
 		t.Fatalf("%d results, want the quick run's %d", len(out.Results), len(list))
 	}
-	fullEvidence := map[string]bool{"valid-auth": true, "window-expiry": true, "network-policy": true}
+	fullEvidence := map[string]bool{"valid-auth": true, "window-expiry": true, "network-policy": true, "subject-privacy": true}
 	for _, r := range out.Results {
 		switch {
 		case r.Name == "valkey-failover":
