@@ -21,16 +21,11 @@ type decisions struct {
 // store-failure answer (quotaqual's: a 503 of the store's error type), decided within slo
 // (the store timeout plus a margin).
 func (d *decisions) checkFailClosed(env *Env, r *Result, what string, o Outcome, slo time.Duration) {
-	d.checkFailClosedWithin(env, r, what, o, "store timeout + margin", slo)
-}
-
-// checkFailClosedWithin is checkFailClosed against another bound, named in the check.
-func (d *decisions) checkFailClosedWithin(env *Env, r *Result, what string, o Outcome, bound string, limit time.Duration) {
 	d.ms = append(d.ms, ms(o.Latency))
 	d.worst = max(d.worst, o.Latency)
 	d.statuses = append(d.statuses, o.Status)
 	env.checkStoreFailure(r, what, o)
-	r.Check(what+" decided within "+bound, "≤ "+limit.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= limit)
+	r.Check(what+" decided within store timeout + margin", "≤ "+slo.String(), o.Latency.Round(time.Millisecond).String(), o.Status != 0 && o.Latency <= slo)
 }
 
 // checkStoreFailure checks o is the gateway's store-failure answer: its status (503 for
