@@ -19,12 +19,14 @@ func longGeneration() Scenario {
 		Summary: "one streamed generation lasts longer than its reservation's lease (a rule with the profile's short lease and " +
 			"room for one request) while the same subject keeps asking on both gateways",
 		Invariant: "hard gate: the renewed lease keeps the hold for the whole generation — every concurrent request is denied, " +
-			"also after the lease would have run out — and the generation settles at the usage the provider counted",
+			"also after the lease would have run out — and the generation settles at the usage the provider counted; each of those " +
+			"429s says Retry-After no earlier than the hold can end (contract §4)",
 		// Without any of them, the concurrent denials alone decide (long_generation_blackbox.go).
 		Prefers: []Need{NeedScenarioRules, NeedLeases, NeedQuotaInspection},
 		BlackBox: "sees every request the same subject sends while the generation runs denied, also after its lease, and the " +
-			"generation at the provider; cannot see whether the hold was renewed or expired and was charged its estimate (both deny alike), " +
-			"nor the generation's settled charge",
+			"generation at the provider; each 429's Retry-After against the earliest the hold can end, from the generation's send and " +
+			"the lease and renewal schedule the profile states, and against the first admission once the generation ended; cannot see " +
+			"whether the hold was renewed or expired and was charged its estimate (both deny alike), nor the generation's settled charge",
 		Rules: longGenerationRules,
 		Run:   runLongGeneration,
 	}
@@ -87,7 +89,8 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	var probes []concurrentProbe
 	long, err := probeUntil(ctx, done, func(i int) {
 		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
-		pb := concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > lease+p.StoreTimeout}
+		pb := concurrentProbe{sent: o.Start, end: o.End, status: o.Status, retryAfter: env.retryAfterOf(o),
+			pastLease: time.Since(started) > lease+p.StoreTimeout}
 		// The hold itself, read from the ledger: one live reservation until the end.
 		pb.sampled = time.Now()
 		if hq, err := env.Quotas().Read(ctx, env.alternate(i), Key{Rule: rule, Subject: appA}); err != nil {
@@ -168,8 +171,10 @@ func runLongGeneration(ctx context.Context, env *Env) *Result {
 	if r.Check("the provider logged the long generation", "found", found, found) && idleErr == nil {
 		r.Check("settled at the usage the provider counted", pr.Consumed(), q.Settled(), q.Settled() == pr.Consumed())
 	}
-	r.Key("%s generation, lease %s: %d/%d concurrent requests denied (%d after the lease), settled %d", long.Latency.Round(100*time.Millisecond),
-		lease, deniedProbes, len(probeStatuses), afterLease, q.Settled())
+	// Last: it asks the subject again once the generation ended, after every ledger read above.
+	seen := env.checkRetryAfterWhileHeld(ctx, r, probes, started, generating, lease, true)
+	r.Key("%s generation, lease %s: %d/%d concurrent requests denied (%d after the lease), settled %d; %s", long.Latency.Round(100*time.Millisecond),
+		lease, deniedProbes, len(probeStatuses), afterLease, q.Settled(), seen)
 	return r
 }
 
@@ -194,10 +199,19 @@ func probeUntil(ctx context.Context, done <-chan Outcome, probe func(i int)) (Ou
 // concurrentProbe is one request sent while the long generation ran, and the ledger sample
 // read right after it.
 type concurrentProbe struct {
-	sent, sampled   time.Time
-	status          int
-	pastLease       bool
-	held, sampleErr bool
+	sent, end, sampled time.Time
+	status             int
+	retryAfter         string // the profile's Retry-After header as answered
+	pastLease          bool
+	held, sampleErr    bool
+}
+
+// retryAfterOf is o's Retry-After, under the name the gateway's profile gives it.
+func (env *Env) retryAfterOf(o Outcome) string {
+	if h := env.gateway().Expect.QuotaHeaders.RetryAfter; h != "" {
+		return o.Headers.Get(h)
+	}
+	return ""
 }
 
 // probeTally is what the probes sent before a moment show: the generation still held its

@@ -98,7 +98,8 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 	var probes []concurrentProbe
 	long, err := probeUntil(ctx, done, func(i int) {
 		o := env.Chat(ctx, ChatCall{Gateway: env.alternate(i + 1), Label: fmt.Sprintf("concurrent-%d", i+1), Subject: appA})
-		probes = append(probes, concurrentProbe{sent: o.Start, status: o.Status, pastLease: time.Since(started) > lease+p.StoreTimeout})
+		probes = append(probes, concurrentProbe{sent: o.Start, end: o.End, status: o.Status, retryAfter: env.retryAfterOf(o),
+			pastLease: time.Since(started) > lease+p.StoreTimeout})
 	})
 	wg.Wait()
 	if err != nil {
@@ -140,6 +141,7 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 	r.Check("concurrent requests were made after the lease would have run out", "≥ 1", afterLease, afterLease >= 1)
 	r.Check("every concurrent request was denied with 429: the generation stays counted", len(probeStatuses), denied, denied == len(probeStatuses))
 	r.Check("only the long generation and the fill requests reached a provider", 1+filled, TotalDelta(before, after), TotalDelta(before, after) == int64(1+filled))
+	seen := env.checkRetryAfterWhileHeld(ctx, r, probes, started, heldUntil, lease, rule == longGenerationRuleName)
 	if admitted := len(probeStatuses) - denied; admitted > 0 {
 		why := "the window forgot it while it ran"
 		if env.checksThenCharges() {
@@ -149,7 +151,7 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 			admitted, len(probeStatuses), long.Latency.Round(100*time.Millisecond), filled, why)
 		return r
 	}
-	r.Key("%s generation, lease %s, %d fill requests: %d/%d concurrent requests denied (%d after the lease)", long.Latency.Round(100*time.Millisecond),
-		lease, filled, denied, len(probeStatuses), afterLease)
+	r.Key("%s generation, lease %s, %d fill requests: %d/%d concurrent requests denied (%d after the lease); %s", long.Latency.Round(100*time.Millisecond),
+		lease, filled, denied, len(probeStatuses), afterLease, seen)
 	return r
 }

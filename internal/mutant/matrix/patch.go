@@ -39,6 +39,9 @@ type BlindMutant struct {
 	Clause string `yaml:"clause"`
 	// Realistic is the writer's reason an engineer would plausibly write it.
 	Realistic string `yaml:"realistic"`
+	// Measured, when set, is what a measurement of the patch found, in each view: the date,
+	// the run, and which scenario's check failed (or that it escaped) white-box and black-box.
+	Measured string `yaml:"measured,omitempty"`
 }
 
 var (
