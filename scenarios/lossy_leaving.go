@@ -25,10 +25,11 @@ const (
 	leavingPhase = "clients-leave"
 	// leavingLatency is the delay of every store reply, in percent of the store timeout (150 ms
 	// of the quick profile's 500 ms): a call on a fresh connection — its handshake's round trip
-	// and its own — stays well within the timeout. (At half the timeout a store client that
-	// lost its connection reconnects into a handshake and a call that together reach the
-	// timeout, fails, reconnects again, and gateway-a decided nothing for 20 s; and a reserve
-	// of a client that left could time out for real, unseen.)
+	// and its own — stays well within the timeout. (At half the timeout a reserve of a client
+	// that left could time out for real, unseen; and a store client that closes its connection
+	// when a lone call times out — as our ledger's valkey-go client did until it pipelined every
+	// call, TestReconnectThroughSlowRepliesDecidesAgain — reconnects into a handshake and a call
+	// that together reach the timeout, again and again: gateway-a decided nothing for 20 s.)
 	leavingLatency = 30
 	// leavingClients leave; as many as lossyCoolRequests, so that should each reach a provider
 	// and be charged, the probe after them still fits the capacity.
