@@ -78,11 +78,14 @@ func Route(ctx context.Context, name string, ns Namespace, peerAddr string, port
 // nat chain stays registered meanwhile, and with it the kernel's NAT of the connections the
 // redirect already translated: closing the proxy then sends its FIN on each of them back to the
 // client as coming from the peer, and the client's connection ends. del deletes the table.
-// Deleted first, the table took that NAT with it (the kernel's NAT hooks go with a namespace's
-// last nat chain): the proxy's FIN, untranslated, reached no socket of the client, whose
-// connection stayed ESTABLISHED and unanswered — half-open — until its own liveness probe gave
-// up (valkey-go: a PING unanswered within ConnWriteTimeout), and gateway-a's store calls on it
-// failed for 2-3 s after the heal (enginetest.checkEnded guards this).
+// Deleted first, the table took that NAT with it where it was the namespace's last nat chain
+// (the kernel's NAT hooks go with that), as on netns: the proxy's FIN, untranslated, reached
+// no socket of the client, whose connection stayed ESTABLISHED and unanswered — half-open —
+// until its own liveness probe gave up (valkey-go: a PING unanswered within ConnWriteTimeout),
+// and gateway-a's store calls on it failed for 2-3 s after the heal (enginetest.checkEnded
+// guards this). On docker the old order did end the connections (TestDockerStoreLinkLevers
+// passed on it), most likely because Docker's embedded-DNS nat rules in the container keep
+// the hooks; the order here does not depend on that.
 func unrouteNFT(table string) (flush, del string) {
 	return fmt.Sprintf("table ip %s {}\nflush table ip %s\n", table, table),
 		fmt.Sprintf("table ip %s {}\ndelete table ip %s\n", table, table)
