@@ -221,8 +221,19 @@ func newValkey(opts ValkeyOptions, copt valkey.ClientOption, rawURL string, user
 	copt.DisableCache = true
 	// Under concurrency valkey-go pipelines calls; waiting up to 20µs after each flush lets more
 	// calls share one write (fewer system calls on both sides: +10-15% reserve+settle pairs/s at
-	// 64 goroutines on 2 cores). A lone call is sent at once (valkey-go's synchronous path).
+	// 64 goroutines on 2 cores). A lone call is still written at once: the delay follows a flush.
 	copt.MaxFlushDelay = 20 * time.Microsecond
+	// Every call goes through valkey-go's pipeline, even a lone one. Its synchronous path (a
+	// lone call on an idle connection) closes the connection when the call's deadline passes,
+	// so on a link whose replies come late but within the timeout, a fresh connection — a
+	// handshake round trip, then the call's own — times out, is closed, and the next call pays
+	// the handshake again: a store link slowed to 60 % of the timeout then failed every lone
+	// call after a reconnect (TestReconnectThroughSlowRepliesDecidesAgain; lossy-store-link's
+	// store-latency phase decided nothing for 4-6 s). Pipelined, a call that times out leaves
+	// its connection up (its late reply is discarded) and the next call is answered in time.
+	// A connection that stops answering altogether is still ended by valkey-go's PING after
+	// Dialer.KeepAlive idle, unanswered within ConnWriteTimeout.
+	copt.AlwaysPipelining = true
 	v := &Valkey{
 		ns:      opts.Namespace,
 		timeout: opts.Timeout,

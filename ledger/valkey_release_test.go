@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,20 @@ type slowReplies struct {
 	ln    net.Listener
 	to    string
 	delay atomic.Int64 // nanoseconds
+
+	mu    sync.Mutex
+	conns []net.Conn // the clients' connections, for reset
+}
+
+// reset closes every client connection the relay carries, as a link that resets them does:
+// the client must connect again, through the relay (and its delay).
+func (p *slowReplies) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
 }
 
 func newSlowReplies(t *testing.T, to string) *slowReplies {
@@ -37,6 +52,9 @@ func newSlowReplies(t *testing.T, to string) *slowReplies {
 			if err != nil {
 				return
 			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.mu.Unlock()
 			go p.relay(c)
 		}
 	}()

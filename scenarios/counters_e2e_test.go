@@ -68,9 +68,11 @@ func TestGatewayCountersFailOnBlindDefects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each scenario on a topology of its own: a store link just healed can leave gateway-a a
-	// connection that still times out, which a scenario run after it on the same topology
-	// would meet. provider-usage pulls no lever, so the process engine does for it.
+	// Each scenario on a topology of its own, so that none starts where another's lever left
+	// the gateways (a store link healed while its redirect's NAT went first once left
+	// gateway-a a half-open store connection for seconds; the heal now ends those
+	// connections, enginetest.checkEnded). provider-usage pulls no lever, so the process
+	// engine does for it.
 	run := func(t *testing.T, bin string, gw *undertest.Profile, store bool) evidence.ScenarioResult {
 		t.Helper()
 		engine, list := topology.EngineProcess, []Scenario(nil)

@@ -94,8 +94,9 @@ func TestLossyStoreLinkProxyPhasesFailOnDefects(t *testing.T) {
 		failsOn []string
 	}{
 		// Whichever phase met a store failure shows the 429: the latency phase's +300 ms ±100 ms
-		// times a call out only now and then (a reconnect's handshake on top), the lost
-		// replies' phase always (our gateway passes only with at least one store failure there).
+		// times a call out only now and then (a reconnect's handshake on top; rarely since the
+		// ledger pipelines every call), the lost replies' phase always (our gateway passes only
+		// with at least one store failure there).
 		{"store timeout answered 429", mutant.StoreErrorAs429, []string{"no subject within its budget was denied"}},
 		{"store timeout admitted", mutant.FailOpen, []string{lost + "the lost replies failed some", lost + "no subject over-admitted"}},
 		{"a repeated settlement charges again", mutant.SettleDoubleCharge, []string{latency + "each subject within its budget charged what it generated"}},

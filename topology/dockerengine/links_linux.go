@@ -247,9 +247,9 @@ func (t *dockerTopo) SetLoss(ctx context.Context, host, peer string, percent int
 	return nil
 }
 
-// ProxyLink implements topology.LinkProxier (see the top of this file). Undo deletes the
-// redirect table and closes the proxy: the gateway's proxied connections end and it reconnects
-// directly.
+// ProxyLink implements topology.LinkProxier (see the top of this file). Undo removes the
+// redirect and closes the proxy (linkproxy.Route: in an order that ends the gateway's proxied
+// connections for the gateway too) and it reconnects directly.
 func (t *dockerTopo) ProxyLink(ctx context.Context, host, peer string, toxics []topology.LinkToxic) (topology.Undo, error) {
 	if err := topology.CheckPair(host, peer, topology.ComponentHosts(t.Gateways())); err != nil {
 		return nil, err

@@ -31,8 +31,9 @@ type Namespace struct {
 // (marked, so its own connection passes). An nftables table of its own in the namespace
 // redirects the host's new connections to the peer's port to the proxy (nat output) and
 // resets its live direct ones (filter output), so the host's client reconnects through the
-// proxy without a restart. unroute deletes the table (the proxy stays up until Close: close
-// it after, and the client's proxied connections end and it reconnects directly).
+// proxy without a restart. unroute undoes it all, in an order that ends the client's proxied
+// connections for the client too (see unrouteNFT): the redirect's rules flushed, the proxy
+// closed, the table deleted; the client reconnects directly.
 func Route(ctx context.Context, name string, ns Namespace, peerAddr string, port int, toxics []topology.LinkToxic) (p *Proxy, unroute func(context.Context) error, err error) {
 	var ln net.Listener
 	if err := ns.In(func() error {
@@ -60,13 +61,34 @@ func Route(ctx context.Context, name string, ns Namespace, peerAddr string, port
 	}
 	table := Table(peerAddr)
 	unroute = func(ctx context.Context) error {
-		return ns.NFT(ctx, fmt.Sprintf("table ip %s {}\ndelete table ip %s\n", table, table))
+		flush, del := unrouteNFT(table)
+		ferr := ns.NFT(ctx, flush)
+		cerr := p.Close()
+		return errors.Join(ferr, cerr, ns.NFT(ctx, del))
 	}
 	if err := ns.NFT(ctx, RedirectNFT(table, peerAddr, port, p.Addr().(*net.TCPAddr).Port)); err != nil {
 		ctx := context.WithoutCancel(ctx)
-		return nil, nil, fmt.Errorf("routing through it: %w", errors.Join(err, unroute(ctx), p.Close()))
+		return nil, nil, fmt.Errorf("routing through it: %w", errors.Join(err, unroute(ctx)))
 	}
 	return p, unroute, nil
+}
+
+// unrouteNFT is the redirect's removal in two nft scripts, with the proxy closed between them.
+// flush empties the table's chains: new connections go directly to the peer again. The table's
+// nat chain stays registered meanwhile, and with it the kernel's NAT of the connections the
+// redirect already translated: closing the proxy then sends its FIN on each of them back to the
+// client as coming from the peer, and the client's connection ends. del deletes the table.
+// Deleted first, the table took that NAT with it where it was the namespace's last nat chain
+// (the kernel's NAT hooks go with that), as on netns: the proxy's FIN, untranslated, reached
+// no socket of the client, whose connection stayed ESTABLISHED and unanswered — half-open —
+// until its own liveness probe gave up (valkey-go: a PING unanswered within ConnWriteTimeout),
+// and gateway-a's store calls on it failed for 2-3 s after the heal (enginetest.checkEnded
+// guards this). On docker the old order did end the connections (TestDockerStoreLinkLevers
+// passed on it), most likely because Docker's embedded-DNS nat rules in the container keep
+// the hooks; the order here does not depend on that.
+func unrouteNFT(table string) (flush, del string) {
+	return fmt.Sprintf("table ip %s {}\nflush table ip %s\n", table, table),
+		fmt.Sprintf("table ip %s {}\ndelete table ip %s\n", table, table)
 }
 
 // markSocket sets SO_MARK on the proxy's upstream socket before it connects.
@@ -113,8 +135,7 @@ func (l *Links) Route(ctx context.Context, host, peer string, ns Namespace, peer
 		if err := unroute(ctx); err != nil {
 			return fmt.Errorf("removing the route through the proxy on %s→%s: %w", host, peer, err)
 		}
-		err := p.Close()
 		l.Release(host, peer)
-		return err
+		return nil
 	}, nil
 }

@@ -23,8 +23,9 @@ func (t *netnsTopo) LinkProxyReason() string {
 // ends in host's namespace (linkproxy.Route: a listener on 127.0.0.1 there, a marked dial of
 // peer from there, an nftables redirect of host's new connections to peer's store port and a
 // reset of its live direct ones), so the gateway's store client reconnects through the proxy
-// without a restart. Undo deletes the table and closes the proxy: the client's proxied
-// connections end and it reconnects directly.
+// without a restart. Undo removes the redirect and closes the proxy (linkproxy.Route: in an
+// order that ends the client's proxied connections for the client too) and it reconnects
+// directly.
 func (t *netnsTopo) ProxyLink(ctx context.Context, host, peer string, toxics []topology.LinkToxic) (topology.Undo, error) {
 	if err := topology.CheckPair(host, peer, t.hosts()); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package enginetest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -69,9 +70,11 @@ func CheckStoreLinkLevers(t *testing.T, topo topology.Topology, d *deployment.De
 	if chatA[0] < added {
 		t.Errorf("chat via %s took %s with +%s on every store reply: the reservation did not go through the proxy", gwA, chatA[0], added)
 	}
+	through := dialThrough(t, dial, gwA)
 	if err := undo(ctx); err != nil {
 		t.Fatal(err)
 	}
+	checkEnded(t, through, "store-latency")
 	if err := undo(ctx); err != nil {
 		t.Errorf("a second undo: %v", err)
 	}
@@ -109,13 +112,52 @@ func CheckStoreLinkLevers(t *testing.T, topo topology.Topology, d *deployment.De
 	if code, _ := Chat(t, topo, gwB, d); code != http.StatusOK && code != http.StatusTooManyRequests {
 		t.Errorf("chat via %s meanwhile: %d, want a decision", gwB, code)
 	}
+	through = dialThrough(t, dial, gwA)
 	if err := undo(ctx); err != nil {
 		t.Fatal(err)
 	}
+	checkEnded(t, through, "store-lost-replies")
 	WaitStoreBack(t, topo, gwA, d, 10*time.Second)
 	if _, err := pipelined(dial, gwA, time.Second, "AUTH", d.ValkeyPassword, "GET", key); err != nil {
 		t.Errorf("after undo a GET from %s: %v", gwA, err)
 	}
+}
+
+// dialThrough opens a connection from host to the store while a lever's proxy is on its link
+// (so through the proxy), for checkEnded after the lever's Undo.
+func dialThrough(t *testing.T, dial DialStore, host string) net.Conn {
+	t.Helper()
+	conn, err := dial(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// endedWithin bounds how soon after a lever's Undo a connection made through its proxy must
+// end for its client: the proxy closes it at once, so this is only scheduling slack.
+const endedWithin = time.Second
+
+// checkEnded checks that conn, made through a lever's proxy, ended for its client (EOF or a
+// reset) within endedWithin of the Undo: a healed link must not leave the client a half-open
+// connection whose calls go unanswered until its own liveness probe gives up (seen: the
+// redirect's table deleted before the proxy closed took the NAT that carries the proxy's FIN
+// back to the client; gateway-a's store client then failed its calls for 2-3 s after the heal).
+func checkEnded(t *testing.T, conn net.Conn, lever string) {
+	t.Helper()
+	start := time.Now()
+	_ = conn.SetReadDeadline(start.Add(endedWithin))
+	buf := make([]byte, 512)
+	var err error
+	for err == nil {
+		_, err = conn.Read(buf) // a lost reply the proxy held back may still come first
+	}
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		t.Errorf("%s: a connection made through the proxy was still open for its client %s after Undo (half-open: no FIN, no reset)", lever, endedWithin)
+		return
+	}
+	t.Logf("%s: a connection made through the proxy ended for its client %s after Undo (%v)", lever, time.Since(start).Round(time.Millisecond), err)
 }
 
 // pingRTT is the median round trip of n PINGs on one authenticated connection from host's
