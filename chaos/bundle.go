@@ -79,8 +79,11 @@ func (b *bundle) finish(rep Report, runErr error) error {
 	_ = b.w.AddFile("chaos/reproduce.txt", []byte(Reproduce(rep)))
 
 	m := evidence.Manifest{SchemaVersion: wire.BundleSchemaVersion, RunID: b.o.RunID, QuotaqualVersion: version.String(),
-		ValkeyVersion: valkeyproc.Version(""), Topology: b.engine, Profile: Profile().Name, Started: b.started, Ended: time.Now(), Verdicts: map[string]evidence.Status{},
-		TopologyFacts: map[string]any{"seed": rep.Seed, "duration": b.o.Duration.String(), "rate_per_s": b.o.Rate}}
+		ValkeyVersion: valkeyproc.Version(""), Topology: b.engine, Profile: b.o.rule().Name, Started: b.started, Ended: time.Now(), Verdicts: map[string]evidence.Status{},
+		TopologyFacts: map[string]any{"seed": rep.Seed, "duration": b.o.Duration.String(), "rate_per_s": b.o.Rate, "window": b.o.rule().Window.String()}}
+	if gw := b.o.Gateway; gw != nil {
+		m.TopologyFacts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
+	}
 	m.Outcome = "passed"
 	for _, r := range results {
 		m.Verdicts[r.Name] = r.Status
@@ -137,6 +140,9 @@ func (b *bundle) result(name string, a *Attempt, what string) evidence.ScenarioR
 	for _, c := range a.Verdict.Checks {
 		res.Assertions = append(res.Assertions, evidence.Assertion{Name: c.Name, Expected: c.Expected, Observed: c.Observed, OK: c.OK})
 	}
+	if nm := notMadeLine(a.Verdict); nm != "" {
+		res.Evidence = "black-box: decided by the request history and the providers' call logs; not made: " + nm
+	}
 	res.KeyFact = fmt.Sprintf("seed %d, %d faults: %s", a.Schedule.Seed, len(a.Schedule.Faults), verdictLine(a.Verdict))
 	if a.Verdict.Failed {
 		res.Status = evidence.Failed
@@ -158,6 +164,9 @@ func (b *bundle) addJSON(rel string, v any) error {
 func Reproduce(rep Report) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "seed: %d\nreproduce: quotaqual chaos --seed %d --duration %s", rep.Seed, rep.Seed, rep.Schedule.Duration)
+	if rep.Schedule.Gateway != "" {
+		s.WriteString(" --gateway " + rep.Schedule.Gateway)
+	}
 	for _, l := range rep.Schedule.Levers {
 		s.WriteString(" --lever " + l)
 	}
@@ -168,6 +177,9 @@ func Reproduce(rep Report) string {
 	fmt.Fprintf(&s, "schedule: %s\n", rep.Schedule)
 	if rep.First != nil {
 		fmt.Fprintf(&s, "verdict: %s\n", verdictLine(rep.First.Verdict))
+		if nm := notMadeLine(rep.First.Verdict); nm != "" {
+			fmt.Fprintf(&s, "not made: %s\n", nm)
+		}
 	}
 	if rep.Shrunk != nil {
 		fmt.Fprintf(&s, "shrunk in %d runs (budget %d, 1-minimal: %v): %s\n", rep.Shrunk.Runs, rep.Shrunk.Budget, rep.Shrunk.Minimal, rep.Shrunk.Schedule)
@@ -179,4 +191,13 @@ func Reproduce(rep Report) string {
 		}
 	}
 	return s.String()
+}
+
+// notMadeLine lists the checks the checker could not make, each with why ("" when none).
+func notMadeLine(v Verdict) string {
+	var out []string
+	for _, n := range v.NotMade {
+		out = append(out, n.Check+" ("+n.Why+")")
+	}
+	return strings.Join(out, "; ")
 }

@@ -16,12 +16,14 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
 	_ "github.com/quotaqual/quotaqual/topology/netnsengine" // the one engine chaos runs on
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Options are what `quotaqual chaos` takes.
@@ -43,6 +45,13 @@ type Options struct {
 	RunID       string // empty: generated
 	EvidenceDir string // default ./quotaqual-evidence
 	Progress    func(string)
+
+	// Gateway is the gateway under test (--gateway, loaded by qualify.Prepare); nil:
+	// quotaqual's own. Its profile decides which levers the run can pull (Plan.Gateway), the
+	// answers the checker reads as a denial or a store failure, and the request id it echoes.
+	Gateway *undertest.Profile
+	// Rule is the rule the subjects share (RuleFor the gateway); zero: Profile().
+	Rule deployment.Profile
 
 	// GatewayTestEnv is added to the gateways' environment: tests arm a mutant with it (see
 	// internal/mutant). Empty in every real run.
@@ -116,6 +125,36 @@ func Profile() deployment.Profile {
 	return p
 }
 
+// RuleFor is the chaos rule for gateway gw (nil: quotaqual's own): Profile(), its window
+// replaced, when gw's engine cannot express ten minutes, by the shortest window it expresses
+// that is as long (an envoy ratelimit unit: an hour). A gateway that expresses none is refused.
+func RuleFor(gw *undertest.Profile) (deployment.Profile, error) {
+	p := Profile()
+	if gw == nil || gw.ExpressesWindow(p.Window) {
+		return p, nil
+	}
+	var best time.Duration
+	for _, s := range gw.Expect.Admission.Windows {
+		if d, err := time.ParseDuration(s); err == nil && d >= p.Window && (best == 0 || d < best) {
+			best = d
+		}
+	}
+	if best == 0 {
+		return p, fmt.Errorf("chaos needs a window of at least %s (nothing may leave a window while the checker judges it), and the profile's engine expresses only %s",
+			p.Window, strings.Join(gw.Expect.Admission.Windows, ", "))
+	}
+	p.Window = best
+	return p, nil
+}
+
+// rule is the rule the run's subjects share.
+func (o Options) rule() deployment.Profile {
+	if o.Rule.Name == "" {
+		return Profile()
+	}
+	return o.Rule
+}
+
 // Bounds are the checker's bounds for profile p.
 func BoundsOf(p deployment.Profile) Bounds {
 	return Bounds{Capacity: p.Capacity, Estimate: p.Estimate, Window: p.Window, Recovery: recoveryBound,
@@ -170,14 +209,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		gateways = topology.GatewayNames(topology.DefaultGateways)
 	}
 	sched, err := Generate(Plan{Seed: o.Seed, Duration: o.Duration, Gateways: gateways, Levers: o.Levers, StoreGroup: o.storeGroup(),
-		Replication: replicationOf(o)})
+		Replication: replicationOf(o), Gateway: o.Gateway})
 	if err != nil {
 		return Report{}, err
 	}
 	rep := Report{Seed: o.Seed, Schedule: sched}
 	// One set of secrets for the whole chaos run (every attempt's deployment shares it), so
 	// the bundle's redaction and canary scan cover every attempt.
-	secrets, err := deployment.NewDeployment(o.RunID, Profile(), []string{deployment.ChaosScenario})
+	secrets, err := deployment.NewDeployment(o.RunID, o.rule(), []string{deployment.ChaosScenario})
 	if err != nil {
 		return rep, err
 	}
@@ -250,7 +289,7 @@ func verdictLine(v Verdict) string {
 func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, runID string, sched Schedule, b *bundle) (Attempt, error) {
 	start := time.Now()
 	a := Attempt{RunID: runID, Schedule: sched}
-	p := Profile()
+	p := o.rule()
 	dep, err := deployment.NewDeployment(runID, p, []string{deployment.ChaosScenario})
 	if err != nil {
 		return a, err
@@ -263,7 +302,7 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 	}
 	defer wd.Remove()
 	topo, err := topology.New(o.Engine, topology.Spec{RunID: runID, WorkDir: wd.Path, Binary: o.Binary, Deployment: dep,
-		Gateways: o.Gateways, WithoutStoreGroup: !sched.StoreGroup, StoreReplication: o.StoreReplication})
+		Gateway: o.Gateway, Gateways: o.Gateways, WithoutStoreGroup: !sched.StoreGroup, StoreReplication: o.StoreReplication})
 	if err != nil {
 		return a, err
 	}
@@ -286,9 +325,12 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 		}
 	}
 	loadFor := sched.Duration + tail
+	if !waitOutEpochBoundary(ctx, o, p.Window, loadFor+drainSpan) {
+		return a, ctx.Err()
+	}
 	subjects := subjectsFor(o.Rate, loadFor)
 	a.Subjects = len(subjects)
-	c := newClient(topo, dep, nil)
+	c := newClient(topo, dep, o.Gateway)
 	a.History = execute(ctx, topo, c, sched, Load{Rate: o.Rate, For: loadFor, Subjects: subjects})
 	if sched.StoreGroup {
 		a.History.StoreGroup, a.History.Replication = true, o.StoreReplication
@@ -299,6 +341,29 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 	a.Verdict = Judge(a.History, BoundsOf(p))
 	a.Elapsed = time.Since(start)
 	return a, nil
+}
+
+// drainSpan bounds how long the drain and the call-log reads take after the load.
+const drainSpan = time.Minute
+
+// waitOutEpochBoundary: a gateway whose fixed window starts at multiples of the window since
+// the epoch (envoy ratelimit's hour) resets every budget at the boundary, and a history that
+// straddles it is one the ledger model (nothing leaves a window) cannot judge. So a run that
+// would cross the next boundary waits until it has passed, saying so. False: ctx ended.
+func waitOutEpochBoundary(ctx context.Context, o Options, window, span time.Duration) bool {
+	gw := o.Gateway
+	if gw == nil || gw.Expect.Admission.Window != undertest.WindowFixed ||
+		(gw.Expect.Admission.Anchor != "" && gw.Expect.Admission.Anchor != undertest.AnchorEpoch) {
+		return true
+	}
+	now := time.Now()
+	boundary := now.Truncate(window).Add(window)
+	if now.Add(span).Before(boundary) {
+		return true
+	}
+	o.progress("waiting %s for the %s window boundary at %s to pass (gateway %s's fixed window starts at multiples of %s since the epoch)",
+		time.Until(boundary).Round(time.Second), window, boundary.UTC().Format("15:04:05"), gw.Name, window)
+	return sleepUntil(ctx, boundary.Add(time.Second))
 }
 
 // onStoreGroup moves every gateway onto the replicated store group (topology.UseStoreGroup,
@@ -367,7 +432,13 @@ func execute(ctx context.Context, topo topology.Topology, c *client, sched Sched
 	capacity := c.dep.Profile.Capacity
 	c.drain(ctx, l.Subjects, gateways, int(capacity)+2, 5)
 	h.Requests = c.requests()
-	calls, total, dropped, err := readProviders(ctx, topo)
+	h.RequestIDHeader, h.StoreFailure = c.requestID, c.gw.Expect.StoreFailure.Status
+	all := !c.gw.Caps.ForwardsScenarioHeader
+	h.ProviderScope = "the calls labelled " + deployment.ChaosScenario
+	if all {
+		h.ProviderScope = "every call (the gateway forwards no scenario header; the topology is this run's alone)"
+	}
+	calls, total, dropped, err := readProviders(ctx, topo, all)
 	h.Providers, h.ProviderCalls, h.ProviderDropped = calls, total, dropped
 	if err != nil {
 		// Without the providers' counts the checks on them cannot pass: say why.
