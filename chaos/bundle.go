@@ -186,6 +186,9 @@ func Reproduce(rep Report) string {
 		if rep.Final != nil {
 			fmt.Fprintf(&s, "shrunk schedule's verdict: %s\n", verdictLine(rep.Final.Verdict))
 		}
+		if len(rep.Shrunk.Schedule.Faults) == 0 {
+			s.WriteString("exposed by: no fault — the history fails on a whole topology\n")
+		}
 		if rep.Shrunk.Err != "" {
 			fmt.Fprintf(&s, "shrinking stopped: %s\n", rep.Shrunk.Err)
 		}

@@ -50,13 +50,24 @@ func TestShrinkFindsTheInteractingPair(t *testing.T) {
 	t.Logf("%d faults → %v in %d runs", len(s.Faults), numbers(f), sh.Runs)
 }
 
-// A fault the checker named is tried alone first: one run when it is the whole story.
+// A fault the checker named is tried alone first: two runs when it is the whole story (it
+// alone, then none, which passes: the fault is needed).
 func TestShrinkTriesTheExposingFaultFirst(t *testing.T) {
 	s := longSchedule(t)
 	culprit := s.Faults[5].N
 	sh := Shrink(s, []int{culprit}, 40, func(c Schedule) (bool, error) { return has(c.Faults, culprit), nil })
-	if got := numbers(sh.Schedule.Faults); len(got) != 1 || got[0] != culprit || sh.Runs != 1 {
-		t.Fatalf("got %v in %d runs; want [%d] in 1", got, sh.Runs, culprit)
+	if got := numbers(sh.Schedule.Faults); len(got) != 1 || got[0] != culprit || sh.Runs != 2 || !sh.Minimal {
+		t.Fatalf("got %v in %d runs (minimal %v); want [%d] in 2, minimal", got, sh.Runs, sh.Minimal, culprit)
+	}
+}
+
+// A history that fails on a whole topology is shrunk to no fault at all, even when the
+// checker named faults around the violation: none of them exposed it.
+func TestShrinkToNoFaultWhenNoneIsNeeded(t *testing.T) {
+	s := longSchedule(t)
+	sh := Shrink(s, []int{s.Faults[0].N}, 40, func(Schedule) (bool, error) { return true, nil })
+	if len(sh.Schedule.Faults) != 0 || sh.Runs != 2 || !sh.Minimal {
+		t.Fatalf("got %v in %d runs (minimal %v); want no fault in 2, minimal", numbers(sh.Schedule.Faults), sh.Runs, sh.Minimal)
 	}
 }
 
