@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,6 +69,9 @@ func (b *bundle) finish(rep Report, runErr error) error {
 	}
 	if rep.Final != nil {
 		results = append(results, b.result("chaos-shrunk", rep.Final, "the shrunk schedule"))
+	}
+	if fc := rep.FaultChecks; fc != nil && fc.Final != nil {
+		results = append(results, b.result("chaos-shrunk-fault", fc.Final, "the schedule shrunk for the checks that need a fault"))
 	}
 	_ = b.addJSON("chaos/schedule.json", rep.Schedule)
 	if rep.First != nil {
@@ -188,6 +192,24 @@ func Reproduce(rep Report) string {
 		}
 		if len(rep.Shrunk.Schedule.Faults) == 0 {
 			s.WriteString("exposed by: no fault — the history fails on a whole topology\n")
+		}
+		if fc := rep.FaultChecks; fc != nil {
+			fmt.Fprintf(&s, "failed without any fault: %s\n", strings.Join(fc.WithoutFaults, "; "))
+			for _, c := range fc.Checks {
+				var named []string
+				for _, f := range rep.Schedule.Faults {
+					if slices.Contains(c.ExposedBy, f.N) {
+						named = append(named, f.String())
+					}
+				}
+				fmt.Fprintf(&s, "needs a fault: %s — exposed by %s\n", c.Name, strings.Join(named, ", "))
+			}
+			if fc.Shrunk != nil {
+				fmt.Fprintf(&s, "shrunk for those in %d runs (budget %d, 1-minimal: %v): %s\n", fc.Shrunk.Runs, fc.Shrunk.Budget, fc.Shrunk.Minimal, fc.Shrunk.Schedule)
+				if fc.Final != nil {
+					fmt.Fprintf(&s, "its verdict: %s\n", verdictLine(fc.Final.Verdict))
+				}
+			}
 		}
 		if rep.Shrunk.Err != "" {
 			fmt.Fprintf(&s, "shrinking stopped: %s\n", rep.Shrunk.Err)

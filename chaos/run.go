@@ -173,13 +173,16 @@ type Attempt struct {
 
 // Report is what a chaos run produced.
 type Report struct {
-	Seed      int64         `json:"seed"`
-	Schedule  Schedule      `json:"schedule"`
-	First     *Attempt      `json:"first"`
-	Shrunk    *Shrunk       `json:"shrunk,omitempty"`
-	Final     *Attempt      `json:"shrunk_attempt,omitempty"` // the last failing run of the shrunk schedule
-	Elapsed   time.Duration `json:"elapsed_ns"`
-	BundleDir string        `json:"bundle_dir"`
+	Seed     int64    `json:"seed"`
+	Schedule Schedule `json:"schedule"`
+	First    *Attempt `json:"first"`
+	Shrunk   *Shrunk  `json:"shrunk,omitempty"`
+	Final    *Attempt `json:"shrunk_attempt,omitempty"` // the last failing run of the shrunk schedule
+	// FaultChecks, when the schedule shrank to no fault, names the checks that failed only
+	// with faults and the schedule shrunk for them.
+	FaultChecks *FaultChecks  `json:"fault_checks,omitempty"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	BundleDir   string        `json:"bundle_dir"`
 }
 
 // Failed reports whether the seed's schedule failed the checker.
@@ -237,26 +240,93 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	o.progress("seed %d: %s in %s", o.Seed, verdictLine(first.Verdict), first.Elapsed.Round(time.Millisecond))
 
 	if first.Verdict.Failed && o.ShrinkRuns > 0 && len(sched.Faults) > 0 {
+		var bare *Attempt // the run without any fault, when shrinking made one
+		// tester runs a candidate, judged failing when fails says so of its verdict; last
+		// keeps the smallest failing attempt.
+		tester := func(last **Attempt, fails func(Verdict) bool) Tester {
+			return func(c Schedule) (bool, error) {
+				a, err := attempt(ctx, o, secrets, topology.NewRunID(), c, nil)
+				if err != nil {
+					return false, err
+				}
+				o.progress("shrinking: %d faults: %s (%s)", len(c.Faults), verdictLine(a.Verdict), a.Elapsed.Round(time.Millisecond))
+				if len(c.Faults) == 0 {
+					bare = &a
+				}
+				failed := fails(a.Verdict)
+				if failed && (*last == nil || len(c.Faults) <= len((*last).Schedule.Faults)) {
+					*last = &a
+				}
+				return failed, nil
+			}
+		}
 		var last *Attempt
-		shrunk := Shrink(sched, first.Verdict.Exposing(), o.ShrinkRuns, func(c Schedule) (bool, error) {
-			a, err := attempt(ctx, o, secrets, topology.NewRunID(), c, nil)
-			if err != nil {
-				return false, err
-			}
-			o.progress("shrinking: %d faults: %s (%s)", len(c.Faults), verdictLine(a.Verdict), a.Elapsed.Round(time.Millisecond))
-			if a.Verdict.Failed && (last == nil || len(c.Faults) <= len(last.Schedule.Faults)) {
-				last = &a
-			}
-			return a.Verdict.Failed, nil
-		})
+		shrunk := Shrink(sched, first.Verdict.Exposing(), o.ShrinkRuns, tester(&last, func(v Verdict) bool { return v.Failed }))
 		rep.Shrunk = &shrunk
 		if last != nil && keyOf(last.Schedule.Faults) == keyOf(shrunk.Schedule.Faults) {
 			rep.Final = last
 		}
 		o.progress("seed %d shrunk in %d runs to %s", o.Seed, shrunk.Runs, shrunk.Schedule)
+		if bare != nil && bare.Verdict.Failed {
+			rep.faultNeeded(ctx, o, first, *bare, tester)
+		}
 	}
 	rep.Elapsed = time.Since(started)
 	return rep, b.finish(rep, nil)
+}
+
+// FaultChecks is what a history that fails on a whole topology still owes its faults: the
+// checks it failed only with them, and the schedule shrunk to the faults those checks need.
+type FaultChecks struct {
+	// WithoutFaults are the checks the run without any fault failed.
+	WithoutFaults []string `json:"failed_without_faults"`
+	// Checks are the first run's failed checks that the run without faults passed, each with
+	// the faults the first run named for it.
+	Checks []Check `json:"need_a_fault"`
+	// Shrunk is the schedule shrunk to a run that fails one of Checks (nil: every failed
+	// check fails without a fault, or no run was left in the budget).
+	Shrunk *Shrunk  `json:"shrunk,omitempty"`
+	Final  *Attempt `json:"shrunk_attempt,omitempty"`
+}
+
+// faultNeeded: the schedule shrank to no fault, so the seed's failure is not the faults' —
+// but some of its checks may still have needed them (a 200 while the store was down needs the
+// store down). Those checks are named with their faults, and the schedule is shrunk again, on
+// the budget left, to what fails one of them. The run without faults is known: not run again.
+func (rep *Report) faultNeeded(ctx context.Context, o Options, first Attempt, bare Attempt, tester func(**Attempt, func(Verdict) bool) Tester) {
+	fc := &FaultChecks{WithoutFaults: bare.Verdict.FailedChecks()}
+	var exposing []int
+	for _, c := range first.Verdict.Checks {
+		if !c.OK && !slices.Contains(fc.WithoutFaults, c.Name) {
+			fc.Checks = append(fc.Checks, c)
+			for _, n := range c.ExposedBy {
+				if !slices.Contains(exposing, n) {
+					exposing = append(exposing, n)
+				}
+			}
+		}
+	}
+	rep.FaultChecks = fc
+	left := o.ShrinkRuns - rep.Shrunk.Runs
+	if len(fc.Checks) == 0 || left <= 0 || ctx.Err() != nil {
+		return
+	}
+	needs := func(v Verdict) bool {
+		for _, c := range v.Checks {
+			if !c.OK && slices.ContainsFunc(fc.Checks, func(n Check) bool { return n.Name == c.Name }) {
+				return true
+			}
+		}
+		return false
+	}
+	sort.Ints(exposing)
+	var last *Attempt
+	s := shrinkKnowing(rep.Schedule, exposing, left, map[string]bool{keyOf(nil): false}, tester(&last, needs))
+	fc.Shrunk = &s
+	if last != nil && keyOf(last.Schedule.Faults) == keyOf(s.Schedule.Faults) {
+		fc.Final = last
+	}
+	o.progress("seed %d: the checks that need a fault shrunk in %d runs to %s", o.Seed, s.Runs, s.Schedule)
 }
 
 // storeGroup: the run's gateways decide on the replicated store group, which a run gets when

@@ -30,6 +30,12 @@ type Shrunk struct {
 // to one fault is tried without it too (1-minimality: is that fault needed at all?). At most budget
 // candidate runs are made.
 func Shrink(s Schedule, first []int, budget int, fails Tester) Shrunk {
+	return shrinkKnowing(s, first, budget, nil, fails)
+}
+
+// shrinkKnowing is Shrink with the outcomes of some candidates already known (by keyOf their
+// faults): those are not run again, and cost no run.
+func shrinkKnowing(s Schedule, first []int, budget int, known map[string]bool, fails Tester) Shrunk {
 	out := Shrunk{Schedule: s, Budget: budget}
 	tried := map[string]bool{}
 	starved := false // a candidate went untried for the budget: no claim of minimality then
@@ -37,6 +43,13 @@ func Shrink(s Schedule, first []int, budget int, fails Tester) Shrunk {
 		key := keyOf(c)
 		if tried[key] {
 			return false
+		}
+		if failed, ok := known[key]; ok {
+			tried[key] = true
+			if failed && len(c) <= len(out.Schedule.Faults) {
+				out.Schedule = rebase(s.Only(c))
+			}
+			return failed
 		}
 		if out.Runs >= budget || out.Err != "" {
 			starved = true

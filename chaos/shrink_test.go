@@ -90,3 +90,19 @@ func TestShrinkOutOfBudgetIsNotMinimal(t *testing.T) {
 		t.Fatalf("budget 4: %d runs, minimal %v, %v", sh.Runs, sh.Minimal, numbers(sh.Schedule.Faults))
 	}
 }
+
+// A candidate whose outcome is known costs no run: the second shrink of a history that fails
+// on a whole topology knows the run without faults passed the checks it shrinks for.
+func TestShrinkKnowingSkipsKnownCandidates(t *testing.T) {
+	s := longSchedule(t)
+	culprit := s.Faults[3].N
+	sh := shrinkKnowing(s, []int{culprit}, 40, map[string]bool{keyOf(nil): false}, func(c Schedule) (bool, error) {
+		if len(c.Faults) == 0 {
+			t.Fatal("the known candidate was run")
+		}
+		return has(c.Faults, culprit), nil
+	})
+	if got := numbers(sh.Schedule.Faults); len(got) != 1 || got[0] != culprit || sh.Runs != 1 || !sh.Minimal {
+		t.Fatalf("got %v in %d runs (minimal %v); want [%d] in 1, minimal", got, sh.Runs, sh.Minimal, culprit)
+	}
+}

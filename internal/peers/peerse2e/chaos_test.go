@@ -1,0 +1,113 @@
+package peerse2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quotaqual/quotaqual/chaos"
+	"github.com/quotaqual/quotaqual/internal/peers"
+	"github.com/quotaqual/quotaqual/undertest"
+)
+
+// cutOffCheck is the chaos check a fail-open gateway fails and a fail-closed one passes.
+const cutOffCheck = "no 200 from a gateway cut off from the deciding store"
+
+// TestChaosEnvoyFailOpenVersusFailClosed pins two chaos verdicts on the same Envoy ratelimit
+// service: a schedule of Valkey stops (one lever, one seed, no shrinking: about 20 s a run)
+// makes the fail-open profile answer 200 while the store is down — the cut-off check fails,
+// exposed by a stop-valkey fault — and the fail-closed profile pass that check. The chaos
+// checker decides both from the history alone: neither profile offers quota inspection, and
+// neither echoes a request id (that check is named not made, never passed).
+func TestChaosEnvoyFailOpenVersusFailClosed(t *testing.T) {
+	for _, tc := range []struct {
+		peer     string
+		cutOffOK bool
+	}{
+		{"envoy-ai-gateway", false},
+		{"envoy-ai-gateway-fail-closed", true},
+	} {
+		t.Run(tc.peer, func(t *testing.T) {
+			rep := runChaos(t, tc.peer, "--seed", "2", "--duration", "6s", "--lever", "stop-valkey", "--shrink-runs", "-1")
+			a := rep.First
+			if a == nil {
+				t.Fatal("no attempt in the report")
+			}
+			t.Logf("%s: %s", tc.peer, chaos.Reproduce(rep))
+			var stops []int
+			for _, f := range a.History.Faults {
+				if f.Lever == "stop-valkey" && f.Injected() {
+					stops = append(stops, f.N)
+				}
+			}
+			if len(stops) == 0 {
+				t.Fatalf("no Valkey stop was pulled: %+v", a.History.Faults)
+			}
+			var cut *chaos.Check
+			for i, c := range a.Verdict.Checks {
+				if c.Name == cutOffCheck {
+					cut = &a.Verdict.Checks[i]
+				}
+			}
+			if cut == nil {
+				t.Fatalf("the cut-off check was not made: %+v", a.Verdict.Checks)
+			}
+			if judged, _ := a.Verdict.Facts["requests_to_cut_off_gateways"].(float64); judged == 0 {
+				t.Fatalf("no request was sent to a gateway while Valkey was stopped: the check is vacuous")
+			}
+			if cut.OK != tc.cutOffOK {
+				t.Fatalf("%s: %q ok = %v, want %v (observed %v)", tc.peer, cutOffCheck, cut.OK, tc.cutOffOK, cut.Observed)
+			}
+			if !cut.OK && (len(cut.ExposedBy) == 0 || !slices.Contains(stops, cut.ExposedBy[0])) {
+				t.Fatalf("the failure names faults %v, want a Valkey stop of %v", cut.ExposedBy, stops)
+			}
+			if len(a.Verdict.NotMade) == 0 {
+				t.Fatalf("a gateway without an echoed request id: want the request-id check named not made")
+			}
+		})
+	}
+}
+
+// runChaos runs `quotaqual chaos --gateway peer args…` (netns) and returns its JSON report, or
+// skips when the peer's engines are not built or the run is short.
+func runChaos(t *testing.T, peer string, args ...string) chaos.Report {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a chaos run of a peer on netns: not in -short")
+	}
+	p, err := undertest.Shipped(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Services {
+		e, err := peers.ByName(s.Engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := peers.Built(e); err != nil {
+			t.Skipf("%v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	argv := append([]string{"chaos", "--gateway", pinnedProfile(t, peer), "--json", "--evidence-dir", t.TempDir()}, args...)
+	cmd := exec.CommandContext(ctx, quotaqualBinary(t), argv...)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("quotaqual %v: %v\n%s", argv, err, stderr.String())
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("chaos --json: %v\nstderr:\n%s", err, stderr.String())
+	}
+	return rep
+}
