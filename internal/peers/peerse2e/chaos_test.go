@@ -18,58 +18,51 @@ import (
 // cutOffCheck is the chaos check a fail-open gateway fails and a fail-closed one passes.
 const cutOffCheck = "no 200 from a gateway cut off from the deciding store"
 
-// TestChaosEnvoyFailOpenVersusFailClosed pins two chaos verdicts on the same Envoy ratelimit
-// service: a schedule of Valkey stops (one lever, one seed, no shrinking: about 20 s a run)
-// makes the fail-open profile answer 200 while the store is down — the cut-off check fails,
-// exposed by a stop-valkey fault — and the fail-closed profile pass that check. The chaos
-// checker decides both from the history alone: neither profile offers quota inspection, and
-// neither echoes a request id (that check is named not made, never passed).
-func TestChaosEnvoyFailOpenVersusFailClosed(t *testing.T) {
-	for _, tc := range []struct {
-		peer     string
-		cutOffOK bool
-	}{
-		{"envoy-ai-gateway", false},
-		{"envoy-ai-gateway-fail-closed", true},
-	} {
-		t.Run(tc.peer, func(t *testing.T) {
-			rep := runChaos(t, tc.peer, "--seed", "2", "--duration", "6s", "--lever", "stop-valkey", "--shrink-runs", "-1")
-			a := rep.First
-			if a == nil {
-				t.Fatal("no attempt in the report")
-			}
-			t.Logf("%s: %s", tc.peer, chaos.Reproduce(rep))
-			var stops []int
-			for _, f := range a.History.Faults {
-				if f.Lever == "stop-valkey" && f.Injected() {
-					stops = append(stops, f.N)
-				}
-			}
-			if len(stops) == 0 {
-				t.Fatalf("no Valkey stop was pulled: %+v", a.History.Faults)
-			}
-			var cut *chaos.Check
-			for i, c := range a.Verdict.Checks {
-				if c.Name == cutOffCheck {
-					cut = &a.Verdict.Checks[i]
-				}
-			}
-			if cut == nil {
-				t.Fatalf("the cut-off check was not made: %+v", a.Verdict.Checks)
-			}
-			if judged, _ := a.Verdict.Facts["requests_to_cut_off_gateways"].(float64); judged == 0 {
-				t.Fatalf("no request was sent to a gateway while Valkey was stopped: the check is vacuous")
-			}
-			if cut.OK != tc.cutOffOK {
-				t.Fatalf("%s: %q ok = %v, want %v (observed %v)", tc.peer, cutOffCheck, cut.OK, tc.cutOffOK, cut.Observed)
-			}
-			if !cut.OK && (len(cut.ExposedBy) == 0 || !slices.Contains(stops, cut.ExposedBy[0])) {
-				t.Fatalf("the failure names faults %v, want a Valkey stop of %v", cut.ExposedBy, stops)
-			}
-			if len(a.Verdict.NotMade) == 0 {
-				t.Fatalf("a gateway without an echoed request id: want the request-id check named not made")
-			}
-		})
+// TestChaosEnvoyFailOpenAnswers200WhileValkeyIsDown pins a chaos verdict on the Envoy AI
+// Gateway profile (fail open): a schedule of Valkey stops (one lever, one seed, no shrinking:
+// about 25 s) makes it answer 200 while its rate-limit service cannot reach the store — the
+// cut-off check fails, exposed by a stop-valkey fault. The checker decides it from the history
+// alone: the profile offers no quota inspection and echoes no request id (that check is named
+// not made, never passed). The fail-closed profile passes the cut-off check on the same seed
+// (docs/chaos.md), but its run costs three times as long (porcupine on its 500s), so it is not
+// pinned here.
+func TestChaosEnvoyFailOpenAnswers200WhileValkeyIsDown(t *testing.T) {
+	const peer = "envoy-ai-gateway"
+	rep := runChaos(t, peer, "--seed", "2", "--duration", "6s", "--lever", "stop-valkey", "--shrink-runs", "-1")
+	a := rep.First
+	if a == nil {
+		t.Fatal("no attempt in the report")
+	}
+	t.Logf("%s", chaos.Reproduce(rep))
+	var stops []int
+	for _, f := range a.History.Faults {
+		if f.Lever == "stop-valkey" && f.Injected() {
+			stops = append(stops, f.N)
+		}
+	}
+	if len(stops) == 0 {
+		t.Fatalf("no Valkey stop was pulled: %+v", a.History.Faults)
+	}
+	var cut *chaos.Check
+	for i, c := range a.Verdict.Checks {
+		if c.Name == cutOffCheck {
+			cut = &a.Verdict.Checks[i]
+		}
+	}
+	if cut == nil {
+		t.Fatalf("the cut-off check was not made: %+v", a.Verdict.Checks)
+	}
+	if judged, _ := a.Verdict.Facts["requests_to_cut_off_gateways"].(float64); judged == 0 {
+		t.Fatal("no request was sent to a gateway while Valkey was stopped: the check is vacuous")
+	}
+	if cut.OK {
+		t.Fatalf("%s passed %q: no 200 while Valkey was stopped", peer, cutOffCheck)
+	}
+	if len(cut.ExposedBy) == 0 || !slices.Contains(stops, cut.ExposedBy[0]) {
+		t.Fatalf("the failure names faults %v, want a Valkey stop of %v", cut.ExposedBy, stops)
+	}
+	if len(a.Verdict.NotMade) == 0 {
+		t.Fatal("a gateway without an echoed request id: want the request-id check named not made")
 	}
 }
 
