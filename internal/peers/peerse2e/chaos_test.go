@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/chaos"
-	"github.com/quotaqual/quotaqual/internal/peers"
-	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // cutOffCheck is the chaos check a fail-open gateway fails and a fail-closed one passes.
@@ -73,19 +71,7 @@ func runChaos(t *testing.T, peer string, args ...string) chaos.Report {
 	if testing.Short() {
 		t.Skip("a chaos run of a peer on netns: not in -short")
 	}
-	p, err := undertest.Shipped(peer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range p.Services {
-		e, err := peers.ByName(s.Engine)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := peers.Built(e); err != nil {
-			t.Skipf("%v", err)
-		}
-	}
+	skipUnlessBuilt(t, peer)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	argv := append([]string{"chaos", "--gateway", pinnedProfile(t, peer), "--json", "--evidence-dir", t.TempDir()}, args...)
@@ -93,7 +79,7 @@ func runChaos(t *testing.T, peer string, args ...string) chaos.Report {
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("quotaqual %v: %v\n%s", argv, err, stderr.String())
