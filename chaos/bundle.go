@@ -168,8 +168,17 @@ func (b *bundle) addJSON(rel string, v any) error {
 func Reproduce(rep Report) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "seed: %d\nreproduce: quotaqual chaos --seed %d --duration %s", rep.Seed, rep.Seed, rep.Schedule.Duration)
-	if rep.Schedule.Gateway != "" {
+	switch {
+	case rep.GatewayRef != "":
+		s.WriteString(" --gateway " + rep.GatewayRef)
+	case rep.Schedule.Gateway != "":
 		s.WriteString(" --gateway " + rep.Schedule.Gateway)
+	}
+	if rep.Rate != 0 && rep.Rate != DefaultRate {
+		fmt.Fprintf(&s, " --rate %d", rep.Rate)
+	}
+	if rep.Gateways != 0 && rep.Gateways != topology.DefaultGateways {
+		fmt.Fprintf(&s, " --gateways %d", rep.Gateways)
 	}
 	for _, l := range rep.Schedule.Levers {
 		s.WriteString(" --lever " + l)

@@ -50,6 +50,8 @@ type Options struct {
 	// quotaqual's own. Its profile decides which levers the run can pull (Plan.Gateway), the
 	// answers the checker reads as a denial or a store failure, and the request id it echoes.
 	Gateway *undertest.Profile
+	// GatewayRef is what --gateway named (a profile file or a shipped name), for reproducing.
+	GatewayRef string
 	// Rule is the rule the subjects share (RuleFor the gateway); zero: Profile().
 	Rule deployment.Profile
 
@@ -183,6 +185,11 @@ type Report struct {
 	FaultChecks *FaultChecks  `json:"fault_checks,omitempty"`
 	Elapsed     time.Duration `json:"elapsed_ns"`
 	BundleDir   string        `json:"bundle_dir"`
+	// What else the command was given that a reproduction needs: the load's rate, the number
+	// of gateways, the gateway profile as --gateway named it.
+	Rate       int    `json:"rate_per_s"`
+	Gateways   int    `json:"gateways"`
+	GatewayRef string `json:"gateway_ref,omitempty"`
 }
 
 // Failed reports whether the seed's schedule failed the checker.
@@ -216,7 +223,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Seed: o.Seed, Schedule: sched}
+	rep := Report{Seed: o.Seed, Schedule: sched, Rate: o.Rate, Gateways: len(gateways), GatewayRef: o.GatewayRef}
 	// One set of secrets for the whole chaos run (every attempt's deployment shares it), so
 	// the bundle's redaction and canary scan cover every attempt.
 	secrets, err := deployment.NewDeployment(o.RunID, o.rule(), []string{deployment.ChaosScenario})
@@ -421,19 +428,24 @@ const drainSpan = time.Minute
 // straddles it is one the ledger model (nothing leaves a window) cannot judge. So a run that
 // would cross the next boundary waits until it has passed, saying so. False: ctx ended.
 func waitOutEpochBoundary(ctx context.Context, o Options, window, span time.Duration) bool {
-	gw := o.Gateway
-	if gw == nil || gw.Expect.Admission.Window != undertest.WindowFixed ||
-		(gw.Expect.Admission.Anchor != "" && gw.Expect.Admission.Anchor != undertest.AnchorEpoch) {
-		return true
-	}
-	now := time.Now()
-	boundary := now.Truncate(window).Add(window)
-	if now.Add(span).Before(boundary) {
+	boundary, wait := epochBoundaryWithin(o.Gateway, window, span, time.Now())
+	if !wait {
 		return true
 	}
 	o.progress("waiting %s for the %s window boundary at %s to pass (gateway %s's fixed window starts at multiples of %s since the epoch)",
-		time.Until(boundary).Round(time.Second), window, boundary.UTC().Format("15:04:05"), gw.Name, window)
+		time.Until(boundary).Round(time.Second), window, boundary.UTC().Format("15:04:05"), o.Gateway.Name, window)
 	return sleepUntil(ctx, boundary.Add(time.Second))
+}
+
+// epochBoundaryWithin reports the next boundary of gw's epoch-anchored fixed window, and
+// whether it falls within span from now (never for a sliding or first-hit window, or ours).
+func epochBoundaryWithin(gw *undertest.Profile, window, span time.Duration, now time.Time) (time.Time, bool) {
+	if gw == nil || gw.Expect.Admission.Window != undertest.WindowFixed ||
+		(gw.Expect.Admission.Anchor != "" && gw.Expect.Admission.Anchor != undertest.AnchorEpoch) {
+		return time.Time{}, false
+	}
+	boundary := now.Truncate(window).Add(window)
+	return boundary, !now.Add(span).Before(boundary)
 }
 
 // onStoreGroup moves every gateway onto the replicated store group (topology.UseStoreGroup,

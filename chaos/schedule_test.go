@@ -231,3 +231,27 @@ func TestRuleForTheGatewaysWindows(t *testing.T) {
 		t.Fatalf("want a refusal naming the windows, got %v", err)
 	}
 }
+
+// A run on an epoch-anchored fixed window (envoy ratelimit's hour) waits when the next
+// boundary falls within it; a first-hit window (gubernator) and our own never wait.
+func TestEpochBoundaryWithinTheRun(t *testing.T) {
+	envoy, _ := undertest.Shipped("envoy-ai-gateway")
+	guber, _ := undertest.Shipped("gubernator")
+	hour := time.Date(2026, 12, 7, 23, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		gw   *undertest.Profile
+		now  time.Time
+		wait bool
+	}{
+		{envoy, hour.Add(-30 * time.Second), true},
+		{envoy, hour.Add(-5 * time.Minute), false},
+		{envoy, hour.Add(time.Second), false},
+		{guber, hour.Add(-30 * time.Second), false},
+		{nil, hour.Add(-30 * time.Second), false},
+	} {
+		b, wait := epochBoundaryWithin(tc.gw, time.Hour, 90*time.Second, tc.now)
+		if wait != tc.wait || (wait && !b.Equal(hour)) {
+			t.Errorf("now %s: wait %v until %s, want %v", tc.now.Format("15:04:05"), wait, b, tc.wait)
+		}
+	}
+}

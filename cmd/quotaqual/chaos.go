@@ -55,7 +55,7 @@ answers cannot decide (named as not made, with the reason).`,
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			o.Engine, o.Gateway, o.Rule = plan.Engine, plan.Gateway(), plan.Params()
+			o.Engine, o.Gateway, o.GatewayRef, o.Rule = plan.Engine, plan.Gateway(), gateway, plan.Params()
 			if err := o.Validate(); err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
