@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -69,6 +70,9 @@ func (b *bundle) finish(rep Report, runErr error) error {
 	if rep.Final != nil {
 		results = append(results, b.result("chaos-shrunk", rep.Final, "the shrunk schedule"))
 	}
+	if fc := rep.FaultChecks; fc != nil && fc.Final != nil {
+		results = append(results, b.result("chaos-shrunk-fault", fc.Final, "the schedule shrunk for the checks that need a fault"))
+	}
 	_ = b.addJSON("chaos/schedule.json", rep.Schedule)
 	if rep.First != nil {
 		_ = b.addJSON("chaos/first.json", rep.First)
@@ -79,8 +83,11 @@ func (b *bundle) finish(rep Report, runErr error) error {
 	_ = b.w.AddFile("chaos/reproduce.txt", []byte(Reproduce(rep)))
 
 	m := evidence.Manifest{SchemaVersion: wire.BundleSchemaVersion, RunID: b.o.RunID, QuotaqualVersion: version.String(),
-		ValkeyVersion: valkeyproc.Version(""), Topology: b.engine, Profile: Profile().Name, Started: b.started, Ended: time.Now(), Verdicts: map[string]evidence.Status{},
-		TopologyFacts: map[string]any{"seed": rep.Seed, "duration": b.o.Duration.String(), "rate_per_s": b.o.Rate}}
+		ValkeyVersion: valkeyproc.Version(""), Topology: b.engine, Profile: b.o.rule().Name, Started: b.started, Ended: time.Now(), Verdicts: map[string]evidence.Status{},
+		TopologyFacts: map[string]any{"seed": rep.Seed, "duration": b.o.Duration.String(), "rate_per_s": b.o.Rate, "window": b.o.rule().Window.String()}}
+	if gw := b.o.Gateway; gw != nil {
+		m.TopologyFacts["gateway_profile"] = map[string]string{"name": gw.Name, "status": string(gw.Status), "description": gw.Description}
+	}
 	m.Outcome = "passed"
 	for _, r := range results {
 		m.Verdicts[r.Name] = r.Status
@@ -137,6 +144,9 @@ func (b *bundle) result(name string, a *Attempt, what string) evidence.ScenarioR
 	for _, c := range a.Verdict.Checks {
 		res.Assertions = append(res.Assertions, evidence.Assertion{Name: c.Name, Expected: c.Expected, Observed: c.Observed, OK: c.OK})
 	}
+	if nm := notMadeLine(a.Verdict); nm != "" {
+		res.Evidence = "black-box: decided by the request history and the providers' call logs; not made: " + nm
+	}
 	res.KeyFact = fmt.Sprintf("seed %d, %d faults: %s", a.Schedule.Seed, len(a.Schedule.Faults), verdictLine(a.Verdict))
 	if a.Verdict.Failed {
 		res.Status = evidence.Failed
@@ -158,6 +168,18 @@ func (b *bundle) addJSON(rel string, v any) error {
 func Reproduce(rep Report) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "seed: %d\nreproduce: quotaqual chaos --seed %d --duration %s", rep.Seed, rep.Seed, rep.Schedule.Duration)
+	switch {
+	case rep.GatewayRef != "":
+		s.WriteString(" --gateway " + rep.GatewayRef)
+	case rep.Schedule.Gateway != "":
+		s.WriteString(" --gateway " + rep.Schedule.Gateway)
+	}
+	if rep.Rate != 0 && rep.Rate != DefaultRate {
+		fmt.Fprintf(&s, " --rate %d", rep.Rate)
+	}
+	if rep.Gateways != 0 && rep.Gateways != topology.DefaultGateways {
+		fmt.Fprintf(&s, " --gateways %d", rep.Gateways)
+	}
 	for _, l := range rep.Schedule.Levers {
 		s.WriteString(" --lever " + l)
 	}
@@ -168,15 +190,48 @@ func Reproduce(rep Report) string {
 	fmt.Fprintf(&s, "schedule: %s\n", rep.Schedule)
 	if rep.First != nil {
 		fmt.Fprintf(&s, "verdict: %s\n", verdictLine(rep.First.Verdict))
+		if nm := notMadeLine(rep.First.Verdict); nm != "" {
+			fmt.Fprintf(&s, "not made: %s\n", nm)
+		}
 	}
 	if rep.Shrunk != nil {
 		fmt.Fprintf(&s, "shrunk in %d runs (budget %d, 1-minimal: %v): %s\n", rep.Shrunk.Runs, rep.Shrunk.Budget, rep.Shrunk.Minimal, rep.Shrunk.Schedule)
 		if rep.Final != nil {
 			fmt.Fprintf(&s, "shrunk schedule's verdict: %s\n", verdictLine(rep.Final.Verdict))
 		}
+		if len(rep.Shrunk.Schedule.Faults) == 0 {
+			s.WriteString("exposed by: no fault — the history fails on a whole topology\n")
+		}
+		if fc := rep.FaultChecks; fc != nil {
+			fmt.Fprintf(&s, "failed without any fault: %s\n", strings.Join(fc.WithoutFaults, "; "))
+			for _, c := range fc.Checks {
+				var named []string
+				for _, f := range rep.Schedule.Faults {
+					if slices.Contains(c.ExposedBy, f.N) {
+						named = append(named, f.String())
+					}
+				}
+				fmt.Fprintf(&s, "needs a fault: %s — exposed by %s\n", c.Name, strings.Join(named, ", "))
+			}
+			if fc.Shrunk != nil {
+				fmt.Fprintf(&s, "shrunk for those in %d runs (budget %d, 1-minimal: %v): %s\n", fc.Shrunk.Runs, fc.Shrunk.Budget, fc.Shrunk.Minimal, fc.Shrunk.Schedule)
+				if fc.Final != nil {
+					fmt.Fprintf(&s, "its verdict: %s\n", verdictLine(fc.Final.Verdict))
+				}
+			}
+		}
 		if rep.Shrunk.Err != "" {
 			fmt.Fprintf(&s, "shrinking stopped: %s\n", rep.Shrunk.Err)
 		}
 	}
 	return s.String()
+}
+
+// notMadeLine lists the checks the checker could not make, each with why ("" when none).
+func notMadeLine(v Verdict) string {
+	var out []string
+	for _, n := range v.NotMade {
+		out = append(out, n.Check+" ("+n.Why+")")
+	}
+	return strings.Join(out, "; ")
 }

@@ -37,6 +37,15 @@ type Verdict struct {
 	Checks []Check        `json:"checks"`
 	Facts  map[string]any `json:"facts"`
 	Failed bool           `json:"failed"`
+	// NotMade are the checks the history cannot decide for this gateway (it echoes no request
+	// id, …), each with why: never counted as passed.
+	NotMade []NotMade `json:"not_made,omitempty"`
+}
+
+// NotMade is a check the checker could not make, and why.
+type NotMade struct {
+	Check string `json:"check"`
+	Why   string `json:"why"`
 }
 
 // FailedChecks names the checks that failed.
@@ -247,23 +256,42 @@ func checkProviders(v *Verdict, h History, reqs []Request) {
 			consumed += p.PromptTokens + p.GeneratedTokens
 		}
 	}
-	var admitted, mayHave int64
+	var admitted, mayHave, withoutID int64
 	var unlogged []string
 	for _, r := range reqs {
 		switch {
 		case r.Admitted():
 			admitted++
-			if r.RequestID != "" && !logged[r.RequestID] && h.ProviderDropped == 0 {
+			if r.RequestID == "" {
+				withoutID++
+			} else if !logged[r.RequestID] && h.ProviderDropped == 0 {
 				unlogged = append(unlogged, r.RequestID)
 			}
-		case r.Status == 0 || (r.Status >= 500 && r.Status != 503):
+		case r.Status == 0 || (r.Status >= 500 && r.Status != h.storeFailure()):
 			mayHave++
 		}
 	}
 	v.Facts["provider_calls"] = h.ProviderCalls
 	v.Facts["provider_tokens_consumed"] = consumed
-	v.check(Check{Name: "every 200 was served by a provider (its request id in a call log)", Expected: "none missing",
-		Observed: firstFew(unlogged), OK: len(unlogged) == 0})
+	if h.ProviderScope != "" {
+		v.Facts["provider_calls_read"] = h.ProviderScope
+	}
+	const served = "every 200 was served by a provider (its request id in a call log)"
+	switch {
+	case h.RequestIDHeader == "":
+		// A 200 without an id cannot be looked up: counting calls is the next check's, and
+		// passing this one on no evidence would be a skip dressed as a pass.
+		v.NotMade = append(v.NotMade, NotMade{Check: served,
+			Why: "the gateway's profile names no response header echoing the request id it forwards (expect.request_id_header)"})
+	case h.ProviderDropped > 0:
+		v.NotMade = append(v.NotMade, NotMade{Check: served,
+			Why: fmt.Sprintf("the providers dropped %d call log entries to stay bounded", h.ProviderDropped)})
+	default:
+		if withoutID > 0 {
+			unlogged = append(unlogged, fmt.Sprintf("%d admitted without the %s header", withoutID, h.RequestIDHeader))
+		}
+		v.check(Check{Name: served, Expected: "none missing", Observed: firstFew(unlogged), OK: len(unlogged) == 0})
+	}
 	v.check(Check{Name: "no refused request reached a provider", Expected: fmt.Sprintf("≤ %d calls (%d admitted + %d without a decision)", admitted+mayHave, admitted, mayHave),
 		Observed: h.ProviderCalls, OK: h.ProviderCalls <= admitted+mayHave})
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ type hist struct {
 }
 
 func newHist() *hist {
-	return &hist{h: History{Start: time.Unix(1_700_000_000, 0), Gateways: twoGateways}}
+	return &hist{h: History{Start: time.Unix(1_700_000_000, 0), Gateways: twoGateways, RequestIDHeader: "X-Request-Id"}}
 }
 
 func (b *hist) at(ms int) time.Time { return b.h.Start.Add(time.Duration(ms) * time.Millisecond) }
@@ -138,6 +139,33 @@ func TestJudgeReadsTheProviders(t *testing.T) {
 		if !slices.Contains(failed(v), want) {
 			t.Errorf("want %q failed, got %v", want, failed(v))
 		}
+	}
+}
+
+// A gateway that echoes no request id: the 200-in-a-call-log check is named not made, with
+// why, never passed; the call count check is still made, and still fails a refused request
+// that reached a provider. A 500 is the store failure of such a profile, not an answer that may
+// have reached a provider.
+func TestJudgeWithoutRequestIDsSaysNotMade(t *testing.T) {
+	const served = "every 200 was served by a provider (its request id in a call log)"
+	b := clean()
+	b.h.RequestIDHeader = ""
+	b.h.Providers = b.h.Providers[1:] // would fail the check, were it made
+	v := Judge(b.h, testBounds)
+	for _, c := range v.Checks {
+		if c.Name == served {
+			t.Fatalf("the check was made without request ids: %+v", c)
+		}
+	}
+	if len(v.NotMade) != 1 || v.NotMade[0].Check != served || !strings.Contains(v.NotMade[0].Why, "request_id_header") {
+		t.Fatalf("not made = %+v, want the served check with its reason", v.NotMade)
+	}
+	if v.Failed {
+		t.Fatalf("failed %v", failed(v))
+	}
+	b.h.ProviderCalls += 2
+	if v := Judge(b.h, testBounds); !slices.Contains(failed(v), "no refused request reached a provider") {
+		t.Fatalf("want the call count check failed, got %v", failed(v))
 	}
 }
 

@@ -26,6 +26,23 @@ type History struct {
 	// capacity than the rule's own (a policy-change fault). Outside them every gateway runs
 	// the rule's capacity (Bounds.Capacity).
 	Limits []LimitSpan `json:"limits,omitempty"`
+	// What the gateway's profile says a client sees, which the checker reads the answers by:
+	// RequestIDHeader, the response header echoing the id it forwarded to the provider (empty:
+	// none, so an admitted request cannot be found in a call log); StoreFailure, the status of
+	// its answer when it cannot reach its store (0: quotaqual's 503).
+	RequestIDHeader string `json:"request_id_header,omitempty"`
+	StoreFailure    int    `json:"store_failure_status,omitempty"`
+	// ProviderScope says which of the providers' calls were read: this run's label, or every
+	// call when the gateway forwards no scenario header (the topology is the run's alone).
+	ProviderScope string `json:"provider_scope,omitempty"`
+}
+
+// storeFailure is the status of the gateway's answer when it cannot reach its store.
+func (h History) storeFailure() int {
+	if h.StoreFailure == 0 {
+		return http.StatusServiceUnavailable
+	}
+	return h.StoreFailure
 }
 
 // LimitSpan is one gateway on another capacity: possibly from From (the rollout's restart

@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -16,8 +19,9 @@ import (
 // in Catalogue.
 type Kind struct {
 	Lever topology.Lever
-	// Targets lists what the lever may act on in a run with these gateways.
-	Targets func(gateways []string) []topology.Target
+	// Targets lists what the lever may act on in a run of plan p (its gateways, and the
+	// hosts its gateway under test reaches its quota state through).
+	Targets func(p Plan) []topology.Target
 	// Holds names the shared things a fault on target holds while it is held: another fault
 	// holding any of them is not scheduled over it (a gateway restarted while its store link
 	// is cut would wait for a readiness that cannot come).
@@ -46,22 +50,24 @@ type Kind struct {
 // Catalogue is every fault kind the chaos schedule can use, in a stable order (the order is
 // part of what a seed means: reordering it changes every schedule).
 var Catalogue = []Kind{
-	{Lever: topology.Partition, Targets: gatewayStoreLinks, Holds: linkOf, CutsOff: hostOnly, Excluded: onSingleValkey},
-	{Lever: topology.StopValkey, Targets: storeOnly, Holds: store, CutsOff: everyGateway, Excluded: onSingleValkey},
+	// A gateway cut off from every host it reaches its quota state through (the run's Valkey,
+	// or a peer's rate-limit service or cluster: the profile's store_hosts).
+	{Lever: partitionFromStore{}, Targets: gatewayStoreCuts, Holds: linkOf, CutsOff: hostOnly, Excluded: onSingleValkey},
+	{Lever: topology.StopValkey, Targets: storeOnly, Holds: store, CutsOff: everyGateway, Excluded: valkeyDecides},
 	{Lever: topology.CrashGateway, Targets: gatewayHosts, Holds: gatewayAndStore, CutsOff: none, Instant: true},
 	{Lever: topology.RestartGateway, Targets: gatewayHosts, Holds: gatewayAndStore, CutsOff: none, Instant: true},
 	// A frozen gateway answers nothing and cuts no one off; its late settlements land after
 	// the thaw, which the hard gate and porcupine then judge.
 	{Lever: topology.Pause, Targets: gatewayHosts, Holds: gatewayAndStore, CutsOff: none},
 	// A write stall and refused writes: no gateway can reserve, so none may admit.
-	{Lever: topology.StoreStall, Targets: storeStall, Holds: store, CutsOff: everyGateway, Excluded: onSingleValkey},
-	{Lever: topology.StoreMemoryPressure, Targets: storeOnly, Holds: store, CutsOff: everyGateway, Excluded: onSingleValkey},
+	{Lever: topology.StoreStall, Targets: storeStall, Holds: store, CutsOff: everyGateway, Excluded: valkeyDecides},
+	{Lever: topology.StoreMemoryPressure, Targets: storeOnly, Holds: store, CutsOff: everyGateway, Excluded: valkeyDecides},
 	// A gateway's store link through a proxy (netns): replies delayed near the store timeout,
 	// so that some calls succeed late and some time out after the store ran them — the
 	// gateway still decides, so it cuts no one off; or every reply lost, every write applied —
 	// the gateway can decide nothing, so it may admit nothing.
-	{Lever: topology.StoreLatency, Targets: slowStoreLinks, Holds: linkOf, CutsOff: none, Excluded: onSingleValkey},
-	{Lever: topology.StoreLostReplies, Targets: gatewayStoreLinks, Holds: linkOf, CutsOff: hostOnly, Excluded: onSingleValkey},
+	{Lever: topology.StoreLatency, Targets: slowStoreLinks, Holds: linkOf, CutsOff: none, Excluded: ownValkeyLink},
+	{Lever: topology.StoreLostReplies, Targets: gatewayStoreLinks, Holds: linkOf, CutsOff: hostOnly, Excluded: ownValkeyLink},
 	// The replicated store group's primary cut off from everything until the Sentinels
 	// promote a replica (Held is then), held, then healed. No gateway is cut off for the
 	// whole hold (each follows the promotion), but each must decide again after the heal.
@@ -73,7 +79,7 @@ var Catalogue = []Kind{
 	// restarted on the run's own policy (topology.RolloutPolicyOf). It holds what a restart
 	// holds; the checker bounds each window by the largest capacity in effect on any gateway
 	// in it (History.Limits).
-	{Lever: PolicyChange, Targets: policyTargets, Holds: gatewayAndStore, CutsOff: none, Describe: describePolicy},
+	{Lever: PolicyChange, Targets: policyTargets, Holds: gatewayAndStore, CutsOff: none, Describe: describePolicy, Excluded: policyChangeable},
 }
 
 // PolicyChange rolls a gateway out to the chaos rule at Target.Percent of its capacity (the
@@ -106,9 +112,9 @@ func PolicyOf(t topology.Target) deployment.Profile {
 // tighter one (two reservations of the quick profile) and a looser one.
 var policyPercents = []int{50, 150}
 
-func policyTargets(gateways []string) []topology.Target {
+func policyTargets(p Plan) []topology.Target {
 	var out []topology.Target
-	for _, g := range gateways {
+	for _, g := range p.Gateways {
 		for _, pc := range policyPercents {
 			out = append(out, topology.Target{Host: g, Percent: pc})
 		}
@@ -120,12 +126,16 @@ func describePolicy(t topology.Target) string {
 	return fmt.Sprintf("%s capacity %d (%d%%)", t.Host, PolicyOf(t).Capacity, t.Percent)
 }
 
-func storePrimary([]string) []topology.Target {
+func storePrimary(Plan) []topology.Target {
 	return []topology.Target{{Host: topology.StorePrimaryHost}}
 }
 
-// needsStoreGroup: the failover needs the gateways on the replicated store group.
+// needsStoreGroup: the failover needs the gateways on the replicated store group, which the
+// gateway under test's template must render.
 func needsStoreGroup(p Plan) string {
+	if gw := p.Gateway; gw != nil && !gw.Caps.StoreGroup {
+		return "gateway profile " + gw.Name + " does not render the replicated store group (capabilities.store_group false)"
+	}
 	if p.StoreGroup {
 		return ""
 	}
@@ -162,9 +172,9 @@ func KindByName(name string) (Kind, bool) {
 
 // Targets, holds and cut-offs shared by the catalogue's entries.
 
-func gatewayStoreLinks(gateways []string) []topology.Target {
-	out := make([]topology.Target, len(gateways))
-	for i, g := range gateways {
+func gatewayStoreLinks(p Plan) []topology.Target {
+	out := make([]topology.Target, len(p.Gateways))
+	for i, g := range p.Gateways {
 		out[i] = topology.Target{Host: g, Peer: topology.HostValkey}
 	}
 	return out
@@ -172,28 +182,102 @@ func gatewayStoreLinks(gateways []string) []topology.Target {
 
 // slowStoreLinks: the chaos rule's store timeout is 500 ms (the quick profile); replies
 // delayed 400 ± 150 ms make a call's answer land on either side of it.
-func slowStoreLinks(gateways []string) []topology.Target {
-	out := gatewayStoreLinks(gateways)
+func slowStoreLinks(p Plan) []topology.Target {
+	out := gatewayStoreLinks(p)
 	for i := range out {
 		out[i].Latency, out[i].Jitter = 400*time.Millisecond, 150*time.Millisecond
 	}
 	return out
 }
 
-func gatewayHosts(gateways []string) []topology.Target {
-	out := make([]topology.Target, len(gateways))
-	for i, g := range gateways {
+func gatewayHosts(p Plan) []topology.Target {
+	out := make([]topology.Target, len(p.Gateways))
+	for i, g := range p.Gateways {
 		out[i] = topology.Target{Host: g}
 	}
 	return out
 }
 
-func storeOnly([]string) []topology.Target { return []topology.Target{{Host: topology.HostValkey}} }
+func storeOnly(Plan) []topology.Target { return []topology.Target{{Host: topology.HostValkey}} }
 
 // storeStall: CLIENT PAUSE needs a length; the schedule's Undo ends the stall when its hold
 // ends, so the length is only a ceiling.
-func storeStall([]string) []topology.Target {
+func storeStall(Plan) []topology.Target {
 	return []topology.Target{{Host: topology.HostValkey, Duration: time.Minute}}
+}
+
+// gatewayStoreCuts: each gateway cut off from the hosts its profile reaches its quota state
+// through (Target.Peer lists them, comma-separated; the run's Valkey for quotaqual's own).
+func gatewayStoreCuts(p Plan) []topology.Target {
+	peer := topology.HostValkey
+	if p.Gateway != nil {
+		peer = strings.Join(p.Gateway.StoreHosts(), ",")
+	}
+	out := gatewayStoreLinks(p)
+	for i := range out {
+		out[i].Peer = peer
+	}
+	return out
+}
+
+// partitionFromStore is topology.Partition of Target.Host from every host Target.Peer lists
+// (comma-separated), under the same name: with the one peer valkey it is that lever exactly,
+// so a seed draws what it drew before gateways had profiles here.
+type partitionFromStore struct{}
+
+func (partitionFromStore) Name() string { return topology.Partition.Name() }
+
+func (partitionFromStore) Available(t topology.Topology) (bool, string) {
+	return topology.Partition.Available(t)
+}
+
+func (partitionFromStore) Inject(ctx context.Context, t topology.Topology, target topology.Target) (topology.Undo, error) {
+	var undos []topology.Undo
+	undo := func(ctx context.Context) error {
+		var errs []error
+		for _, u := range undos {
+			errs = append(errs, u(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	for _, peer := range strings.Split(target.Peer, ",") {
+		u, err := topology.Partition.Inject(ctx, t, topology.Target{Host: target.Host, Peer: peer})
+		if err != nil {
+			_ = undo(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("cutting %s off from %s: %w", target.Host, peer, err)
+		}
+		undos = append(undos, u)
+	}
+	return undo, nil
+}
+
+// valkeyDecides: a lever on the run's Valkey faults the deciding store only when the gateway
+// keeps its quota state there (directly, or through a service of its own that does).
+func valkeyDecides(p Plan) string {
+	if gw := p.Gateway; gw != nil && !gw.Caps.SharedStore {
+		return "gateway profile " + gw.Name + " keeps its quota state outside the run's Valkey (capabilities.shared_store false: " +
+			strings.Join(gw.StoreHosts(), ", ") + "), so this lever would fault a store nobody decides on"
+	}
+	return onSingleValkey(p)
+}
+
+// ownValkeyLink: the store-link levers put a proxy in a gateway's own link to Valkey, which a
+// gateway that reaches its state through other hosts does not have.
+func ownValkeyLink(p Plan) string {
+	if gw := p.Gateway; gw != nil && !slices.Equal(gw.StoreHosts(), []string{topology.HostValkey}) {
+		return "gateway profile " + gw.Name + " reaches its quota state through " + strings.Join(gw.StoreHosts(), ", ") +
+			", not a Valkey link of its own, and this lever's proxy sits in a gateway↔valkey link"
+	}
+	return onSingleValkey(p)
+}
+
+// policyChangeable: a policy change restarts a gateway on another capacity, which the profile
+// must say it can be.
+func policyChangeable(p Plan) string {
+	if gw := p.Gateway; gw != nil && !gw.Caps.PolicyChange {
+		return "gateway profile " + gw.Name + " cannot be restarted on another budget (capabilities.policy_change false)"
+	}
+	return ""
 }
 
 func linkOf(t topology.Target) []string { return []string{"link:" + t.Host} }

@@ -16,12 +16,14 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
 	_ "github.com/quotaqual/quotaqual/topology/netnsengine" // the one engine chaos runs on
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Options are what `quotaqual chaos` takes.
@@ -43,6 +45,15 @@ type Options struct {
 	RunID       string // empty: generated
 	EvidenceDir string // default ./quotaqual-evidence
 	Progress    func(string)
+
+	// Gateway is the gateway under test (--gateway, loaded by qualify.Prepare); nil:
+	// quotaqual's own. Its profile decides which levers the run can pull (Plan.Gateway), the
+	// answers the checker reads as a denial or a store failure, and the request id it echoes.
+	Gateway *undertest.Profile
+	// GatewayRef is what --gateway named (a profile file or a shipped name), for reproducing.
+	GatewayRef string
+	// Rule is the rule the subjects share (RuleFor the gateway); zero: Profile().
+	Rule deployment.Profile
 
 	// GatewayTestEnv is added to the gateways' environment: tests arm a mutant with it (see
 	// internal/mutant). Empty in every real run.
@@ -116,6 +127,36 @@ func Profile() deployment.Profile {
 	return p
 }
 
+// RuleFor is the chaos rule for gateway gw (nil: quotaqual's own): Profile(), its window
+// replaced, when gw's engine cannot express ten minutes, by the shortest window it expresses
+// that is as long (an envoy ratelimit unit: an hour). A gateway that expresses none is refused.
+func RuleFor(gw *undertest.Profile) (deployment.Profile, error) {
+	p := Profile()
+	if gw == nil || gw.ExpressesWindow(p.Window) {
+		return p, nil
+	}
+	var best time.Duration
+	for _, s := range gw.Expect.Admission.Windows {
+		if d, err := time.ParseDuration(s); err == nil && d >= p.Window && (best == 0 || d < best) {
+			best = d
+		}
+	}
+	if best == 0 {
+		return p, fmt.Errorf("chaos needs a window of at least %s (nothing may leave a window while the checker judges it), and the profile's engine expresses only %s",
+			p.Window, strings.Join(gw.Expect.Admission.Windows, ", "))
+	}
+	p.Window = best
+	return p, nil
+}
+
+// rule is the rule the run's subjects share.
+func (o Options) rule() deployment.Profile {
+	if o.Rule.Name == "" {
+		return Profile()
+	}
+	return o.Rule
+}
+
 // Bounds are the checker's bounds for profile p.
 func BoundsOf(p deployment.Profile) Bounds {
 	return Bounds{Capacity: p.Capacity, Estimate: p.Estimate, Window: p.Window, Recovery: recoveryBound,
@@ -134,13 +175,21 @@ type Attempt struct {
 
 // Report is what a chaos run produced.
 type Report struct {
-	Seed      int64         `json:"seed"`
-	Schedule  Schedule      `json:"schedule"`
-	First     *Attempt      `json:"first"`
-	Shrunk    *Shrunk       `json:"shrunk,omitempty"`
-	Final     *Attempt      `json:"shrunk_attempt,omitempty"` // the last failing run of the shrunk schedule
-	Elapsed   time.Duration `json:"elapsed_ns"`
-	BundleDir string        `json:"bundle_dir"`
+	Seed     int64    `json:"seed"`
+	Schedule Schedule `json:"schedule"`
+	First    *Attempt `json:"first"`
+	Shrunk   *Shrunk  `json:"shrunk,omitempty"`
+	Final    *Attempt `json:"shrunk_attempt,omitempty"` // the last failing run of the shrunk schedule
+	// FaultChecks, when the schedule shrank to no fault, names the checks that failed only
+	// with faults and the schedule shrunk for them.
+	FaultChecks *FaultChecks  `json:"fault_checks,omitempty"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	BundleDir   string        `json:"bundle_dir"`
+	// What else the command was given that a reproduction needs: the load's rate, the number
+	// of gateways, the gateway profile as --gateway named it.
+	Rate       int    `json:"rate_per_s"`
+	Gateways   int    `json:"gateways"`
+	GatewayRef string `json:"gateway_ref,omitempty"`
 }
 
 // Failed reports whether the seed's schedule failed the checker.
@@ -170,14 +219,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		gateways = topology.GatewayNames(topology.DefaultGateways)
 	}
 	sched, err := Generate(Plan{Seed: o.Seed, Duration: o.Duration, Gateways: gateways, Levers: o.Levers, StoreGroup: o.storeGroup(),
-		Replication: replicationOf(o)})
+		Replication: replicationOf(o), Gateway: o.Gateway})
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Seed: o.Seed, Schedule: sched}
+	rep := Report{Seed: o.Seed, Schedule: sched, Rate: o.Rate, Gateways: len(gateways), GatewayRef: o.GatewayRef}
 	// One set of secrets for the whole chaos run (every attempt's deployment shares it), so
 	// the bundle's redaction and canary scan cover every attempt.
-	secrets, err := deployment.NewDeployment(o.RunID, Profile(), []string{deployment.ChaosScenario})
+	secrets, err := deployment.NewDeployment(o.RunID, o.rule(), []string{deployment.ChaosScenario})
 	if err != nil {
 		return rep, err
 	}
@@ -198,26 +247,93 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	o.progress("seed %d: %s in %s", o.Seed, verdictLine(first.Verdict), first.Elapsed.Round(time.Millisecond))
 
 	if first.Verdict.Failed && o.ShrinkRuns > 0 && len(sched.Faults) > 0 {
+		var bare *Attempt // the run without any fault, when shrinking made one
+		// tester runs a candidate, judged failing when fails says so of its verdict; last
+		// keeps the smallest failing attempt.
+		tester := func(last **Attempt, fails func(Verdict) bool) Tester {
+			return func(c Schedule) (bool, error) {
+				a, err := attempt(ctx, o, secrets, topology.NewRunID(), c, nil)
+				if err != nil {
+					return false, err
+				}
+				o.progress("shrinking: %d faults: %s (%s)", len(c.Faults), verdictLine(a.Verdict), a.Elapsed.Round(time.Millisecond))
+				if len(c.Faults) == 0 {
+					bare = &a
+				}
+				failed := fails(a.Verdict)
+				if failed && (*last == nil || len(c.Faults) <= len((*last).Schedule.Faults)) {
+					*last = &a
+				}
+				return failed, nil
+			}
+		}
 		var last *Attempt
-		shrunk := Shrink(sched, first.Verdict.Exposing(), o.ShrinkRuns, func(c Schedule) (bool, error) {
-			a, err := attempt(ctx, o, secrets, topology.NewRunID(), c, nil)
-			if err != nil {
-				return false, err
-			}
-			o.progress("shrinking: %d faults: %s (%s)", len(c.Faults), verdictLine(a.Verdict), a.Elapsed.Round(time.Millisecond))
-			if a.Verdict.Failed && (last == nil || len(c.Faults) <= len(last.Schedule.Faults)) {
-				last = &a
-			}
-			return a.Verdict.Failed, nil
-		})
+		shrunk := Shrink(sched, first.Verdict.Exposing(), o.ShrinkRuns, tester(&last, func(v Verdict) bool { return v.Failed }))
 		rep.Shrunk = &shrunk
 		if last != nil && keyOf(last.Schedule.Faults) == keyOf(shrunk.Schedule.Faults) {
 			rep.Final = last
 		}
 		o.progress("seed %d shrunk in %d runs to %s", o.Seed, shrunk.Runs, shrunk.Schedule)
+		if bare != nil && bare.Verdict.Failed {
+			rep.faultNeeded(ctx, o, first, *bare, tester)
+		}
 	}
 	rep.Elapsed = time.Since(started)
 	return rep, b.finish(rep, nil)
+}
+
+// FaultChecks is what a history that fails on a whole topology still owes its faults: the
+// checks it failed only with them, and the schedule shrunk to the faults those checks need.
+type FaultChecks struct {
+	// WithoutFaults are the checks the run without any fault failed.
+	WithoutFaults []string `json:"failed_without_faults"`
+	// Checks are the first run's failed checks that the run without faults passed, each with
+	// the faults the first run named for it.
+	Checks []Check `json:"need_a_fault"`
+	// Shrunk is the schedule shrunk to a run that fails one of Checks (nil: every failed
+	// check fails without a fault, or no run was left in the budget).
+	Shrunk *Shrunk  `json:"shrunk,omitempty"`
+	Final  *Attempt `json:"shrunk_attempt,omitempty"`
+}
+
+// faultNeeded: the schedule shrank to no fault, so the seed's failure is not the faults' —
+// but some of its checks may still have needed them (a 200 while the store was down needs the
+// store down). Those checks are named with their faults, and the schedule is shrunk again, on
+// the budget left, to what fails one of them. The run without faults is known: not run again.
+func (rep *Report) faultNeeded(ctx context.Context, o Options, first Attempt, bare Attempt, tester func(**Attempt, func(Verdict) bool) Tester) {
+	fc := &FaultChecks{WithoutFaults: bare.Verdict.FailedChecks()}
+	var exposing []int
+	for _, c := range first.Verdict.Checks {
+		if !c.OK && !slices.Contains(fc.WithoutFaults, c.Name) {
+			fc.Checks = append(fc.Checks, c)
+			for _, n := range c.ExposedBy {
+				if !slices.Contains(exposing, n) {
+					exposing = append(exposing, n)
+				}
+			}
+		}
+	}
+	rep.FaultChecks = fc
+	left := o.ShrinkRuns - rep.Shrunk.Runs
+	if len(fc.Checks) == 0 || left <= 0 || ctx.Err() != nil {
+		return
+	}
+	needs := func(v Verdict) bool {
+		for _, c := range v.Checks {
+			if !c.OK && slices.ContainsFunc(fc.Checks, func(n Check) bool { return n.Name == c.Name }) {
+				return true
+			}
+		}
+		return false
+	}
+	sort.Ints(exposing)
+	var last *Attempt
+	s := shrinkKnowing(rep.Schedule, exposing, left, map[string]bool{keyOf(nil): false}, tester(&last, needs))
+	fc.Shrunk = &s
+	if last != nil && keyOf(last.Schedule.Faults) == keyOf(s.Schedule.Faults) {
+		fc.Final = last
+	}
+	o.progress("seed %d: the checks that need a fault shrunk in %d runs to %s", o.Seed, s.Runs, s.Schedule)
 }
 
 // storeGroup: the run's gateways decide on the replicated store group, which a run gets when
@@ -250,7 +366,7 @@ func verdictLine(v Verdict) string {
 func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, runID string, sched Schedule, b *bundle) (Attempt, error) {
 	start := time.Now()
 	a := Attempt{RunID: runID, Schedule: sched}
-	p := Profile()
+	p := o.rule()
 	dep, err := deployment.NewDeployment(runID, p, []string{deployment.ChaosScenario})
 	if err != nil {
 		return a, err
@@ -263,7 +379,7 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 	}
 	defer wd.Remove()
 	topo, err := topology.New(o.Engine, topology.Spec{RunID: runID, WorkDir: wd.Path, Binary: o.Binary, Deployment: dep,
-		Gateways: o.Gateways, WithoutStoreGroup: !sched.StoreGroup, StoreReplication: o.StoreReplication})
+		Gateway: o.Gateway, Gateways: o.Gateways, WithoutStoreGroup: !sched.StoreGroup, StoreReplication: o.StoreReplication})
 	if err != nil {
 		return a, err
 	}
@@ -286,9 +402,12 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 		}
 	}
 	loadFor := sched.Duration + tail
+	if !waitOutEpochBoundary(ctx, o, p.Window, loadFor+drainSpan) {
+		return a, ctx.Err()
+	}
 	subjects := subjectsFor(o.Rate, loadFor)
 	a.Subjects = len(subjects)
-	c := newClient(topo, dep, nil)
+	c := newClient(topo, dep, o.Gateway)
 	a.History = execute(ctx, topo, c, sched, Load{Rate: o.Rate, For: loadFor, Subjects: subjects})
 	if sched.StoreGroup {
 		a.History.StoreGroup, a.History.Replication = true, o.StoreReplication
@@ -299,6 +418,34 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 	a.Verdict = Judge(a.History, BoundsOf(p))
 	a.Elapsed = time.Since(start)
 	return a, nil
+}
+
+// drainSpan bounds how long the drain and the call-log reads take after the load.
+const drainSpan = time.Minute
+
+// waitOutEpochBoundary: a gateway whose fixed window starts at multiples of the window since
+// the epoch (envoy ratelimit's hour) resets every budget at the boundary, and a history that
+// straddles it is one the ledger model (nothing leaves a window) cannot judge. So a run that
+// would cross the next boundary waits until it has passed, saying so. False: ctx ended.
+func waitOutEpochBoundary(ctx context.Context, o Options, window, span time.Duration) bool {
+	boundary, wait := epochBoundaryWithin(o.Gateway, window, span, time.Now())
+	if !wait {
+		return true
+	}
+	o.progress("waiting %s for the %s window boundary at %s to pass (gateway %s's fixed window starts at multiples of %s since the epoch)",
+		time.Until(boundary).Round(time.Second), window, boundary.UTC().Format("15:04:05"), o.Gateway.Name, window)
+	return sleepUntil(ctx, boundary.Add(time.Second))
+}
+
+// epochBoundaryWithin reports the next boundary of gw's epoch-anchored fixed window, and
+// whether it falls within span from now (never for a sliding or first-hit window, or ours).
+func epochBoundaryWithin(gw *undertest.Profile, window, span time.Duration, now time.Time) (time.Time, bool) {
+	if gw == nil || gw.Expect.Admission.Window != undertest.WindowFixed ||
+		(gw.Expect.Admission.Anchor != "" && gw.Expect.Admission.Anchor != undertest.AnchorEpoch) {
+		return time.Time{}, false
+	}
+	boundary := now.Truncate(window).Add(window)
+	return boundary, !now.Add(span).Before(boundary)
 }
 
 // onStoreGroup moves every gateway onto the replicated store group (topology.UseStoreGroup,
@@ -367,7 +514,13 @@ func execute(ctx context.Context, topo topology.Topology, c *client, sched Sched
 	capacity := c.dep.Profile.Capacity
 	c.drain(ctx, l.Subjects, gateways, int(capacity)+2, 5)
 	h.Requests = c.requests()
-	calls, total, dropped, err := readProviders(ctx, topo)
+	h.RequestIDHeader, h.StoreFailure = c.requestID, c.gw.Expect.StoreFailure.Status
+	all := !c.gw.Caps.ForwardsScenarioHeader
+	h.ProviderScope = "the calls labelled " + deployment.ChaosScenario
+	if all {
+		h.ProviderScope = "every call (the gateway forwards no scenario header; the topology is this run's alone)"
+	}
+	calls, total, dropped, err := readProviders(ctx, topo, all)
 	h.Providers, h.ProviderCalls, h.ProviderDropped = calls, total, dropped
 	if err != nil {
 		// Without the providers' counts the checks on them cannot pass: say why.

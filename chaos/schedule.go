@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Fault is one entry of a schedule: pull Lever on Target At after the traffic started, and
@@ -39,6 +40,8 @@ type Schedule struct {
 	// written with Replication.
 	StoreGroup  bool   `json:"store_group,omitempty"`
 	Replication string `json:"replication,omitempty"`
+	// Gateway names the gateway profile under test ("": quotaqual's own), for reproducing it.
+	Gateway string `json:"gateway,omitempty"`
 	// Excluded are the levers of the plan this run could not draw, each with why.
 	Excluded []Exclusion `json:"excluded,omitempty"`
 }
@@ -92,6 +95,9 @@ type Plan struct {
 	// failover is left out. Either way the schedule records what was left out and why.
 	StoreGroup  bool
 	Replication string // on the store group: acknowledged or async
+	// Gateway is the gateway under test (nil: quotaqual's own): its profile says which levers
+	// can act on what it decides by (Kind.Excluded) and which hosts hold its quota state.
+	Gateway *undertest.Profile
 }
 
 // The shape of a schedule: a warm-up without faults (so every subject's first decisions are
@@ -123,6 +129,9 @@ func Generate(p Plan) (Schedule, error) {
 		return Schedule{}, fmt.Errorf("no gateways to draw targets from")
 	}
 	s := Schedule{Seed: p.Seed, Duration: p.Duration, Levers: p.Levers, StoreGroup: p.StoreGroup, Replication: p.Replication}
+	if p.Gateway != nil {
+		s.Gateway = p.Gateway.Name
+	}
 	var kinds []Kind
 	for _, k := range all {
 		if k.Excluded != nil {
@@ -151,7 +160,7 @@ func Generate(p Plan) (Schedule, error) {
 	var busy []held
 	for at := warmUp; ; {
 		k := kinds[rng.IntN(len(kinds))]
-		targets := k.Targets(p.Gateways)
+		targets := k.Targets(p)
 		tg := targets[rng.IntN(len(targets))]
 		hold := time.Duration(0)
 		span := instantSpan

@@ -2,11 +2,13 @@ package chaos
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 var twoGateways = []string{topology.HostGatewayA, topology.HostGatewayB}
@@ -155,5 +157,101 @@ func TestReproduceNamesTheLevers(t *testing.T) {
 	got := Reproduce(Report{Seed: 11, Schedule: s})
 	if !containsSub(got, "quotaqual chaos --seed 11 --duration 10s --lever store-failover --lever policy-change --store-replication async\n") {
 		t.Fatalf("the reproduce line does not reproduce:\n%s", got)
+	}
+}
+
+// A peer's profile decides the levers: what it cannot host is left out with the reason, and
+// a partition cuts a gateway off from the hosts the profile names, not from Valkey.
+func TestGeneratePeerProfileExcludesWithReasons(t *testing.T) {
+	for _, tc := range []struct {
+		profile  string
+		excluded []string
+		peer     string
+	}{
+		{"envoy-ai-gateway", []string{"store-latency", "store-lost-replies", "store-failover", "policy-change"}, "ratelimit"},
+		{"gubernator", []string{"stop-valkey", "store-stall", "store-memory-pressure", "store-latency", "store-lost-replies", "store-failover"},
+			"gubernator-1,gubernator-2,gubernator-3"},
+	} {
+		gw, err := undertest.Shipped(tc.profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Generate(Plan{Seed: 3, Duration: 40 * time.Second, Gateways: []string{"gateway-a", "gateway-b"}, Gateway: gw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range s.Excluded {
+			if e.Reason == "" || !strings.Contains(e.Reason, tc.profile) && e.Lever != "store-failover" {
+				t.Errorf("%s: %s left out without naming the profile: %q", tc.profile, e.Lever, e.Reason)
+			}
+			got = append(got, e.Lever)
+		}
+		if !slices.Equal(got, tc.excluded) {
+			t.Errorf("%s: left out %v, want %v", tc.profile, got, tc.excluded)
+		}
+		partitions := 0
+		for _, f := range s.Faults {
+			if slices.Contains(got, f.Lever) {
+				t.Errorf("%s: drew the excluded %s", tc.profile, f)
+			}
+			if f.Lever == "partition" {
+				partitions++
+				if f.Target.Peer != tc.peer {
+					t.Errorf("%s: %s cuts %q, want %q", tc.profile, f, f.Target.Peer, tc.peer)
+				}
+			}
+		}
+		if partitions == 0 {
+			t.Errorf("%s: seed 3 drew no partition in 40s: %s", tc.profile, s)
+		}
+		if s.Gateway != tc.profile {
+			t.Errorf("schedule names gateway %q, want %q", s.Gateway, tc.profile)
+		}
+	}
+}
+
+// The chaos rule keeps its ten-minute window where the gateway can express it, takes the
+// shortest longer window where it cannot (envoy ratelimit's hour), and refuses a gateway that
+// expresses none as long, naming the windows it has.
+func TestRuleForTheGatewaysWindows(t *testing.T) {
+	for name, want := range map[string]time.Duration{"gubernator": 10 * time.Minute, "envoy-ai-gateway": time.Hour, "kuadrant": time.Hour} {
+		gw, err := undertest.Shipped(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := RuleFor(gw)
+		if err != nil || p.Window != want {
+			t.Errorf("%s: window %s, %v; want %s", name, p.Window, err, want)
+		}
+	}
+	gw, _ := undertest.Shipped("envoy-ai-gateway")
+	gw.Expect.Admission.Windows = []string{"1s", "1m"}
+	if _, err := RuleFor(gw); err == nil || !strings.Contains(err.Error(), "1s, 1m") {
+		t.Fatalf("want a refusal naming the windows, got %v", err)
+	}
+}
+
+// A run on an epoch-anchored fixed window (envoy ratelimit's hour) waits when the next
+// boundary falls within it; a first-hit window (gubernator) and our own never wait.
+func TestEpochBoundaryWithinTheRun(t *testing.T) {
+	envoy, _ := undertest.Shipped("envoy-ai-gateway")
+	guber, _ := undertest.Shipped("gubernator")
+	hour := time.Date(2026, 12, 7, 23, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		gw   *undertest.Profile
+		now  time.Time
+		wait bool
+	}{
+		{envoy, hour.Add(-30 * time.Second), true},
+		{envoy, hour.Add(-5 * time.Minute), false},
+		{envoy, hour.Add(time.Second), false},
+		{guber, hour.Add(-30 * time.Second), false},
+		{nil, hour.Add(-30 * time.Second), false},
+	} {
+		b, wait := epochBoundaryWithin(tc.gw, time.Hour, 90*time.Second, tc.now)
+		if wait != tc.wait || (wait && !b.Equal(hour)) {
+			t.Errorf("now %s: wait %v until %s, want %v", tc.now.Format("15:04:05"), wait, b, tc.wait)
+		}
 	}
 }

@@ -26,9 +26,16 @@ type Shrunk struct {
 
 // Shrink cuts s (which failed) down. The faults in first (the ones the checker named) are
 // tried alone before anything else: often one of them is the whole story, for one run; when
-// the checker named none, the schedule without any fault is tried first. At most budget
+// the checker named none, the schedule without any fault is tried first, and a schedule cut
+// to one fault is tried without it too (1-minimality: is that fault needed at all?). At most budget
 // candidate runs are made.
 func Shrink(s Schedule, first []int, budget int, fails Tester) Shrunk {
+	return shrinkKnowing(s, first, budget, nil, fails)
+}
+
+// shrinkKnowing is Shrink with the outcomes of some candidates already known (by keyOf their
+// faults): those are not run again, and cost no run.
+func shrinkKnowing(s Schedule, first []int, budget int, known map[string]bool, fails Tester) Shrunk {
 	out := Shrunk{Schedule: s, Budget: budget}
 	tried := map[string]bool{}
 	starved := false // a candidate went untried for the budget: no claim of minimality then
@@ -36,6 +43,13 @@ func Shrink(s Schedule, first []int, budget int, fails Tester) Shrunk {
 		key := keyOf(c)
 		if tried[key] {
 			return false
+		}
+		if failed, ok := known[key]; ok {
+			tried[key] = true
+			if failed && len(c) <= len(out.Schedule.Faults) {
+				out.Schedule = rebase(s.Only(c))
+			}
+			return failed
 		}
 		if out.Runs >= budget || out.Err != "" {
 			starved = true
@@ -94,7 +108,13 @@ func Shrink(s Schedule, first []int, budget int, fails Tester) Shrunk {
 			n = min(2*n, len(c))
 		}
 	}
-	if len(c) < 2 && !starved {
+	// One fault left: whether it is needed at all is one more run. A history that fails
+	// without any fault (a gateway that over-admits on a whole topology) was exposed by no
+	// fault, and the report must not name one.
+	if len(c) == 1 && try(nil) {
+		c = nil
+	}
+	if len(c) < 2 && !starved && (len(c) == 0 || tried[keyOf(nil)]) {
 		out.Minimal = true
 	}
 	return out

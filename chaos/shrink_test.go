@@ -50,13 +50,24 @@ func TestShrinkFindsTheInteractingPair(t *testing.T) {
 	t.Logf("%d faults → %v in %d runs", len(s.Faults), numbers(f), sh.Runs)
 }
 
-// A fault the checker named is tried alone first: one run when it is the whole story.
+// A fault the checker named is tried alone first: two runs when it is the whole story (it
+// alone, then none, which passes: the fault is needed).
 func TestShrinkTriesTheExposingFaultFirst(t *testing.T) {
 	s := longSchedule(t)
 	culprit := s.Faults[5].N
 	sh := Shrink(s, []int{culprit}, 40, func(c Schedule) (bool, error) { return has(c.Faults, culprit), nil })
-	if got := numbers(sh.Schedule.Faults); len(got) != 1 || got[0] != culprit || sh.Runs != 1 {
-		t.Fatalf("got %v in %d runs; want [%d] in 1", got, sh.Runs, culprit)
+	if got := numbers(sh.Schedule.Faults); len(got) != 1 || got[0] != culprit || sh.Runs != 2 || !sh.Minimal {
+		t.Fatalf("got %v in %d runs (minimal %v); want [%d] in 2, minimal", got, sh.Runs, sh.Minimal, culprit)
+	}
+}
+
+// A history that fails on a whole topology is shrunk to no fault at all, even when the
+// checker named faults around the violation: none of them exposed it.
+func TestShrinkToNoFaultWhenNoneIsNeeded(t *testing.T) {
+	s := longSchedule(t)
+	sh := Shrink(s, []int{s.Faults[0].N}, 40, func(Schedule) (bool, error) { return true, nil })
+	if len(sh.Schedule.Faults) != 0 || sh.Runs != 2 || !sh.Minimal {
+		t.Fatalf("got %v in %d runs (minimal %v); want no fault in 2, minimal", numbers(sh.Schedule.Faults), sh.Runs, sh.Minimal)
 	}
 }
 
@@ -77,5 +88,21 @@ func TestShrinkOutOfBudgetIsNotMinimal(t *testing.T) {
 	sh := Shrink(s, nil, 4, func(c Schedule) (bool, error) { return has(c.Faults, a) && has(c.Faults, b), nil })
 	if sh.Minimal || sh.Runs != 4 {
 		t.Fatalf("budget 4: %d runs, minimal %v, %v", sh.Runs, sh.Minimal, numbers(sh.Schedule.Faults))
+	}
+}
+
+// A candidate whose outcome is known costs no run: the second shrink of a history that fails
+// on a whole topology knows the run without faults passed the checks it shrinks for.
+func TestShrinkKnowingSkipsKnownCandidates(t *testing.T) {
+	s := longSchedule(t)
+	culprit := s.Faults[3].N
+	sh := shrinkKnowing(s, []int{culprit}, 40, map[string]bool{keyOf(nil): false}, func(c Schedule) (bool, error) {
+		if len(c.Faults) == 0 {
+			t.Fatal("the known candidate was run")
+		}
+		return has(c.Faults, culprit), nil
+	})
+	if got := numbers(sh.Schedule.Faults); len(got) != 1 || got[0] != culprit || sh.Runs != 1 || !sh.Minimal {
+		t.Fatalf("got %v in %d runs (minimal %v); want [%d] in 1, minimal", got, sh.Runs, sh.Minimal, culprit)
 	}
 }

@@ -24,6 +24,7 @@ import (
 type client struct {
 	topo      topology.Topology
 	dep       *deployment.Deployment
+	gw        *undertest.Profile
 	requestID string // the response header echoing the request id the gateway forwarded
 	timeout   time.Duration
 	maxTokens int64
@@ -39,7 +40,7 @@ func newClient(topo topology.Topology, dep *deployment.Deployment, gw *undertest
 	}
 	p := dep.Profile
 	return &client{
-		topo: topo, dep: dep, requestID: gw.Expect.RequestIDHeader,
+		topo: topo, dep: dep, gw: gw, requestID: gw.Expect.RequestIDHeader,
 		// Long enough for a store timeout or two and a restart behind a request; a request
 		// still unanswered then is recorded without an answer (ambiguous), as a crash's are.
 		timeout: 5*time.Second + 4*p.StoreTimeout,
@@ -218,11 +219,16 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// readProviders reads the three providers' call logs (this run's calls: the chaos label).
-func readProviders(ctx context.Context, topo topology.Topology) (calls []ProviderCall, total, dropped int64, err error) {
+// readProviders reads the three providers' call logs: this run's calls (the chaos label), or
+// every call when all is set (a gateway that forwards no scenario header: its calls carry no
+// label, and the topology is this run's alone).
+func readProviders(ctx context.Context, topo topology.Topology, all bool) (calls []ProviderCall, total, dropped int64, err error) {
 	for _, h := range topology.Providers {
 		ep := topo.Provider(h)
 		u := strings.TrimRight(ep.AdminURL, "/") + "/admin/calls?scenario=" + deployment.ChaosScenario
+		if all {
+			u = strings.TrimRight(ep.AdminURL, "/") + "/admin/calls"
+		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
 		resp, err := topo.Observer().Do(req)

@@ -8,6 +8,7 @@ import (
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/scenarios"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 )
 
 // Plan is a run's options checked once and resolved: the one prepare step `quotaqual run` and
@@ -49,13 +50,17 @@ func Prepare(o Options) (*Plan, error) {
 	if p.RunID == "" {
 		p.RunID = topology.NewRunID()
 	}
-	p.params, _ = deployment.ProfileByName(p.Profile)            // Validate checked it
-	p.selected, _ = scenarios.ForProfile(p.Profile, p.Scenarios) // and this
+	p.params = p.Options.params                                  // Validate resolved it
+	p.selected, _ = scenarios.ForProfile(p.Profile, p.Scenarios) // and checked this
 	return p, nil
 }
 
 // Params is the profile's parameters: window, budgets, timeouts.
 func (p *Plan) Params() deployment.Profile { return p.params }
+
+// Gateway is the gateway profile under test (--gateway), loaded and checked by Prepare; nil:
+// quotaqual's own gateway.
+func (p *Plan) Gateway() *undertest.Profile { return p.gateway }
 
 // Selected is the scenarios the run runs, in the catalogue's order.
 func (p *Plan) Selected() []scenarios.Scenario { return p.selected }

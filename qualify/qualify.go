@@ -59,8 +59,13 @@ type Options struct {
 	// repeatable, each a comma list): "all" (the default: every selected scenario), "none"
 	// (a partial qualification is accepted), or scenario names.
 	Require []string
+	// Rule, when set, gives the rule the run's subjects share from the gateway under test (nil:
+	// quotaqual's own), instead of Profile's: a command with a rule of its own (chaos, whose
+	// window must outlast the run) still loads and checks the gateway here, against that rule.
+	Rule func(gw *undertest.Profile) (deployment.Profile, error)
 
 	gateway *undertest.Profile // Gateway, loaded by Validate
+	params  deployment.Profile // the rule: Rule's, else Profile's, set by Validate
 	require requirement        // Require, parsed by Validate
 }
 
@@ -105,7 +110,8 @@ func (o *Options) Validate() error {
 	if o.Profile == "" {
 		o.Profile = "quick"
 	}
-	if _, err := deployment.ProfileByName(o.Profile); err != nil {
+	var err error
+	if o.params, err = deployment.ProfileByName(o.Profile); err != nil {
 		return &UsageError{fmt.Errorf("--profile: %w", err)}
 	}
 	selected, err := scenarios.ForProfile(o.Profile, o.Scenarios)
@@ -157,8 +163,15 @@ func (o *Options) Validate() error {
 			return &UsageError{fmt.Errorf("--gateway: %w", err)}
 		}
 		o.gateway = gw
-		if p, err := deployment.ProfileByName(o.Profile); err == nil && !gw.ExpressesWindow(p.Window) {
-			return &UsageError{fmt.Errorf("--gateway %s: %w", gw.Name, topology.WindowError(gw, p))}
+	}
+	if o.Rule != nil {
+		if o.params, err = o.Rule(o.gateway); err != nil {
+			return &UsageError{fmt.Errorf("--gateway %s: %w", o.gatewayName(), err)}
+		}
+	}
+	if gw := o.gateway; gw != nil {
+		if !gw.ExpressesWindow(o.params.Window) {
+			return &UsageError{fmt.Errorf("--gateway %s: %w", gw.Name, topology.WindowError(gw, o.params))}
 		}
 		if len(gw.Services) > 0 {
 			engine := o.Topology
@@ -177,6 +190,14 @@ func (o *Options) Validate() error {
 		return &UsageError{fmt.Errorf("--gateway-image %s: the %s topology runs the gateway's argv on this host, not an image: use --topology docker or kind", o.GatewayImage, o.Topology)}
 	}
 	return nil
+}
+
+// gatewayName names the gateway under test for errors.
+func (o *Options) gatewayName() string {
+	if o.gateway == nil {
+		return "quotaqual (the default)"
+	}
+	return o.gateway.Name
 }
 
 // LoadGateway reads a gateway profile file or, when no such file exists and the name is one,

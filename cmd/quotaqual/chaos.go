@@ -14,6 +14,7 @@ import (
 	"github.com/quotaqual/quotaqual/chaos"
 	"github.com/quotaqual/quotaqual/qualify"
 	"github.com/quotaqual/quotaqual/topology"
+	"github.com/quotaqual/quotaqual/undertest"
 	"github.com/quotaqual/quotaqual/wire"
 )
 
@@ -21,7 +22,7 @@ func init() { subcommands = append(subcommands, newChaosCmd) }
 
 func newChaosCmd() *cobra.Command {
 	var o chaos.Options
-	var engine string
+	var engine, gateway string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -36,19 +37,25 @@ the store, no acknowledged reservation lost, every key linearizable against the 
 recovery within a bound after each release. On a failure it prints the seed and a shrunk schedule
 that still fails (delta debugging, one fresh run per candidate); both are in the bundle. The same
 seed draws the same schedule. Exit codes: 0 passed, 1 failed, 2 bad usage, 3 the topology could
-not be brought up. Runs on the netns topology.`,
+not be brought up. Runs on the netns topology. --gateway puts a foreign gateway under chaos, loaded
+as run loads it; the checker reads only what a client sees, so nothing changes but the levers
+its profile can host (the others are listed as left out, with the reason) and the checks its
+answers cannot decide (named as not made, with the reason).`,
 		Example: `  quotaqual chaos --seed 7 --duration 20s
   quotaqual chaos --seed 7 --duration 20s --lever partition --lever stop-valkey --shrink-runs 20
-  quotaqual chaos --seed 11 --duration 10s --lever store-failover --lever policy-change`,
+  quotaqual chaos --seed 11 --duration 10s --lever store-failover --lever policy-change
+  quotaqual chaos --gateway envoy-ai-gateway --seed 1 --duration 10s --shrink-runs 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The same prepare step as run's: the engine resolved (auto included) and, on
 			// netns, this command run again inside the run's own namespaces.
-			plan, err := qualify.Prepare(qualify.Options{Topology: engine, RunID: o.RunID})
+			// The gateway profile is loaded and checked there too (run's --gateway), against
+			// the chaos rule for it (chaos.RuleFor: a window it can express).
+			plan, err := qualify.Prepare(qualify.Options{Topology: engine, RunID: o.RunID, Gateway: gateway, Rule: chaos.RuleFor})
 			if err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
-			o.Engine = plan.Engine
+			o.Engine, o.Gateway, o.GatewayRef, o.Rule = plan.Engine, plan.Gateway(), gateway, plan.Params()
 			if err := o.Validate(); err != nil {
 				return withCode(wire.ExitUsage, err)
 			}
@@ -92,6 +99,7 @@ not be brought up. Runs on the netns topology.`,
 	f.StringSliceVar(&o.Levers, "lever", nil, "the levers the schedule draws from (repeatable; default all: "+strings.Join(chaos.LeverNames(), ", ")+")")
 	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "with --lever store-failover (which puts the gateways on the replicated store group): acknowledged or async (a failover may then lose what the primary had not replicated, which the checker allows for the subjects it touched and records)")
 	f.IntVar(&o.ShrinkRuns, "shrink-runs", chaos.DefaultShrinkRuns, "at most this many runs to shrink a failing schedule (each a fresh topology); negative: do not shrink")
+	f.StringVar(&gateway, "gateway", "", "the gateway to put under chaos: a gateway profile file or a shipped profile's name: "+strings.Join(undertest.ShippedNames(), ", ")+" (default: quotaqual's own gateway); levers its profile cannot host are left out, each with the reason")
 	f.StringVar(&engine, "topology", topology.EngineAuto, "the topology engine: netns (auto picks it where it works)")
 	f.StringVar(&o.EvidenceDir, "evidence-dir", "quotaqual-evidence", "where the bundle directory is written")
 	f.StringVar(&o.RunID, "run-id", "", "the run id (default generated)")

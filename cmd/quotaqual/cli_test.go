@@ -179,6 +179,7 @@ func TestRunRejectsBadUsageWithExitCode2(t *testing.T) {
 		{[]string{"load", "--duration", "2h"}, "--duration 2h0m0s is out of range"},
 		{[]string{"load", "--find-knee", "--rate", "500", "--max-rate", "100"}, "--max-rate 100"},
 		{[]string{"load", "--max-lag", "2"}, "--max-lag 2"},
+		{[]string{"chaos", "--gateway", "no-such-profile"}, "--gateway: gateway profile: open no-such-profile"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -70,17 +70,9 @@ type verdict struct {
 	timing string
 }
 
-// runPeer runs the whole reference qualification on peer (netns) and returns its results, or
-// skips the test when the peer's engines are not built or the run is short.
-func runPeer(t *testing.T, peer string, timeout time.Duration) []evidence.ScenarioResult {
+// skipUnlessBuilt skips the test, saying which, when an engine of peer's services is not built.
+func skipUnlessBuilt(t *testing.T, peer string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("a whole qualification of a peer on netns: not in -short")
-	}
-	// The five runs go side by side: each is mostly waiting out its windows and leases (a
-	// reference minute), so one after another they took 25 minutes of CI; each netns run has
-	// namespaces, addresses and keys of its own.
-	t.Parallel()
 	p, err := undertest.Shipped(peer)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +86,20 @@ func runPeer(t *testing.T, peer string, timeout time.Duration) []evidence.Scenar
 			t.Skipf("%v", err)
 		}
 	}
+}
+
+// runPeer runs the whole reference qualification on peer (netns) and returns its results, or
+// skips the test when the peer's engines are not built or the run is short.
+func runPeer(t *testing.T, peer string, timeout time.Duration) []evidence.ScenarioResult {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a whole qualification of a peer on netns: not in -short")
+	}
+	// The five runs go side by side: each is mostly waiting out its windows and leases (a
+	// reference minute), so one after another they took 25 minutes of CI; each netns run has
+	// namespaces, addresses and keys of its own.
+	t.Parallel()
+	skipUnlessBuilt(t, peer)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, quotaqualBinary(t), "run", "--gateway", pinnedProfile(t, peer), "--profile", "reference", "--json", "--evidence-dir", t.TempDir())
@@ -101,7 +107,7 @@ func runPeer(t *testing.T, peer string, timeout time.Duration) []evidence.Scenar
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatalf("quotaqual run --gateway %s: %v\n%s", peer, err, stderr.String())
