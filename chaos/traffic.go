@@ -69,7 +69,7 @@ func (c *client) do(ctx context.Context, r *Request) {
 		"messages":   []map[string]string{{"role": "user", "content": "hello"}},
 		"max_tokens": c.maxTokens,
 	})
-	cred, ok := c.dep.Credential(deployment.ChaosScenario, r.Subject)
+	cred, ok := c.dep.Credential(scenarioName, r.Subject)
 	r.Start = time.Now()
 	r.End = r.Start
 	if !ok {
@@ -85,7 +85,7 @@ func (c *client) do(ctx context.Context, r *Request) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(providerstub.ScenarioHeader, deployment.ChaosScenario)
+	req.Header.Set(providerstub.ScenarioHeader, scenarioName)
 	req.SetBasicAuth(cred.Username, cred.Password)
 	r.Start = time.Now()
 	resp, err := c.topo.Client().Do(req)
@@ -222,7 +222,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 func readProviders(ctx context.Context, topo topology.Topology) (calls []ProviderCall, total, dropped int64, err error) {
 	for _, h := range topology.Providers {
 		ep := topo.Provider(h)
-		u := strings.TrimRight(ep.AdminURL, "/") + "/admin/calls?scenario=" + deployment.ChaosScenario
+		u := strings.TrimRight(ep.AdminURL, "/") + "/admin/calls?scenario=" + scenarioName
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
 		resp, err := topo.Observer().Do(req)
