@@ -101,7 +101,7 @@ func (o *Options) Validate() error {
 		o.ShrinkRuns = DefaultShrinkRuns
 	}
 	if o.Engine != topology.EngineNetns {
-		return fmt.Errorf("--topology %s: chaos runs on the netns topology only for now (its levers and the many restarts a shrink needs are proven there); use --topology netns", o.Engine)
+		return fmt.Errorf("--topology %s: chaos runs on the %s topology only for now (its levers and the many restarts a shrink needs are proven there); use --topology %[2]s", o.Engine, topology.EngineNetns)
 	}
 	if o.EvidenceDir == "" {
 		o.EvidenceDir = "quotaqual-evidence"
