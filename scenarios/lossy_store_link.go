@@ -238,7 +238,7 @@ func runLossyPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, firs
 
 	warmed := 0 // the provider calls of that first decision
 	if ph.decides {
-		w := env.awaitAdmission(ctx, gwA, subject(lossyCool+lossyHot), time.Now())
+		w := env.awaitRecovery(ctx, gwA, subject(lossyCool+lossyHot), time.Now(), Outcome.Admitted)
 		if w.got.Admitted() {
 			warmed = 1
 		}
@@ -348,7 +348,7 @@ func runLossyPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, firs
 
 	charged := env.lossySettled(ctx, r, bySubject, subject)
 
-	rec := env.awaitAdmission(ctx, gwA, subject(lossyCool+lossyHot), healedAt)
+	rec := env.awaitRecovery(ctx, gwA, subject(lossyCool+lossyHot), healedAt, Outcome.Admitted)
 	r.Fact("recovery_statuses", rec.statuses)
 	rec.check(r, "admission recovered on gateway-a within RecoveryMax of the heal", p.RecoveryMax)
 	return fmt.Sprintf("%s: %d requests, %d admitted, %d denied, %d %d (slowest %s); over-admission %d subjects; %s",
