@@ -74,6 +74,10 @@ const (
 	// several times over.
 	activeSubjects = 8
 	perSubject     = 16
+	// loadSubjects is how many load subjects (deployment.LoadSubject) the chaos run's users
+	// include besides the three applications: as many as sustained-load's, so a random fault
+	// schedule meets an open-loop load of many budgets at once.
+	loadSubjects = 200
 	// recoveryBound is how soon after a fault's release every gateway it touched must decide
 	// again (a 200 or a 429).
 	recoveryBound = 10 * time.Second
@@ -108,12 +112,21 @@ func (o *Options) Validate() error {
 		o.ShrinkRuns = DefaultShrinkRuns
 	}
 	if o.Engine != topology.EngineNetns {
-		return fmt.Errorf("--topology %s: chaos runs on the netns topology only for now (its levers and the many restarts a shrink needs are proven there); use --topology netns", o.Engine)
+		return fmt.Errorf("--topology %s: chaos runs on the %s topology only for now (its levers and the many restarts a shrink needs are proven there); use --topology %[2]s", o.Engine, topology.EngineNetns)
 	}
 	if o.EvidenceDir == "" {
 		o.EvidenceDir = "quotaqual-evidence"
 	}
 	return nil
+}
+
+// scenarioName labels the chaos run's users ("<subject>@chaos") and its provider calls.
+const scenarioName = "chaos"
+
+// newDeployment is the chaos run's deployment: one scenario, scenarioName, with its own
+// subjects, declared here as a scenario declares its own (scenarios' Scenario.Subjects).
+func newDeployment(runID string, p deployment.Profile) (*deployment.Deployment, error) {
+	return deployment.NewDeployment(runID, p, []deployment.ScenarioSubjects{{Name: scenarioName, Subjects: deployment.LoadSubjects(loadSubjects)}})
 }
 
 // Profile is the rule the chaos run's subjects share: the quick profile's capacity, reservation,
@@ -226,7 +239,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep := Report{Seed: o.Seed, Schedule: sched, Rate: o.Rate, Gateways: len(gateways), GatewayRef: o.GatewayRef}
 	// One set of secrets for the whole chaos run (every attempt's deployment shares it), so
 	// the bundle's redaction and canary scan cover every attempt.
-	secrets, err := deployment.NewDeployment(o.RunID, o.rule(), []string{deployment.ChaosScenario})
+	secrets, err := newDeployment(o.RunID, o.rule())
 	if err != nil {
 		return rep, err
 	}
@@ -367,7 +380,7 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 	start := time.Now()
 	a := Attempt{RunID: runID, Schedule: sched}
 	p := o.rule()
-	dep, err := deployment.NewDeployment(runID, p, []string{deployment.ChaosScenario})
+	dep, err := newDeployment(runID, p)
 	if err != nil {
 		return a, err
 	}
@@ -479,7 +492,7 @@ func onStoreGroup(ctx context.Context, topo topology.Topology) error {
 // requests each, in groups of activeSubjects, within the deployment's load subjects.
 func subjectsFor(rate int, d time.Duration) []string {
 	n := int(float64(rate)*d.Seconds()) / perSubject
-	n = max(activeSubjects, min(n-n%activeSubjects, deployment.SustainedLoadSubjects))
+	n = max(activeSubjects, min(n-n%activeSubjects, loadSubjects))
 	out := make([]string, n)
 	for i := range out {
 		out[i] = deployment.LoadSubject(i)
@@ -516,7 +529,7 @@ func execute(ctx context.Context, topo topology.Topology, c *client, sched Sched
 	h.Requests = c.requests()
 	h.RequestIDHeader, h.StoreFailure = c.requestID, c.gw.Expect.StoreFailure.Status
 	all := !c.gw.Caps.ForwardsScenarioHeader
-	h.ProviderScope = "the calls labelled " + deployment.ChaosScenario
+	h.ProviderScope = "the calls labelled " + scenarioName
 	if all {
 		h.ProviderScope = "every call (the gateway forwards no scenario header; the topology is this run's alone)"
 	}

@@ -70,7 +70,7 @@ func (c *client) do(ctx context.Context, r *Request) {
 		"messages":   []map[string]string{{"role": "user", "content": "hello"}},
 		"max_tokens": c.maxTokens,
 	})
-	cred, ok := c.dep.Credential(deployment.ChaosScenario, r.Subject)
+	cred, ok := c.dep.Credential(scenarioName, r.Subject)
 	r.Start = time.Now()
 	r.End = r.Start
 	if !ok {
@@ -86,7 +86,7 @@ func (c *client) do(ctx context.Context, r *Request) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(providerstub.ScenarioHeader, deployment.ChaosScenario)
+	req.Header.Set(providerstub.ScenarioHeader, scenarioName)
 	req.SetBasicAuth(cred.Username, cred.Password)
 	r.Start = time.Now()
 	resp, err := c.topo.Client().Do(req)
@@ -225,7 +225,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 func readProviders(ctx context.Context, topo topology.Topology, all bool) (calls []ProviderCall, total, dropped int64, err error) {
 	for _, h := range topology.Providers {
 		ep := topo.Provider(h)
-		u := strings.TrimRight(ep.AdminURL, "/") + "/admin/calls?scenario=" + deployment.ChaosScenario
+		u := strings.TrimRight(ep.AdminURL, "/") + "/admin/calls?scenario=" + scenarioName
 		if all {
 			u = strings.TrimRight(ep.AdminURL, "/") + "/admin/calls"
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -58,10 +57,7 @@ func providerIdleCalls(t *testing.T, prov *providerstub.Provider) int64 {
 // usage exactly like the canonical request; and once the subject is spent, every spelling is
 // refused without a provider call.
 func TestEverySpellingIsRefusedOrMeteredLikeTheCanonicalRequest(t *testing.T) {
-	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 40})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
-	s, _ := inProcessGatewayTo(t, srv.URL, meterPolicy, nil)
+	s, _, prov := stubbedGateway(t, providerstub.ProviderConfig{CompletionTokens: 40}, meterPolicy)
 	addr, admin := s.DataAddr(), "http://"+s.AdminAddr()
 	req := spellingRequest(addr, `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hello"}]}`)
 
@@ -116,10 +112,7 @@ const spentPolicy = `
 // budget, every spelling — also those the gateway would otherwise admit — is refused (4xx)
 // and reaches no provider.
 func TestNoSpellingReachesAProviderOnceTheSubjectIsSpent(t *testing.T) {
-	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 40})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
-	s, url := inProcessGatewayTo(t, srv.URL, spentPolicy, nil)
+	s, url, prov := stubbedGateway(t, providerstub.ProviderConfig{CompletionTokens: 40}, spentPolicy)
 	addr := s.DataAddr()
 	if r := chat(url, chatOpts{auth: basicAuth("alice", "pw"), body: `{"model":"m","max_tokens":14,"messages":[{"role":"user","content":"hello"}]}`}); r.status != 200 {
 		t.Fatalf("the spending request: %d %s", r.status, r.body)

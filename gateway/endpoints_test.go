@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/quotaqual/quotaqual/providerstub"
 )
@@ -21,13 +19,8 @@ import (
 // (no provider call), and denied 429 without a provider call once chat has spent the subject:
 // one budget per key across the metered endpoints.
 func TestEmbeddingsAreMeteredOnTheSameBudgetAsChat(t *testing.T) {
-	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 40})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
-	s, chatURL := inProcessGatewayTo(t, srv.URL, endpointsPolicy, nil)
-	admin := "http://" + s.AdminAddr()
-	c := openai.NewClient(option.WithBaseURL("http://"+s.DataAddr()+"/v1/"),
-		option.WithHeader("Authorization", basicAuth("alice", "pw")), option.WithMaxRetries(0))
+	s, prov, c := sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 40}, endpointsPolicy)
+	admin, chatURL := "http://"+s.AdminAddr(), "http://"+s.DataAddr()+"/v1/chat/completions"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/quotaqual/quotaqual/ledger"
@@ -40,6 +42,27 @@ func inProcessGateway(t *testing.T, policy string, led func(*ledger.CompiledPoli
 	prov := httptest.NewServer(providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4}).DataHandler())
 	t.Cleanup(prov.Close)
 	return inProcessGatewayTo(t, prov.URL, policy, led)
+}
+
+// stubbedGateway is an in-process gateway in front of a provider stub (cfg, at site inproc)
+// whose call log the test reads; url is the gateway's chat completions URL.
+func stubbedGateway(t *testing.T, cfg providerstub.ProviderConfig, policy string) (s *Server, url string, prov *providerstub.Provider) {
+	t.Helper()
+	cfg.Site = "inproc"
+	prov = providerstub.NewProvider(cfg)
+	srv := httptest.NewServer(prov.DataHandler())
+	t.Cleanup(srv.Close)
+	s, url = inProcessGatewayTo(t, srv.URL, policy, nil)
+	return s, url, prov
+}
+
+// sdkGateway is stubbedGateway with an openai-go client for it, signed in as alice.
+func sdkGateway(t *testing.T, cfg providerstub.ProviderConfig, policy string) (*Server, *providerstub.Provider, openai.Client) {
+	t.Helper()
+	s, _, prov := stubbedGateway(t, cfg, policy)
+	c := openai.NewClient(option.WithBaseURL("http://"+s.DataAddr()+"/v1/"),
+		option.WithHeader("Authorization", basicAuth("alice", "pw")), option.WithMaxRetries(0))
+	return s, prov, c
 }
 
 // inProcessGatewayTo is inProcessGateway with the provider at providerURL.

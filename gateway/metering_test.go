@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -102,10 +101,7 @@ const meterPolicy = `
 // whose call log the test reads.
 func meteredGateway(t *testing.T, policy string) (url, admin string, prov *providerstub.Provider) {
 	t.Helper()
-	prov = providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
-	s, url := inProcessGatewayTo(t, srv.URL, policy, nil)
+	s, url, prov := stubbedGateway(t, providerstub.ProviderConfig{CompletionTokens: 4}, policy)
 	return url, "http://" + s.AdminAddr(), prov
 }
 

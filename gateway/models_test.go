@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/quotaqual/quotaqual/providerstub"
@@ -24,10 +23,7 @@ const modelsPolicy = `
 // without a reservation, a charge or a provider call; unauthenticated it is 401 with the
 // challenge, like chat; any other method is 405.
 func TestModelsIsUnmeteredAndAuthenticated(t *testing.T) {
-	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc"})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
-	s, _ := inProcessGatewayTo(t, srv.URL, modelsPolicy, nil)
+	s, _, prov := stubbedGateway(t, providerstub.ProviderConfig{}, modelsPolicy)
 	url, admin := "http://"+s.DataAddr()+"/v1/models", "http://"+s.AdminAddr()
 	get := func(method, auth string) (int, http.Header, []byte) {
 		req, _ := http.NewRequest(method, url, nil)

@@ -13,24 +13,10 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/quotaqual/quotaqual/providerstub"
 )
-
-// responsesGateway is a gateway in front of a provider stub, and an openai-go client for it.
-func responsesGateway(t *testing.T, cfg providerstub.ProviderConfig, policy string) (*Server, *providerstub.Provider, openai.Client) {
-	t.Helper()
-	cfg.Site = "inproc"
-	prov := providerstub.NewProvider(cfg)
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
-	s, _ := inProcessGatewayTo(t, srv.URL, policy, nil)
-	c := openai.NewClient(option.WithBaseURL("http://"+s.DataAddr()+"/v1/"),
-		option.WithHeader("Authorization", basicAuth("alice", "pw")), option.WithMaxRetries(0))
-	return s, prov, c
-}
 
 // responsesPolicy: room for a few responses (capacity 200), a small fallback estimate.
 const responsesPolicy = `
@@ -47,7 +33,7 @@ const responsesPolicy = `
 // request is charged exactly what the provider counted (input_tokens + output_tokens; from
 // response.completed when streamed, response.incomplete when max_output_tokens cut it).
 func TestResponsesThroughTheGatewayWithTheSDK(t *testing.T) {
-	s, prov, c := responsesGateway(t, providerstub.ProviderConfig{CompletionTokens: 6}, responsesPolicy)
+	s, prov, c := sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 6}, responsesPolicy)
 	admin := "http://" + s.AdminAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -111,7 +97,7 @@ func TestResponsesThroughTheGatewayWithTheSDK(t *testing.T) {
 // and 429 once chat has spent the subject, both without a provider call; estimated from
 // max_output_tokens (an estimate larger than the whole capacity is a 400, never a call).
 func TestResponsesShareTheBudgetAndTheContract(t *testing.T) {
-	s, prov, c := responsesGateway(t, providerstub.ProviderConfig{CompletionTokens: 40}, endpointsPolicy)
+	s, prov, c := sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 40}, endpointsPolicy)
 	admin := "http://" + s.AdminAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -157,7 +143,7 @@ func TestResponsesShareTheBudgetAndTheContract(t *testing.T) {
 // stream midway is charged at least the input and the output deltas it was sent — more than
 // the small estimate — never the estimate alone, though no response.completed arrived.
 func TestResponsesStreamCutShortIsChargedWhatWasGenerated(t *testing.T) {
-	s, prov, _ := responsesGateway(t, providerstub.ProviderConfig{CompletionTokens: 60, InterToken: 20 * time.Millisecond}, responsesPolicy)
+	s, prov, _ := sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 60, InterToken: 20 * time.Millisecond}, responsesPolicy)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+s.DataAddr()+"/v1/responses",
 		strings.NewReader(`{"model":"m","input":"hello","stream":true}`))
 	req.Header.Set("Authorization", basicAuth("alice", "pw"))
@@ -190,7 +176,7 @@ func TestResponsesStreamCutShortIsChargedWhatWasGenerated(t *testing.T) {
 // in max_output_tokens (the Responses API's own field), for no more than the reservation
 // covers after the prompt, and generates no more.
 func TestResponsesHardClampBoundsMaxOutputTokens(t *testing.T) {
-	_, prov, c := responsesGateway(t, providerstub.ProviderConfig{CompletionTokens: 500}, hardPolicy)
+	_, prov, c := sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 500}, hardPolicy)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, stream := range []bool{false, true} {
@@ -219,7 +205,7 @@ func TestResponsesHardClampBoundsMaxOutputTokens(t *testing.T) {
 // stream's usage and removes the usage-only chunk it added), clamped in max_tokens alone under
 // enforcement hard, and denied 429 without a provider call once the subject is spent.
 func TestLegacyCompletionsAreMeteredLikeChat(t *testing.T) {
-	s, prov, c := responsesGateway(t, providerstub.ProviderConfig{CompletionTokens: 6}, responsesPolicy)
+	s, prov, c := sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 6}, responsesPolicy)
 	admin := "http://" + s.AdminAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -269,7 +255,7 @@ func TestLegacyCompletionsAreMeteredLikeChat(t *testing.T) {
 		t.Errorf("the denied request reached the provider %d times", n)
 	}
 
-	_, prov, c = responsesGateway(t, providerstub.ProviderConfig{CompletionTokens: 500}, hardPolicy)
+	_, prov, c = sdkGateway(t, providerstub.ProviderConfig{CompletionTokens: 500}, hardPolicy)
 	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: "m", Prompt: prompt, MaxTokens: openai.Int(5000)}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,9 +52,6 @@ func TestParseChatRequestReadsKeysExactlyAsProvidersDo(t *testing.T) {
 // A client must not be able to show the gateway one model or max_tokens and the provider
 // another: the smuggling body is refused before the ledger and any provider.
 func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
-	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
 	policy := `
   backend: {kind: memory, timeout: 100ms}
   rules:
@@ -64,7 +60,7 @@ func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
       budgets: [{window: 60s, capacity: 100}]
       estimation: {strategy: max_tokens, fallback_estimate: 10}
 `
-	_, url := inProcessGatewayTo(t, srv.URL, policy, nil)
+	_, url, prov := stubbedGateway(t, providerstub.ProviderConfig{CompletionTokens: 4}, policy)
 	r := chat(url, chatOpts{auth: basicAuth("alice", "pw"),
 		body: `{"model":"expensive","MODEL":"cheap","max_tokens":90000,"Max_Tokens":1,"messages":[{"role":"user","content":"x"}]}`})
 	if r.status != 400 {
@@ -78,9 +74,6 @@ func TestCaseVariantKeysCannotSmuggleAModelPastTheRule(t *testing.T) {
 // The model named only by the x-model header is the one the provider is asked for; a body
 // and a header that disagree are refused.
 func TestTheModelThatDecidesTheRuleIsTheModelForwarded(t *testing.T) {
-	prov := providerstub.NewProvider(providerstub.ProviderConfig{Site: "inproc", CompletionTokens: 4})
-	srv := httptest.NewServer(prov.DataHandler())
-	t.Cleanup(srv.Close)
 	policy := `
   backend: {kind: memory, timeout: 100ms}
   rules:
@@ -89,7 +82,7 @@ func TestTheModelThatDecidesTheRuleIsTheModelForwarded(t *testing.T) {
       budgets: [{window: 60s, capacity: 100}]
       reserved_tokens: 10
 `
-	s, url := inProcessGatewayTo(t, srv.URL, policy, nil)
+	_, url, _ := stubbedGateway(t, providerstub.ProviderConfig{CompletionTokens: 4}, policy)
 	auth := basicAuth("alice", "pw")
 	r := chat(url, chatOpts{auth: auth, headers: map[string]string{"x-model": "cheap"},
 		body: `{"messages":[{"role":"user","content":"x"}]}`})
@@ -107,7 +100,6 @@ func TestTheModelThatDecidesTheRuleIsTheModelForwarded(t *testing.T) {
 	if r.status != 400 {
 		t.Fatalf("body and header disagree: %d %s, want 400", r.status, r.body)
 	}
-	_ = s
 }
 
 // A provider that cannot be reached consumed nothing: the request is settled at zero, so a

@@ -49,7 +49,7 @@ func testDeployment(t *testing.T) *deployment.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.NewDeployment("q-cluster-unit", p, []string{"shared-budget", "concurrency", "valid-auth"})
+	d, err := deployment.NewDeployment("q-cluster-unit", p, deployment.Named("shared-budget", "concurrency", "valid-auth"))
 	if err != nil {
 		t.Fatal(err)
 	}

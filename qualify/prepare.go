@@ -2,8 +2,6 @@ package qualify
 
 import (
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/scenarios"
@@ -109,19 +107,4 @@ func (p *Plan) Spec(workDir, binary string, d *deployment.Deployment) topology.S
 		GatewayImage:      p.GatewayImage,
 		Kind:              p.Kind,
 	}
-}
-
-// TopologyChoices is what --topology takes, from the engine registry: "auto, docker, kind,
-// netns or process", without the engines given in except (those a command does not serve).
-func TopologyChoices(except ...string) string {
-	names := []string{topology.EngineAuto}
-	for _, n := range topology.EngineNames() {
-		if !slices.Contains(except, n) {
-			names = append(names, n)
-		}
-	}
-	if len(names) == 1 {
-		return names[0]
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }

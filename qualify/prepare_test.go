@@ -26,7 +26,7 @@ func TestPrepareNamesTheRegisteredEngines(t *testing.T) {
 			t.Errorf("the error %q does not offer %s", err, n)
 		}
 	}
-	if c := TopologyChoices(topology.EngineKind); strings.Contains(c, topology.EngineKind) || !strings.Contains(c, topology.EngineNetns) {
+	if c := topology.EngineChoices(topology.EngineKind); strings.Contains(c, topology.EngineKind) || !strings.Contains(c, topology.EngineNetns) {
 		t.Errorf("TopologyChoices without kind: %q", c)
 	}
 }

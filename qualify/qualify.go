@@ -102,7 +102,7 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // Validate checks options before anything is started, naming the flag and the fix.
 func (o *Options) Validate() error {
 	if o.Topology != "" && o.Topology != topology.EngineAuto && !topology.IsEngine(o.Topology) {
-		return &UsageError{fmt.Errorf("--topology %q is not a topology; use %s", o.Topology, TopologyChoices())}
+		return &UsageError{fmt.Errorf("--topology %q is not a topology; use %s", o.Topology, topology.EngineChoices())}
 	}
 	if (o.Kind.Kubeconfig != "" || o.Kind.Context != "" || o.Kind.NodeImage != "") && o.Topology != topology.EngineKind {
 		return &UsageError{fmt.Errorf("--kubeconfig, --context and --kind-node-image apply to --topology %s only", topology.EngineKind)}

@@ -18,12 +18,10 @@ import (
 // the capacity, denials reach no provider, fail closed) stay what they are: a model that
 // cannot keep them fails them, and the verdict says so.
 
-// admitCost is what one admission counts against the run's rule before it is compared with the
-// capacity: the run's estimate, or the check's own cost for a check-then-charge gateway.
-func (env *Env) admitCost() int64 { return env.admitCostOf(env.Profile) }
-
-// admitCostOf is admitCost under qualification profile p.
-func (env *Env) admitCostOf(p deployment.Profile) int64 {
+// admitCost is what one admission counts against a rule of profile p (the run's: env.Profile)
+// before it is compared with the capacity: p's estimate, or the check's own cost for a
+// check-then-charge gateway.
+func (env *Env) admitCost(p deployment.Profile) int64 {
 	if g := env.gateway(); g.ChecksThenCharges() {
 		return g.Expect.Admission.CheckCost
 	}

@@ -123,7 +123,7 @@ func runAPISurface(ctx context.Context, env *Env) *Result {
 			return r.Error(err)
 		}
 		id := "qq-surface-fresh-" + ep.name
-		st := env.surfaceCall(ctx, gwName, appB, http.MethodPost, ep.path, id, surfaceBody(ep, 1, ""))
+		st, _ := env.surfaceDo(ctx, gwName, appB, CredValid, http.MethodPost, ep.path, id, surfaceBody(ep, 1, ""))
 		pAfter, err := env.settledProviders(ctx)
 		if err != nil {
 			return r.Error(err)
@@ -172,7 +172,7 @@ func runAPISurface(ctx context.Context, env *Env) *Result {
 		if err != nil {
 			return r.Error(err)
 		}
-		st := env.surfaceCall(ctx, gwA, appB, http.MethodGet, modelsPath, "qq-surface-models", nil)
+		st, _ := env.surfaceDo(ctx, gwA, appB, CredValid, http.MethodGet, modelsPath, "qq-surface-models", nil)
 		pAfter, err := env.settledProviders(ctx)
 		if err != nil {
 			return r.Error(err)
@@ -211,7 +211,7 @@ func runAPISurface(ctx context.Context, env *Env) *Result {
 		if n := chatBytes - len(body); n > 0 {
 			body = surfaceBody(ep, 1, strings.Repeat(" x", (n+1)/2)) // as long as chat's: no smaller input estimate
 		}
-		st := env.surfaceCall(ctx, env.alternate(i), appA, http.MethodPost, ep.path, "qq-surface-spent-"+ep.name, body)
+		st, _ := env.surfaceDo(ctx, env.alternate(i), appA, CredValid, http.MethodPost, ep.path, "qq-surface-spent-"+ep.name, body)
 		last = time.Now()
 		r.Check(fmt.Sprintf("spent %s: refused (the budget chat spent is its budget too)", ep.name), "4xx", st, st/100 == 4)
 		spent = append(spent, fmt.Sprintf("%s: %d", ep.name, st))
@@ -317,15 +317,9 @@ func surfaceBody(ep surfaceEndpoint, max int64, pad string) []byte {
 	return b
 }
 
-// surfaceCall sends one request as subject to gw's path (a nil body: none), records it, and
-// returns its status (0 when it got no answer: the error is recorded).
-func (env *Env) surfaceCall(ctx context.Context, gw, subject, method, path, id string, body []byte) int {
-	st, _ := env.surfaceDo(ctx, gw, subject, CredValid, method, path, id, body)
-	return st
-}
-
-// surfaceDo is surfaceCall with the credential given (CredMissing: none), also returning the
-// answer's body (at most 1 MiB).
+// surfaceDo sends one request as subject with the credential given (CredValid; CredMissing:
+// none) to gw's path (a nil body: none), records it, and returns its status (0 when it got no
+// answer: the error is recorded) and the answer's body (at most 1 MiB).
 func (env *Env) surfaceDo(ctx context.Context, gw, subject string, cred CredKind, method, path, id string, body []byte) (int, []byte) {
 	rec := evidence.RequestRecord{Scenario: env.scenario, Label: id, Gateway: gw, Subject: subject,
 		Credential: string(cred), Method: method, Path: path}

@@ -51,7 +51,7 @@ func TestAPISurfaceProbesTheDataPortOfAGatewayDeclaringChatAlone(t *testing.T) {
 			defer srv.Close()
 			env := testEnv(topology.Capabilities{})
 			env.Topo = dataPortOnly{capsOnly: capsOnly{}, url: srv.URL}
-			d, err := deployment.NewDeployment("q-surface", env.Profile, []string{"api-surface"})
+			d, err := deployment.NewDeployment("q-surface", env.Profile, deployment.Named("api-surface"))
 			if err != nil {
 				t.Fatal(err)
 			}

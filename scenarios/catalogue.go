@@ -75,7 +75,11 @@ type Scenario struct {
 	// run's rule (NewDeployment hands them over; deployment.ScenarioRule says what a rule holds).
 	// A scenario that prefers its own rule finds it at run time with Env.hasOwnRule.
 	Rules func(p deployment.Profile) []deployment.ScenarioRule
-	Run   func(ctx context.Context, env *Env) *Result
+	// Subjects, when set, are the labels of the subjects the scenario sends as, for the run's
+	// profile: the deployment makes one user of each (NewDeployment hands them over). Unset: the
+	// three applications every profile has (deployment.Subjects).
+	Subjects func(p deployment.Profile) []string
+	Run      func(ctx context.Context, env *Env) *Result
 }
 
 // registered holds each scenario's constructor by position, as register received them.
@@ -121,19 +125,23 @@ func UseStoreGroup(list []Scenario) bool {
 	return false
 }
 
-// NewDeployment is deployment.NewDeployment for the scenarios of list, with the quota rules
-// they declare (Scenario.Rules) for profile p: the one way a run's deployment learns the
-// gateway config its scenarios need, without package deployment knowing the scenarios.
+// NewDeployment is deployment.NewDeployment for the scenarios of list, with the subjects and
+// the quota rules they declare (Scenario.Subjects, Scenario.Rules) for profile p: the one way a
+// run's deployment learns the users and the gateway config its scenarios need, without package
+// deployment knowing the scenarios.
 func NewDeployment(runID string, p deployment.Profile, list []Scenario) (*deployment.Deployment, error) {
-	names := make([]string, len(list))
+	users := make([]deployment.ScenarioSubjects, len(list))
 	var rules []deployment.ScenarioRule
 	for i, sc := range list {
-		names[i] = sc.Name
+		users[i].Name = sc.Name
+		if sc.Subjects != nil {
+			users[i].Subjects = sc.Subjects(p)
+		}
 		if sc.Rules != nil {
 			rules = append(rules, sc.Rules(p)...)
 		}
 	}
-	d, err := deployment.NewDeployment(runID, p, names)
+	d, err := deployment.NewDeployment(runID, p, users)
 	if err != nil {
 		return nil, err
 	}

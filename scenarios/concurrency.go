@@ -136,7 +136,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 		// Nothing is charged before a response ends and every decision comes before the first
 		// one does (the providers hold each admitted request): the model admits the burst.
 		allowed = 0
-		if env.admitCost() <= p.Capacity {
+		if env.admitCost(env.Profile) <= p.Capacity {
 			allowed = int64(concurrencyBurst)
 		}
 		r.Fact("admission_model", env.admissionRule()+": nothing is charged before a response ends")
@@ -155,7 +155,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 	}
 
 	// Sampler: the ledger's reserved tokens every ~10 ms, until the burst has settled.
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	sampler := env.sampleLedger(ctx, Key{Rule: rule, Subject: appA}, p.Window, quotaSampleInterval)
@@ -201,7 +201,7 @@ func runConcurrency(ctx context.Context, env *Env) *Result {
 			if ctc {
 				// Holding nothing, each admitted request still spends what it used: the
 				// tokens admitted at once are what the budget lets through together.
-				iv.Tokens = max(1, charge(o, env.admitCost()))
+				iv.Tokens = max(1, charge(o, env.admitCost(env.Profile)))
 			}
 			ivs = append(ivs, iv)
 			if firstAdmittedEnd.IsZero() || o.End.Before(firstAdmittedEnd) {

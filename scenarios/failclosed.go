@@ -117,27 +117,16 @@ func (env *Env) checkStaysRecovered(ctx context.Context, r *Result, gw, what str
 	return stable
 }
 
-// awaitAdmission sends subject's requests to gw every 100 ms until one is admitted or the
-// profile's RecoveryMax has passed, timing the recovery from since.
-func (env *Env) awaitAdmission(ctx context.Context, gw, subject string, since time.Time) recovery {
+// awaitRecovery sends subject's requests to gw every 100 ms until one is answered as awaited
+// (Outcome.Admitted; Outcome.Decided for a subject whose budget is spent: the 429 that shows gw
+// decides from the store again) or the profile's RecoveryMax has passed, timing the recovery
+// from since.
+func (env *Env) awaitRecovery(ctx context.Context, gw, subject string, since time.Time, awaited func(Outcome) bool) recovery {
 	var rec recovery
 	rec.tries, rec.err = poll(ctx, 100*time.Millisecond, env.Profile.RecoveryMax, func(ctx context.Context) (bool, error) {
 		rec.got = env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
 		rec.statuses = append(rec.statuses, rec.got.Status)
-		return rec.got.Admitted(), nil
-	})
-	rec.elapsed = time.Since(since)
-	return rec
-}
-
-// awaitDecision is awaitAdmission for a subject whose budget is spent: it waits for the 429
-// that shows gw decides from the store again (a 200 would do as well, once the window moved).
-func (env *Env) awaitDecision(ctx context.Context, gw, subject string, since time.Time) recovery {
-	var rec recovery
-	rec.tries, rec.err = poll(ctx, 100*time.Millisecond, env.Profile.RecoveryMax, func(ctx context.Context) (bool, error) {
-		rec.got = env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
-		rec.statuses = append(rec.statuses, rec.got.Status)
-		return rec.got.Admitted() || rec.got.Status == http.StatusTooManyRequests, nil
+		return awaited(rec.got), nil
 	})
 	rec.elapsed = time.Since(since)
 	return rec

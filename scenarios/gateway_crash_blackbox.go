@@ -41,7 +41,7 @@ func runGatewayCrashBlackBox(ctx context.Context, env *Env) *Result {
 	if p.Estimate <= 0 || p.Capacity < p.Estimate {
 		return r.Error(fmt.Errorf("profile %s has estimate %d and capacity %d: the burst needs capacity ≥ estimate > 0", p.Name, p.Estimate, p.Capacity))
 	}
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	start := time.Now()

@@ -59,7 +59,7 @@ func runGatewayRestart(ctx context.Context, env *Env) *Result {
 func gatewayRestartOnce(ctx context.Context, env *Env) (*Result, time.Duration) {
 	r := env.NewResult()
 	p := env.Profile
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err), 0
 	}
 	ex, err := env.exhaust(ctx, Key{Rule: RuleName, Subject: appA}, "exhaust", env.gateways(), exhaustCap)

@@ -111,7 +111,7 @@ func (env *Env) judgeDrain(ctx context.Context, r *Result, d *drainingStreams, s
 	}
 	// What their subject can still spend: within the window of their charge, admitted while
 	// charged + the admission cost fits the capacity, each admission charged the stub's usage.
-	predicted := admissionsAfter(consumed, p.Capacity, env.admitCost(), chatUsage(p, 1).TotalTokens)
+	predicted := admissionsAfter(consumed, p.Capacity, env.admitCost(env.Profile), chatUsage(p, 1).TotalTokens)
 	ex, err := env.exhaust(ctx, Key{Rule: RuleName, Subject: appC}, "after-drain", env.gateways(), exhaustCap)
 	if err != nil {
 		r.Error(err)

@@ -72,16 +72,12 @@ func chatUsage(p deployment.Profile, maxTokens int64) providerstub.Usage {
 }
 
 // fixedWindowStart, for a gateway whose profile declares fixed windows, waits until offset
-// after the next window boundary (fixed windows are aligned to the Unix epoch, as a counter
-// keyed by now/period is), so a sequence that must fit in one window is not cut by a reset in
-// its middle; it records how long it waited. For a sliding window it returns at once: any
-// sequence shorter than the window fits.
-func (env *Env) fixedWindowStart(ctx context.Context, r *Result, offset time.Duration) error {
-	return env.fixedWindowStartOf(ctx, r, env.Profile.Window, offset)
-}
-
-// fixedWindowStartOf is fixedWindowStart for a rule whose window is w.
-func (env *Env) fixedWindowStartOf(ctx context.Context, r *Result, w, offset time.Duration) error {
+// after the next boundary of a window w long (the run's rule's, p.Window, or a scenario's own
+// rule's; fixed windows are aligned to the Unix epoch, as a counter keyed by now/period is), so
+// a sequence that must fit in one window is not cut by a reset in its middle; it records how
+// long it waited. For a sliding window it returns at once: any sequence shorter than the window
+// fits.
+func (env *Env) fixedWindowStart(ctx context.Context, r *Result, w, offset time.Duration) error {
 	if !env.epochWindows() {
 		// Sliding: any sequence shorter than the window fits. Fixed from a key's first hit:
 		// the scenario's own subjects start their windows with their first requests.
@@ -149,7 +145,7 @@ func (env *Env) exhaust(ctx context.Context, k Key, labelPrefix string, gateways
 			var sum int64
 			for _, o := range ex.Outcomes {
 				if o.Admitted() {
-					sum += charge(o, env.admitCost())
+					sum += charge(o, env.admitCost(env.Profile))
 				}
 			}
 			ex.Settled = append(ex.Settled, sum)
@@ -168,7 +164,7 @@ func (env *Env) exhaust(ctx context.Context, k Key, labelPrefix string, gateways
 // the spent pass must finish within (checkSpentInWindow), and the providers' counts before the
 // pass. ok is false when there is nothing to judge: the result says why.
 func (env *Env) spendUntilDenied(ctx context.Context, r *Result, spentCheck string) (first Outcome, before ProviderSnapshot, ok bool) {
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		r.Error(err)
 		return first, before, false
 	}
@@ -204,7 +200,7 @@ type exchange struct {
 // settled + cost ≤ capacity, cost the estimate or, for check-then-charge, the check's own),
 // and every decision as the replay says. It returns the predicted admissions.
 func (env *Env) checkPredictedAdmissions(r *Result, ex exhaustion, p deployment.Profile) int {
-	cost := env.admitCostOf(p)
+	cost := env.admitCost(p)
 	obs := make([]exchange, len(ex.Outcomes))
 	for i, o := range ex.Outcomes {
 		obs[i] = exchange{Admitted: o.Admitted(), Charge: charge(o, cost)}
@@ -422,7 +418,7 @@ type budgetRound struct {
 }
 
 func (env *Env) newBudgetRound() *budgetRound {
-	return &budgetRound{usage: chatUsage(env.Profile, 1).TotalTokens, estimate: env.admitCost(),
+	return &budgetRound{usage: chatUsage(env.Profile, 1).TotalTokens, estimate: env.admitCost(env.Profile),
 		capacity: env.Profile.Capacity, sent: map[string]int64{}}
 }
 

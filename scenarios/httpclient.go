@@ -98,6 +98,10 @@ const errorBodyKept = 4 << 10
 // Admitted reports a 200 answer.
 func (o Outcome) Admitted() bool { return o.Status == http.StatusOK }
 
+// Decided reports whether the gateway decided the request from its quota state: admitted or
+// denied (429), not failed.
+func (o Outcome) Decided() bool { return o.Admitted() || o.Status == http.StatusTooManyRequests }
+
 // quotaHeaderNames are the response headers kept in the request log: the quota headers the
 // gateway under test sends (quotaqual's: Retry-After and x-ratelimit-{limit,remaining,reset}-tokens).
 func (env *Env) quotaHeaderNames() []string {

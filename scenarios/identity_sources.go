@@ -111,7 +111,7 @@ func runIdentitySources(ctx context.Context, env *Env) *Result {
 		rule, window = identitySourcesRule, identitySourcesWindow
 	}
 	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s", rule, p.Estimate, p.Capacity, window))
-	if err := env.fixedWindowStartOf(ctx, r, window, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	spent, err := env.fillRoom(ctx, ChatCall{Gateway: gwA, Label: "spend-application-a", Subject: appA}, p.Capacity, spentRoom)

@@ -58,7 +58,7 @@ func runLongGenerationBlackBox(ctx context.Context, env *Env) *Result {
 	r.Fact("rule", fmt.Sprintf("%s: %d tokens reserved, capacity %d per %s, lease %s", rule, p.Estimate, capacity, p.Window, lease))
 	r.Fact("generation", length.String())
 	r.Fact("fill_requests", fill)
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	before, err := env.settledProviders(ctx)

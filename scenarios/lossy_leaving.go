@@ -66,7 +66,7 @@ func runLeavingPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, fi
 	defer healOnExit(r, heal)
 	// Pulling the lever resets gateway-a's store connection once: the clients are to meet the
 	// slow link, not that reconnect.
-	w := env.awaitAdmission(ctx, gwA, witness, time.Now())
+	w := env.awaitRecovery(ctx, gwA, witness, time.Now(), Outcome.Admitted)
 	r.Fact("first_decision_through_the_fault", fmt.Sprintf("%v after %s (%v)", w.statuses, w.elapsed.Round(time.Millisecond), w.err))
 	if !w.got.Admitted() {
 		r.Error(fmt.Errorf("gateway-a admitted nothing through the delayed store link within %s: %v", p.RecoveryMax, w.statuses))
@@ -231,7 +231,7 @@ func (env *Env) checkStaysDeciding(ctx context.Context, r *Result, gw, subject s
 		sent := time.Now()
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "recover", Subject: subject})
 		statuses = append(statuses, o.Status)
-		if o.Admitted() || o.Status == http.StatusTooManyRequests {
+		if o.Decided() {
 			if streak == 0 {
 				streakFrom = sent
 			}

@@ -26,7 +26,7 @@ type lossyStoreLinkRun struct {
 
 func (l lossyStoreLinkRun) scenario() Scenario {
 	return Scenario{
-		Name: deployment.LossyStoreLinkScenario,
+		Name: "lossy-store-link",
 		Summary: fmt.Sprintf("three faults in turn on gateway-a's store link while several subjects' requests run through both gateways: "+
 			"%d %% packet loss, replies delayed near the store timeout (%d ± %d %% of it), and every reply lost while every write is applied "+
 			"(store calls past the timeout, reserves and settlements that ran with their answer lost): "+
@@ -46,7 +46,8 @@ func (l lossyStoreLinkRun) scenario() Scenario {
 			"ambiguous, so the settled usage is judged against the bound the contract allows, not one exact value; reads the " +
 			"gateway's store-error counter only where its profile declares it (capabilities.metrics: its own view of itself), " +
 			"so a store error counted for a client that left is not seen from outside",
-		Run: l.run,
+		Subjects: func(deployment.Profile) []string { return deployment.LoadSubjects(lossyStoreLinkSubjects) },
+		Run:      l.run,
 	}
 }
 
@@ -69,8 +70,13 @@ const (
 	lossyBurst        = 800 * time.Millisecond
 )
 
-// lossySubject is the scenario's i-th subject (deployment.LossyStoreLinkSubjects of them: the
-// cool ones, the hot ones, and one that probes the recovery).
+// lossyStoreLinkSubjects is how many load subjects (deployment.LoadSubject) the scenario sends
+// as besides the three applications: 9 for each of its three faults (loss, latency, lost
+// replies), 3 for clients leaving mid-reserve.
+const lossyStoreLinkSubjects = 30
+
+// lossySubject is the scenario's i-th subject (lossyStoreLinkSubjects of them: the cool ones,
+// the hot ones, and one that probes the recovery).
 func lossySubject(i int) string { return deployment.LoadSubject(i) }
 
 // A lossyPhase is one fault the scenario pulls on gateway-a's store link, with its own
@@ -149,8 +155,8 @@ func (l lossyStoreLinkRun) run(ctx context.Context, env *Env) *Result {
 	for _, ph := range phases {
 		n += ph.subjects()
 	}
-	if n > deployment.LossyStoreLinkSubjects {
-		return r.Error(fmt.Errorf("lossy-store-link sends as %d subjects, the deployment has credentials for %d (deployment.LossyStoreLinkSubjects)", n, deployment.LossyStoreLinkSubjects))
+	if n > lossyStoreLinkSubjects {
+		return r.Error(fmt.Errorf("lossy-store-link sends as %d subjects, the deployment has credentials for %d (lossyStoreLinkSubjects)", n, lossyStoreLinkSubjects))
 	}
 	if (lossyCoolRequests+1)*p.Estimate > p.Capacity || lossyHotRequests/2*p.Estimate <= p.Capacity {
 		return r.Error(fmt.Errorf("profile %s: lossy-store-link is sized for %d requests and a probe within the capacity and %d past it on one gateway (capacity %d, estimate %d)",
@@ -232,7 +238,7 @@ func runLossyPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, firs
 
 	warmed := 0 // the provider calls of that first decision
 	if ph.decides {
-		w := env.awaitAdmission(ctx, gwA, subject(lossyCool+lossyHot), time.Now())
+		w := env.awaitRecovery(ctx, gwA, subject(lossyCool+lossyHot), time.Now(), Outcome.Admitted)
 		if w.got.Admitted() {
 			warmed = 1
 		}
@@ -342,7 +348,7 @@ func runLossyPhase(ctx context.Context, env *Env, r *Result, ph lossyPhase, firs
 
 	charged := env.lossySettled(ctx, r, bySubject, subject)
 
-	rec := env.awaitAdmission(ctx, gwA, subject(lossyCool+lossyHot), healedAt)
+	rec := env.awaitRecovery(ctx, gwA, subject(lossyCool+lossyHot), healedAt, Outcome.Admitted)
 	r.Fact("recovery_statuses", rec.statuses)
 	rec.check(r, "admission recovered on gateway-a within RecoveryMax of the heal", p.RecoveryMax)
 	return fmt.Sprintf("%s: %d requests, %d admitted, %d denied, %d %d (slowest %s); over-admission %d subjects; %s",

@@ -179,7 +179,8 @@ func checkHardOutputBounds(ctx context.Context, env *Env, r *sharedResult) strin
 	outs := make([]Outcome, chatFrom)
 	for i, c := range cases[:chatFrom] {
 		id := "qq-" + env.scenario + "-hard-" + c.label
-		outs[i] = Outcome{Status: env.surfaceCall(ctx, env.alternate(i), appA, http.MethodPost, c.path, id, c.body), RequestID: id}
+		st, _ := env.surfaceDo(ctx, env.alternate(i), appA, CredValid, http.MethodPost, c.path, id, c.body)
+		outs[i] = Outcome{Status: st, RequestID: id}
 	}
 	outs = append(outs, env.chatAtOnce(ctx, len(cases)-chatFrom, func(i int) ChatCall {
 		c := cases[chatFrom+i].call

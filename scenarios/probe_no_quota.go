@@ -52,7 +52,7 @@ func runProbeNoQuota(ctx context.Context, env *Env) *Result {
 		r.NotMade("settled and reserved tokens unchanged by the probes", "no quota inspection: the admission after the probes decides")
 	}
 	r.Fact("rule", fmt.Sprintf("the run's rule: %d tokens reserved, capacity %d per %s", p.Estimate, p.Capacity, p.Window))
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 

@@ -179,7 +179,7 @@ func runReplicaLoss(ctx context.Context, env *Env) *Result {
 	recovery := r.mark()
 	var recovered time.Duration
 	for _, gw := range failoverPair {
-		rec := env.awaitAdmission(ctx, gw, appC, healAt)
+		rec := env.awaitRecovery(ctx, gw, appC, healAt, Outcome.Admitted)
 		r.Fact("recovery_statuses_"+gw, rec.statuses)
 		r.Fact("time_to_recovery_ms_"+gw, ms(rec.elapsed))
 		recovered = max(recovered, rec.elapsed)
@@ -212,7 +212,7 @@ func (env *Env) chargesAfterReplicaLoss(ctx context.Context, r *Result, refused 
 	if !ok {
 		return "no exhaustion"
 	}
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		r.Error(err)
 		return "no exhaustion"
 	}
@@ -245,7 +245,7 @@ func (env *Env) chargesAfterReplicaLoss(ctx context.Context, r *Result, refused 
 	last := ex.Outcomes[len(ex.Outcomes)-1]
 	r.Check("exhaustion after the replicas' return ended with 429", http.StatusTooManyRequests, last.Status, ex.Denied)
 	predicted := env.checkPredictedAdmissions(r, ex, p)
-	env.checkRemainingTruth(r, ex, p.Capacity, env.admitCost())
+	env.checkRemainingTruth(r, ex, p.Capacity, env.admitCost(env.Profile))
 	span := last.End.Sub(ex.Outcomes[0].Start)
 	r.Fact("exhaustion_span_ms", ms(span))
 	r.Check("exhaustion within one window (no roll-over)", fmt.Sprintf("< %s", p.Window), span.Round(time.Millisecond).String(), span < p.Window)

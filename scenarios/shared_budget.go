@@ -44,7 +44,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 
 	// The ledger's trace for the report: one budget filling from every gateway.
 	defer env.sampleLedger(ctx, Key{Rule: RuleName, Subject: appA}, env.Profile.Window, ledgerTraceInterval).Stop(env, r, appA)
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	ex, err := env.exhaust(ctx, Key{Rule: RuleName, Subject: appA}, "exhaust", env.gateways(), exhaustCap)
@@ -72,7 +72,7 @@ func runSharedBudget(ctx context.Context, env *Env) *Result {
 	r.Check("admitted responses report the stub's deterministic usage", fmt.Sprintf("total_tokens %d each", expected.TotalTokens), usageMismatch, len(usageMismatch) == 0)
 	r.Check("exhaustion ended with 429", http.StatusTooManyRequests, last.Status, ex.Denied)
 	predicted := env.checkPredictedAdmissions(r, ex, p)
-	env.checkRemainingTruth(r, ex, p.Capacity, env.admitCost())
+	env.checkRemainingTruth(r, ex, p.Capacity, env.admitCost(env.Profile))
 
 	// The next request is denied on every gateway: the budget spent is seen by each replica,
 	// also by those the exhaustion never reached.
@@ -198,7 +198,7 @@ func (env *Env) checkDenialHeaders(r *Result, what string, o Outcome, p deployme
 	if h.Remaining != "" {
 		// A denial leaves less than one admission needs: below the estimate, or, for a
 		// check-then-charge gateway, below its check's cost (none left when that is 0).
-		need := max(1, env.admitCost())
+		need := max(1, env.admitCost(env.Profile))
 		rem, err := strconv.ParseInt(o.Headers.Get(h.Remaining), 10, 64)
 		r.Check(what+": "+strings.ToLower(h.Remaining)+" below what an admission needs", fmt.Sprintf("0..%d", need-1), o.Headers.Get(h.Remaining), err == nil && rem >= 0 && rem < need)
 	} else {

@@ -20,7 +20,8 @@ import (
 func (env *Env) storeGroup(ctx context.Context) (sg topology.StoreGroup, skip string, err error) {
 	sg, ok := env.Topo.(topology.StoreGroup)
 	if !ok {
-		return nil, "the " + env.Topo.Engine() + " topology runs no replicated store group (primary, replicas, Sentinels); it runs on netns and docker", nil
+		return nil, "the " + env.Topo.Engine() + " topology runs no replicated store group (primary, replicas, Sentinels); it runs on " +
+			topology.EngineNetns + " and " + topology.EngineDocker, nil
 	}
 	if reason := sg.StoreGroupReason(); reason != "" {
 		return nil, reason, nil

@@ -75,7 +75,7 @@ func runStoreMemoryPressure(ctx context.Context, env *Env) *Result {
 	recovery := r.mark()
 	for i, gw := range env.gateways()[:2] {
 		s := []string{appC, appA}[i]
-		rec := env.awaitAdmission(ctx, gw, s, healedAt)
+		rec := env.awaitRecovery(ctx, gw, s, healedAt, Outcome.Admitted)
 		r.Fact("recovery_statuses_"+gw, rec.statuses)
 		rec.check(r, "admission recovered on "+gw+" within RecoveryMax once memory was back", p.RecoveryMax)
 	}

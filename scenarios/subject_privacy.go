@@ -95,33 +95,29 @@ func runSubjectPrivacy(ctx context.Context, env *Env) *Result {
 	r.Fact("usernames_searched", fmt.Sprintf("logs: the scenario's %d; metrics and store: the run's %d (each as sent and percent-encoded)", nOwn, nAll))
 
 	var made, read []string // the parts read, as the key fact and DecidedBy name them
+	// judge makes the check on one part read, or says why it was not made.
+	judge := func(p privacyPart) {
+		check := "no raw subject in " + p.where
+		if p.err != nil {
+			r.NotMade(check, p.err.Error())
+			return
+		}
+		made = append(made, p.made)
+		read = append(read, p.read)
+		r.Check(check, fmt.Sprintf("none of %s usernames in %d %s", p.whose, p.of, p.unit), orNone(p.hits), len(p.hits) == 0)
+	}
 	logs, logErr := env.privacyLogs(ctx, r, outs, own)
-	if logErr != nil {
-		r.NotMade("no raw subject in the gateways' logs", logErr.Error())
-	} else {
-		made = append(made, fmt.Sprintf("%d of %d log lines (%d logs)", len(logs.hits), logs.lines, logs.files))
-		read = append(read, "the gateways' logs")
-		r.Check("no raw subject in the gateways' logs", "none of the scenario's usernames in "+fmt.Sprint(logs.lines)+" lines",
-			orNone(logs.hits), len(logs.hits) == 0)
-	}
+	judge(privacyPart{where: "the gateways' logs", read: "the gateways' logs", whose: "the scenario's", unit: "lines",
+		of: logs.lines, hits: logs.hits, err: logErr,
+		made: fmt.Sprintf("%d of %d log lines (%d logs)", len(logs.hits), logs.lines, logs.files)})
 	series, metricHits, metricsErr := env.privacyMetrics(ctx, all)
-	if metricsErr != nil {
-		r.NotMade("no raw subject in the gateways' metrics", metricsErr.Error())
-	} else {
-		made = append(made, fmt.Sprintf("%d of %d metric series", len(metricHits), series))
-		read = append(read, "the gateways' metrics")
-		r.Check("no raw subject in the gateways' metrics", "none of the run's usernames in "+fmt.Sprint(series)+" series",
-			orNone(metricHits), len(metricHits) == 0)
-	}
+	judge(privacyPart{where: "the gateways' metrics", read: "the gateways' metrics", whose: "the run's", unit: "series",
+		of: series, hits: metricHits, err: metricsErr,
+		made: fmt.Sprintf("%d of %d metric series", len(metricHits), series)})
 	keys, keyHits, storeErr := env.privacyStore(ctx, all, admitted)
-	if storeErr != nil {
-		r.NotMade("no raw subject in the store's keys", storeErr.Error())
-	} else {
-		made = append(made, fmt.Sprintf("%d of %d store keys", len(keyHits), keys))
-		read = append(read, "the run's store keys")
-		r.Check("no raw subject in the store's keys", "none of the run's usernames in "+fmt.Sprint(keys)+" keys",
-			orNone(keyHits), len(keyHits) == 0)
-	}
+	judge(privacyPart{where: "the store's keys", read: "the run's store keys", whose: "the run's", unit: "keys",
+		of: keys, hits: keyHits, err: storeErr,
+		made: fmt.Sprintf("%d of %d store keys", len(keyHits), keys)})
 	if logErr != nil || metricsErr != nil || storeErr != nil {
 		r.DecidedBy(read...)
 	}
@@ -132,6 +128,19 @@ func runSubjectPrivacy(ctx context.Context, env *Env) *Result {
 	}
 	r.Key("raw subjects in %s", strings.Join(made, ", "))
 	return r
+}
+
+// privacyPart is one part of the run read for raw subjects (the gateways' logs, their metrics,
+// the store's keys): what was searched, what was found, or why it could not be read.
+type privacyPart struct {
+	where string   // the part, as the check names it
+	read  string   // the part, as DecidedBy names it
+	whose string   // whose usernames were searched: "the scenario's" or "the run's"
+	unit  string   // what of counts: lines, series, keys
+	of    int      // how many were searched
+	hits  []string // the raw subjects found
+	made  string   // what was read, for the key fact
+	err   error    // why the part could not be read
 }
 
 // usernameForms are the forms a username is searched in: as sent, and percent-encoded (a gateway

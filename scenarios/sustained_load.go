@@ -16,22 +16,30 @@ import (
 
 func init() { register(2300, sustainedLoad) }
 
+// SustainedLoadName is the scenario's name (internal/loadknee runs it alone); it sends as the
+// three applications and sustainedLoadSubjects load subjects (deployment.LoadSubject).
+const (
+	SustainedLoadName     = "sustained-load"
+	sustainedLoadSubjects = 200
+)
+
 // sustainedLoad drives many subjects through both gateways at a fixed open-loop rate (each
 // request leaves on its schedule, whatever the answers to the earlier ones), a tenth of them
 // well past their budget, and judges the hard gate from the recorded history alone — never
 // from the gateways' own counters.
 func sustainedLoad() Scenario {
 	return Scenario{
-		Name: deployment.SustainedLoadScenario,
+		Name: SustainedLoadName,
 		Summary: fmt.Sprintf("%d subjects across both gateways at a fixed open-loop rate, a tenth of them well past their budget: "+
-			"no subject over-admitted in any window, no 5xx", deployment.SustainedLoadSubjects),
+			"no subject over-admitted in any window, no 5xx", sustainedLoadSubjects),
 		Invariant: "hard gate under load: per subject, the usage admitted within any window-long stretch of the recorded history ≤ capacity; " +
 			"no 5xx; denials reach no provider; a subject within its budget is never denied",
 		Exclusive: "drives the machine at a fixed rate: its latencies, and the timing of any scenario beside it, must each be their own",
 		Profiles:  []string{"reference"},
 		BlackBox: "sees every answer of the load and the providers' calls, and judges each subject's admitted usage per " +
 			"window from the recorded history; it reads no gateway counter, so it sees the same with inspection and without",
-		Run: runSustainedLoad,
+		Subjects: func(deployment.Profile) []string { return deployment.LoadSubjects(sustainedLoadSubjects) },
+		Run:      runSustainedLoad,
 	}
 }
 
@@ -45,7 +53,7 @@ type loadPlan struct {
 
 func newLoadPlan(gateways []string) loadPlan {
 	p := loadPlan{gateways: gateways}
-	for i := range deployment.SustainedLoadSubjects {
+	for i := range sustainedLoadSubjects {
 		if i%10 == 0 {
 			p.hot = append(p.hot, deployment.LoadSubject(i))
 		} else {
@@ -115,7 +123,7 @@ func runSustainedLoad(ctx context.Context, env *Env) *Result {
 	}
 
 	env.Progressf("%d requests at %d/s for %s to %d subjects (%d driven past their budget)",
-		total, load.Rate, load.For, deployment.SustainedLoadSubjects, len(plan.hot))
+		total, load.Rate, load.For, sustainedLoadSubjects, len(plan.hot))
 	reqs := make([]loadRequest, total)
 	var wg sync.WaitGroup
 	start := time.Now().Add(50 * time.Millisecond)

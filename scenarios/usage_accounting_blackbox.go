@@ -31,7 +31,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	r.NotMade("the oversized response, both provider errors, n > 1 and both output bounds are charged what the provider counted, "+
 		"and settlements handed over together are none of them dropped", why+": on the run's rule those charges deny nothing a probe could see")
 	r.NotMade("the cut stream is charged no more than generated + the input estimate, and exactly: only a lower bound shows in admissions", why)
-	need := env.admitCost() // what the next request's admission adds before it compares
+	need := env.admitCost(env.Profile) // what the next request's admission adds before it compares
 	stop := int(p.Capacity)
 	if env.checksThenCharges() {
 		// A check-then-charge gateway refuses only once the charge is past the capacity minus
@@ -43,7 +43,7 @@ func runUsageAccountingBlackBox(ctx context.Context, env *Env) *Result {
 	}
 	tokens := max(400, 4*stop)
 	r.Fact("rule", fmt.Sprintf("the run's rule: %d tokens reserved, capacity %d per %s", p.Estimate, p.Capacity, p.Window))
-	if err := env.fixedWindowStart(ctx, r, fixedWindowMargin); err != nil {
+	if err := env.fixedWindowStart(ctx, r, env.Profile.Window, fixedWindowMargin); err != nil {
 		return r.Error(err)
 	}
 	start := time.Now()

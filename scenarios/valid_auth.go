@@ -44,7 +44,7 @@ func runValidAuth(ctx context.Context, env *Env) *Result {
 	var outs []Outcome
 	for k := range max(2*len(subs), len(env.gateways())) {
 		s, gw := subs[k%len(subs)], env.alternate(k)
-		fits := sent[s]*usage+env.admitCost() <= env.Profile.Capacity
+		fits := sent[s]*usage+env.admitCost(env.Profile) <= env.Profile.Capacity
 		sent[s]++
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "valid-" + s, Subject: s})
 		outs = append(outs, o)
@@ -162,7 +162,7 @@ func (env *Env) refuseMalformed(ctx context.Context, r *Result, subject string, 
 		refusalsPerGateway, subject), fmt.Sprintf("400×%d", total), answers, answers[http.StatusBadRequest] == total)
 	admitted := 0
 	for _, gw := range env.gateways() {
-		fits := charged+env.admitCost() <= env.Profile.Capacity
+		fits := charged+env.admitCost(env.Profile) <= env.Profile.Capacity
 		o := env.Chat(ctx, ChatCall{Gateway: gw, Label: "after-malformed-" + gw[len(gw)-1:], Subject: subject})
 		if !fits {
 			continue // its budget is spent by now: nothing to judge on this replica

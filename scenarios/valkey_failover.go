@@ -29,8 +29,9 @@ func init() { register(2100, valkeyFailover) }
 //
 // Every admitted request is held in flight by its provider for the whole split, so its
 // reservation is live throughout: tokens held at once beyond the capacity are double spend,
-// whatever the window. The run's gateways are restarted on the replicated store group for
-// this scenario and back afterwards (see topology/store.go for why the group is separate).
+// whatever the window. The failover pair (gateway-a and gateway-b, failoverPair; any other
+// replica stays on the single Valkey) is restarted on the replicated store group for this
+// scenario and back afterwards (see topology/store.go for why the group is separate).
 func valkeyFailover() Scenario {
 	return Scenario{
 		Name:      "valkey-failover",

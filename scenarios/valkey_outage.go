@@ -120,14 +120,14 @@ func runValkeyOutage(ctx context.Context, env *Env) *Result {
 		if !fits {
 			// Every subject's budget is spent in this window: a 429 shows gw decides from
 			// the store again.
-			rec := env.awaitDecision(ctx, gw, s, startAt)
+			rec := env.awaitRecovery(ctx, gw, s, startAt, Outcome.Decided)
 			r.Fact("recovery_statuses_"+gw, rec.statuses)
 			r.Check("admission decided again on "+gw+" within RecoveryMax (its subject's budget spent: 429 or 200)", "≤ "+p.RecoveryMax.String(),
 				fmt.Sprintf("%d after %s", rec.got.Status, rec.elapsed.Round(time.Millisecond)),
-				(rec.got.Admitted() || rec.got.Status == http.StatusTooManyRequests) && rec.elapsed <= p.RecoveryMax)
+				rec.got.Decided() && rec.elapsed <= p.RecoveryMax)
 			continue
 		}
-		rec := env.awaitAdmission(ctx, gw, s, startAt)
+		rec := env.awaitRecovery(ctx, gw, s, startAt, Outcome.Admitted)
 		r.Fact("recovery_statuses_"+gw, rec.statuses)
 		r.Fact("time_to_recovery_ms_"+gw, ms(rec.elapsed))
 		bad := 0

@@ -142,7 +142,7 @@ func runValkeyPartition(ctx context.Context, env *Env) *Result {
 		return r.Error(fmt.Errorf("healing the partition: %w", err))
 	}
 	recovery := r.mark()
-	rec := env.awaitAdmission(ctx, gwA, appA, healAt)
+	rec := env.awaitRecovery(ctx, gwA, appA, healAt, Outcome.Admitted)
 	r.Fact("recovery_statuses", rec.statuses)
 	r.Fact("time_to_recovery_ms", ms(rec.elapsed))
 	rec.check(r, "gateway-a recovered after the heal within RecoveryMax, without a restart", p.RecoveryMax)

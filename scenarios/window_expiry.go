@@ -110,7 +110,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	defer env.sampleLedger(ctx, Key{Rule: rule, Subject: appA}, window, ledgerTraceInterval).Stop(env, r, appA)
 	// On a fixed window the charges land mid-window: usage that leaves at the next boundary
 	// then leaves half a window early, far beyond the poll's resolution.
-	if err := env.fixedWindowStartOf(ctx, r, window, window/2); err != nil {
+	if err := env.fixedWindowStart(ctx, r, window, window/2); err != nil {
 		return r.Error(err)
 	}
 	ex, err := env.exhaust(ctx, Key{Rule: rule, Subject: appA}, "exhaust", env.gateways(), exhaustCap)
@@ -124,7 +124,7 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	for _, o := range ex.Outcomes {
 		if o.Admitted() {
 			starts, ends = append(starts, o.Start), append(ends, o.End)
-			charges = append(charges, charge(o, env.admitCost()))
+			charges = append(charges, charge(o, env.admitCost(env.Profile)))
 		}
 	}
 	if len(charges) == 0 || !ex.Denied {
@@ -136,9 +136,9 @@ func runWindowExpiry(ctx context.Context, env *Env) *Result {
 	// Every gateway counts every charge of the window: a replica on its own clock, ahead by
 	// more than the window, never sees the others' charges and admits past the budget.
 	env.checkPredictedAdmissions(r, ex, p)
-	plan, ok := planRecovery(starts, ends, charges, p.Capacity, env.admitCost(), window, bucket, margin)
+	plan, ok := planRecovery(starts, ends, charges, p.Capacity, env.admitCost(env.Profile), window, bucket, margin)
 	if !ok {
-		return r.Error(fmt.Errorf("charges %v never leave room for an admission of %d in a capacity of %d", charges, env.admitCost(), p.Capacity))
+		return r.Error(fmt.Errorf("charges %v never leave room for an admission of %d in a capacity of %d", charges, env.admitCost(env.Profile), p.Capacity))
 	}
 	lastCharge := ends[len(ends)-1]
 	rel := func(t time.Time) float64 { return seconds(t.Sub(lastCharge)) }

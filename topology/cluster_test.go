@@ -14,7 +14,7 @@ func clusterSpec(t *testing.T) Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.NewDeployment("q-store-test", p, []string{"shared-budget"})
+	d, err := deployment.NewDeployment("q-store-test", p, deployment.Named("shared-budget"))
 	if err != nil {
 		t.Fatal(err)
 	}

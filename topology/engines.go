@@ -87,6 +87,21 @@ func EngineNames() []string {
 	return slices.Sorted(maps.Keys(engines))
 }
 
+// EngineChoices is what --topology takes, from the registry: "auto, docker, kind, netns or
+// process", without the engines given in except (those a command does not serve).
+func EngineChoices(except ...string) string {
+	names := []string{EngineAuto}
+	for _, n := range EngineNames() {
+		if !slices.Contains(except, n) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 // New returns a topology of the named engine: "auto" or "" (DetectAuto's choice: netns when
 // this host can build namespaces, else docker when a Docker engine answers, else process), or
 // a registered engine's name. An engine that NeedsEntering (netns: the run's own namespaces)
@@ -100,7 +115,7 @@ func New(engine string, spec Spec) (Topology, error) {
 	}
 	e, ok := engineNamed(engine)
 	if !ok {
-		return nil, fmt.Errorf("topology %q is unknown: use auto, netns, docker, process or kind", engine)
+		return nil, fmt.Errorf("topology %q is unknown: use %s", engine, EngineChoices())
 	}
 	if err := CheckStore(engine, spec.Store); err != nil {
 		return nil, err

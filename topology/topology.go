@@ -1,10 +1,15 @@
-// Package topology brings a qualification topology up and down and owns the fault levers the
-// scenarios pull: restart a gateway, stop and start Valkey, partition a host from a peer and
-// heal it, probe reachability from any host to any host:port, and collect component logs. Each
-// engine lives in a package of its own (netnsengine, processengine, dockerengine, kindengine)
-// and registers itself (engines.go); this package holds what they share (Base for the
-// process-based engines, the policy, readiness polling, facts, partition checks) and the levers
-// as values (levers.go). Scenario logic lives in package scenarios, never here.
+// Package topology is the engine contract and what the engines share. An engine brings a
+// qualification topology up and down, gives the harness its vantage points (clients, probes,
+// endpoints, logs) and the host-level primitives the levers act through (Topology and the
+// optional interfaces beside it: StoreGroup, PolicyRollout, Pauser, StoreAdmin, Lossy, …).
+// Each engine lives in a package of its own (netnsengine, processengine, dockerengine,
+// kindengine) and registers itself under its name (engines.go: Register; EngineNames and
+// EngineChoices are what flags, docs and errors name). This package holds what engines share:
+// Base and the process supervision of the process-based engines (netns, process), the network
+// policy and partition checks, readiness polling, facts, the work directory, gateway launch,
+// the store's shapes (the replicated store group, the Valkey Cluster), and the faults as Lever
+// values (lever.go; the levers in levers.go, levers_link.go, levers_nemesis.go) that scenarios
+// and chaos pull. Scenario logic lives in package scenarios, never here.
 package topology
 
 import (
@@ -104,7 +109,8 @@ type Topology interface {
 
 // Lifecycle brings a topology up and down and describes it for the evidence.
 type Lifecycle interface {
-	// Engine names the implementation: "netns", "process", "docker", "kind".
+	// Engine names the implementation: the name its package registered it under (Register;
+	// EngineNames lists them).
 	Engine() string
 	// Up brings every component up and waits until each is ready. On error, whatever was
 	// started has been torn down again.

@@ -20,7 +20,7 @@ func plainDeployment(t *testing.T) *deployment.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.NewDeployment("run-20260101-abc", p, []string{"valid-auth", "shared-budget", "auth-rejection"})
+	d, err := deployment.NewDeployment("run-20260101-abc", p, deployment.Named("valid-auth", "shared-budget", "auth-rejection"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ bounds, 1 it did not, 2 bad usage, 3 the topology could not be brought up.`,
 	f.IntVar(&o.MaxRate, "max-rate", 16000, "with --find-knee: the highest rate tried")
 	f.Float64Var(&maxLag, "max-lag", 0.01, "the share of the schedule the sends may slip (1 − kept rate / rate)")
 	f.DurationVar(&p99Bound, "p99-bound", 0, "the admitted requests' p99 latency bound (default: the profile's store timeout, past which a gateway fails closed)")
-	f.StringVar(&topo, "topology", "auto", "where components run: auto, netns, docker or process")
+	f.StringVar(&topo, "topology", topology.EngineAuto, topologyUsage(topology.EngineKind))
 	f.StringVar(&o.Profile, "profile", "quick", "the profile the gateways are rendered from (window, capacity, estimate)")
 	f.IntVar(&o.Gateways, "gateways", topology.DefaultGateways, gatewaysUsage)
 	f.StringVar(&o.RunID, "run-id", "", "run id (default: generated)")

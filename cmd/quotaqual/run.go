@@ -160,5 +160,5 @@ func printJSON(cmd *cobra.Command, out qualify.Outcome) {
 // does not serve.
 func topologyUsage(except ...string) string {
 	return fmt.Sprintf("where components run: %s (auto: %s where this host can build network namespaces, else %s where a Docker engine answers, else %s)",
-		qualify.TopologyChoices(except...), topology.EngineNetns, topology.EngineDocker, topology.EngineProcess)
+		topology.EngineChoices(except...), topology.EngineNetns, topology.EngineDocker, topology.EngineProcess)
 }

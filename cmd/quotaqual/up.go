@@ -86,7 +86,7 @@ a run), admin ports (/metrics, /readyz, /admin/quota) from the observer.`,
 				return withCode(wire.ExitUsage, err)
 			}
 			if plan.Engine == topology.EngineKind { // up serves no kind topology
-				return withCode(wire.ExitUsage, fmt.Errorf("--topology %s: up serves no kind topology: use %s", plan.Engine, qualify.TopologyChoices(topology.EngineKind)))
+				return withCode(wire.ExitUsage, fmt.Errorf("--topology %s: up serves no kind topology: use %s", plan.Engine, topology.EngineChoices(topology.EngineKind)))
 			}
 			if !plan.Entered && plan.EngineWhy != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "topology %s: %s\n", plan.Engine, plan.EngineWhy)

@@ -75,7 +75,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		rep.RunID = topology.NewRunID()
 	}
 	base, _ := deployment.ProfileByName(o.Profile)
-	list, err := scenarios.Select([]string{deployment.SustainedLoadScenario})
+	list, err := scenarios.Select([]string{scenarios.SustainedLoadName})
 	if err != nil {
 		return rep, err
 	}
@@ -90,7 +90,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	defer wd.Remove()
-	dep, err := deployment.NewDeployment(rep.RunID, base, []string{deployment.SustainedLoadScenario})
+	dep, err := scenarios.NewDeployment(rep.RunID, base, list)
 	if err != nil {
 		return rep, fmt.Errorf("generate the run's credentials: %w", err)
 	}

@@ -43,7 +43,7 @@ func testDeployment(t *testing.T) *deployment.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := deployment.NewDeployment(goldenRunID, p, []string{"valid-auth", "shared-budget"})
+	d, err := deployment.NewDeployment(goldenRunID, p, deployment.Named("valid-auth", "shared-budget"))
 	if err != nil {
 		t.Fatal(err)
 	}

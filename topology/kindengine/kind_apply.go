@@ -73,29 +73,22 @@ func (t *kindTopo) create(ctx context.Context, o runtime.Object) error {
 	var what string
 	switch x := o.(type) {
 	case *corev1.Namespace:
-		what = "namespace " + x.Name
-		_, err = t.cs.CoreV1().Namespaces().Create(ctx, x, metav1.CreateOptions{})
+		what, err = "namespace "+x.Name, createWith(ctx, t.cs.CoreV1().Namespaces(), x)
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("namespace %s already exists: another run with id %s, or its leftovers (delete that namespace, or pick another run id)", x.Name, t.spec.RunID)
 		}
 	case *corev1.Secret:
-		what = "secret " + x.Name
-		_, err = t.cs.CoreV1().Secrets(t.ns).Create(ctx, x, metav1.CreateOptions{})
+		what, err = "secret "+x.Name, createWith(ctx, t.cs.CoreV1().Secrets(t.ns), x)
 	case *corev1.ConfigMap:
-		what = "configmap " + x.Name
-		_, err = t.cs.CoreV1().ConfigMaps(t.ns).Create(ctx, x, metav1.CreateOptions{})
+		what, err = "configmap "+x.Name, createWith(ctx, t.cs.CoreV1().ConfigMaps(t.ns), x)
 	case *corev1.PersistentVolumeClaim:
-		what = "persistentvolumeclaim " + x.Name
-		_, err = t.cs.CoreV1().PersistentVolumeClaims(t.ns).Create(ctx, x, metav1.CreateOptions{})
+		what, err = "persistentvolumeclaim "+x.Name, createWith(ctx, t.cs.CoreV1().PersistentVolumeClaims(t.ns), x)
 	case *corev1.Service:
-		what = "service " + x.Name
-		_, err = t.cs.CoreV1().Services(t.ns).Create(ctx, x, metav1.CreateOptions{})
+		what, err = "service "+x.Name, createWith(ctx, t.cs.CoreV1().Services(t.ns), x)
 	case *networkingv1.NetworkPolicy:
-		what = "networkpolicy " + x.Name
-		_, err = t.cs.NetworkingV1().NetworkPolicies(t.ns).Create(ctx, x, metav1.CreateOptions{})
+		what, err = "networkpolicy "+x.Name, createWith(ctx, t.cs.NetworkingV1().NetworkPolicies(t.ns), x)
 	case *appsv1.Deployment:
-		what = "deployment " + x.Name
-		_, err = t.cs.AppsV1().Deployments(t.ns).Create(ctx, x, metav1.CreateOptions{})
+		what, err = "deployment "+x.Name, createWith(ctx, t.cs.AppsV1().Deployments(t.ns), x)
 	default:
 		return fmt.Errorf("applying %T: not an object the kind engine renders", o)
 	}
@@ -103,6 +96,17 @@ func (t *kindTopo) create(ctx context.Context, o runtime.Object) error {
 		return fmt.Errorf("creating %s in %s: %w", what, t.ns, err)
 	}
 	return nil
+}
+
+// creator is what every typed client-go client of one kind offers: the switch above picks the
+// client, createWith makes the one call they share.
+type creator[T any] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+}
+
+func createWith[T any](ctx context.Context, c creator[T], obj T) error {
+	_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+	return err
 }
 
 // waitRollouts waits until every Deployment in the namespace is rolled out.

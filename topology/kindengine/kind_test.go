@@ -30,7 +30,7 @@ import (
 func kindSpec(t *testing.T) topology.Spec {
 	t.Helper()
 	p, _ := deployment.ProfileByName("quick")
-	d, err := deployment.NewDeployment("kindunit", p, []string{"valid-auth"})
+	d, err := deployment.NewDeployment("kindunit", p, deployment.Named("valid-auth"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/internal/mutant"
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 // Origin says who wrote a mutant.
@@ -175,7 +176,7 @@ func runQualification(ctx context.Context, o RunOptions, bin, gatewayProfile str
 	}
 	topo := o.Topology
 	if topo == "" {
-		topo = "netns"
+		topo = topology.EngineNetns
 	}
 	// --require none: the matrix lists a skip as such ("s"), and a skip must not make a
 	// control's or a mutant's run read as a failure.
@@ -267,7 +268,7 @@ func RunAll(ctx context.Context, o RunOptions, mutants []Mutant, scenarioOrder [
 	m := Matrix{Started: time.Now().UTC(), Topology: o.Topology, Views: o.views(), Scenarios: scenarioOrder,
 		Controls: map[string]Run{}}
 	if m.Topology == "" {
-		m.Topology = "netns"
+		m.Topology = topology.EngineNetns
 	}
 	logf := func(format string, args ...any) {
 		if o.Log != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/quotaqual/quotaqual/internal/mutant/matrix"
 	"github.com/quotaqual/quotaqual/scenarios"
+	"github.com/quotaqual/quotaqual/topology"
 )
 
 func main() {
@@ -34,7 +35,7 @@ func main() {
 	flag.StringVar(&plain, "plain", "bin/quotaqual", "unmutated quotaqual binary (harness of the blind runs)")
 	flag.StringVar(&plainGateway, "plain-gateway", "", "the unmutated gateway binary of the blind path's control (default -plain; give the binary itself when -plain is a wrapper)")
 	flag.StringVar(&out, "out", "MUTANTS.md", "where to write the matrix")
-	flag.StringVar(&topo, "topology", "netns", "topology engine of every run")
+	flag.StringVar(&topo, "topology", topology.EngineNetns, "topology engine of every run")
 	flag.StringVar(&blackProfile, "blackbox-profile", matrix.DefaultBlackBoxProfile, "the gateway profile of the black-box view")
 	flag.StringVar(&origin, "origin", "all", "which mutants: catalogue, blind or all")
 	flag.StringVar(&views, "views", "white-box,black-box", "the views to run, comma-separated: white-box, black-box")
