@@ -72,3 +72,22 @@ func schedule(list []Scenario, run func(i int, share func())) {
 	share()
 	<-blockDone
 }
+
+// onOwnTopologies runs every scenario of list (indices) through run, each on a topology of its
+// own, at most limit at once (at least one), starting them in list order, and returns when all
+// have finished. Each topology is up only while its scenario runs, so limit also bounds how
+// many extra topologies are up at once.
+func onOwnTopologies(limit int, list []int, run func(i int)) {
+	limit = max(limit, 1)
+	slots := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for _, i := range list {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			run(i)
+		}()
+	}
+	wg.Wait()
+}
