@@ -343,6 +343,10 @@ func (r *run) up(ctx context.Context) error {
 	if r.EngineWhy != "" {
 		facts["engine_choice"] = r.EngineWhy
 	}
+	if r.ownWhyNot == "" && scenarios.UseStoreGroup(r.selected) && !scenarios.UseStoreGroup(onRunTopology(r.selected)) {
+		// The store group's own reason says no scenario of the run uses it: not so, they ran elsewhere.
+		facts["store_group_elsewhere"] = "the scenarios that use the replicated store group ran on topologies of their own, each with its group (own_topologies)"
+	}
 	r.manifest.TopologyFacts = facts
 	return nil
 }
