@@ -3,6 +3,7 @@ package qualify
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/quotaqual/quotaqual/evidence"
 	"github.com/quotaqual/quotaqual/scenarios"
@@ -58,11 +59,11 @@ func ownTopologiesWhyNot(p *Plan) string {
 }
 
 // onRunTopology is the scenarios of list that run on the run's own topology when the lever
-// scenarios get topologies of their own.
+// scenarios get topologies of their own: the shared ones, and those that need the whole machine.
 func onRunTopology(list []scenarios.Scenario) []scenarios.Scenario {
 	var out []scenarios.Scenario
 	for _, sc := range list {
-		if sc.Exclusive == "" {
+		if sc.Exclusive == "" || sc.WholeMachine {
 			out = append(out, sc)
 		}
 	}
@@ -71,7 +72,7 @@ func onRunTopology(list []scenarios.Scenario) []scenarios.Scenario {
 
 // hasLevers reports whether any scenario of list pulls a lever or drives a load.
 func hasLevers(list []scenarios.Scenario) bool {
-	return len(onRunTopology(list)) < len(list)
+	return slices.ContainsFunc(list, func(sc scenarios.Scenario) bool { return sc.Exclusive != "" })
 }
 
 // openOwnTopology brings up a topology of its own for sc (scenarios.Env.OwnTopology). A

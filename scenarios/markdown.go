@@ -74,6 +74,9 @@ func WriteMarkdown(w io.Writer, list []Scenario) error {
 		if s.SharesAfterLever {
 			why += " — then hands the topology back (`Env.ShareTopology`): the wait that follows its lever overlaps the others"
 		}
+		if s.WholeMachine {
+			why += " — needs the whole machine, not only a topology: it runs last, alone, on the run's topology, on netns too"
+		}
 		p("| `%s` | %s |\n", s.Name, why)
 	}
 

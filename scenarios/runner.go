@@ -86,15 +86,19 @@ func RunScheduled(ctx context.Context, env *Env, list []Scenario) ([]evidence.Sc
 	// Those alone for their own lever or load run on a topology of their own when the run
 	// brings such topologies up (Env.OwnTopology).
 	why := make([]string, len(list))
-	var own, onRun []int
+	// A scenario that needs the whole machine runs after them all, alone on the run's topology.
+	var own, onRun, last []int
 	for i, sc := range list {
 		if sc.Exclusive != "" {
 			why[i] = aloneOwnLever
 		}
-		if sc.Exclusive != "" && env != nil && env.OwnTopology != nil {
-			own = append(own, i)
-		} else {
+		switch {
+		case sc.Exclusive == "" || env == nil || env.OwnTopology == nil:
 			onRun = append(onRun, i)
+		case sc.WholeMachine:
+			last = append(last, i)
+		default:
+			own = append(own, i)
 		}
 	}
 	if !env.gateway().Caps.ForwardsScenarioHeader {
@@ -135,26 +139,30 @@ func RunScheduled(ctx context.Context, env *Env, list []Scenario) ([]evidence.Sc
 			})
 		})
 	}()
-	onRunList := make([]Scenario, len(onRun))
-	for j, i := range onRun {
-		onRunList[j] = list[i]
-	}
-	schedule(onRunList, func(j int, share func()) {
-		i := onRun[j]
-		var started bool
-		out[i], started = runScenario(ctx, env, list[i], caps, share)
-		finished(i, func() {
-			switch {
-			case !started:
-				ran.NotRun++
-			case share == nil:
-				ran.SideBySide++
-			default:
-				ran.Alone[why[i]]++
-			}
+	onRunTopology := func(indices []int) {
+		sub := make([]Scenario, len(indices))
+		for j, i := range indices {
+			sub[j] = list[i]
+		}
+		schedule(sub, func(j int, share func()) {
+			i := indices[j]
+			var started bool
+			out[i], started = runScenario(ctx, env, list[i], caps, share)
+			finished(i, func() {
+				switch {
+				case !started:
+					ran.NotRun++
+				case share == nil:
+					ran.SideBySide++
+				default:
+					ran.Alone[why[i]]++
+				}
+			})
 		})
-	})
+	}
+	onRunTopology(onRun)
 	ownDone.Wait()
+	onRunTopology(last)
 	return out, ran
 }
 

@@ -269,7 +269,9 @@ func TestOwnTopologiesGiveEachLeverItsOwn(t *testing.T) {
 	}
 	cut := fake("cut", []Need{NeedPartition}, step("cut", true))
 	cut.Exclusive = "cuts a link"
-	list = append(list, cut)
+	load := fake("load", nil, step("load", false))
+	load.Exclusive, load.WholeMachine = "loads the machine", true
+	list = append(list, cut, load)
 
 	own := &ownTopologies{}
 	env := testEnv(topology.Capabilities{})
@@ -303,7 +305,11 @@ func TestOwnTopologiesGiveEachLeverItsOwn(t *testing.T) {
 	if !leverBesideLever || !leverBesideShared {
 		t.Errorf("levers beside levers %v, beside shared scenarios %v: want both (%v)", leverBesideLever, leverBesideShared, occ.events)
 	}
-	if got, want := ran.String(), "3 side by side, 5 on topologies of their own, 1 not run"; got != want {
+	// The one that needs the whole machine ran last, on the run's topology, with nothing beside it.
+	if b := occ.beside["load"]; len(b) != 0 || occ.events[len(occ.events)-2] != "+load" {
+		t.Errorf("load, which needs the whole machine, ran beside %v (events %v): want last and alone", b, occ.events)
+	}
+	if got, want := ran.String(), "3 side by side, 5 on topologies of their own, 1 alone (a lever or a load), 1 not run"; got != want {
 		t.Errorf("ran = %q, want %q", got, want)
 	}
 }
