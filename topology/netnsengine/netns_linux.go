@@ -126,7 +126,7 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 			return nil, fmt.Errorf("the netns topology needs %s on PATH (.ci/install-deps installs it)", bin)
 		}
 	}
-	home, err := netns.GetFromPath("/proc/self/ns/net")
+	home, err := homeNamespace()
 	if err != nil {
 		return nil, fmt.Errorf("opening the harness's own network namespace: %w", err)
 	}
@@ -162,6 +162,17 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 	})}
 	t.InValkeyNet = func(f func() error) error { return t.onThreadIn(topology.HostValkey, f) }
 	return t, nil
+}
+
+// homeNamespace opens the harness's own network namespace: the calling thread's, on a thread
+// held for the call. Not /proc/self/ns/net: that is the main thread's, which may be inside a
+// host's namespace for a moment when another topology of the process is up and running
+// onThreadIn on it — and a wrong home would send every thread that switches back into that
+// host's namespace. A thread no onThreadIn holds is always in the home namespace.
+func homeNamespace() (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return netns.Get()
 }
 
 // shortRunID keeps namespace names readable: the run id's last 12 characters.
