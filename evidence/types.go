@@ -97,9 +97,28 @@ type Manifest struct {
 	Outcome string `json:"outcome"`
 	// Partial says why the bundle does not cover the whole run — interrupted, or killed before
 	// it was finished (the manifest NewWriter leaves until Finish replaces it); empty when it does.
-	Partial  string            `json:"partial,omitempty"`
-	Teardown any               `json:"teardown,omitempty"`
-	Files    map[string]string `json:"files"` // relative path -> sha256 hex, every file but manifest.json
+	Partial  string `json:"partial,omitempty"`
+	Teardown any    `json:"teardown,omitempty"`
+	// RanOn names the topology each scenario that started ran on, by its run id: RunID for the
+	// run's own topology, or the id of one of OwnTopologies.
+	RanOn map[string]string `json:"ran_on,omitempty"`
+	// OwnTopologies are the topologies brought up for one scenario each (a scenario that pulls a
+	// lever or drives a load, where the engine makes a topology cheap), by scenario.
+	OwnTopologies map[string]OwnTopology `json:"own_topologies,omitempty"`
+	Files         map[string]string      `json:"files"` // relative path -> sha256 hex, every file but manifest.json
+}
+
+// OwnTopology is one scenario's own topology: its run id, facts and teardown record, and the
+// bundle directory holding its metrics, configs and logs (as metrics/, config/ and logs/ do
+// for the run's topology).
+type OwnTopology struct {
+	RunID         string            `json:"run_id"`
+	Dir           string            `json:"dir"`
+	Facts         map[string]any    `json:"facts,omitempty"`
+	ConfigDigests map[string]string `json:"config_digests,omitempty"`
+	Teardown      any               `json:"teardown,omitempty"`
+	// Error says why it did not come up (its scenario was skipped) or did not tear down whole.
+	Error string `json:"error,omitempty"`
 }
 
 // Facts with a shape the HTML report draws. A scenario records them with Result.Fact under

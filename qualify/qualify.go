@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
@@ -245,6 +246,12 @@ type run struct {
 	manifest   evidence.Manifest
 	topo       topology.Topology
 	watch      *clusterWatch
+
+	// ownWhyNot says why the lever scenarios run on this run's topology one after another
+	// rather than each on its own (own_topologies.go); "" when they get their own.
+	ownWhyNot string
+	ownMu     sync.Mutex // guards ownNext and the manifest's RanOn and OwnTopologies
+	ownNext   int        // the index of the next own topology's run id
 }
 
 // stepError is an error of a step before the scenarios, with the exit code it ends the run with.
@@ -328,7 +335,13 @@ func (r *run) up(ctx context.Context) error {
 		r.rep.Note("gateway under test: profile %s (%s): %s", gw.Name, gw.Status, gw.Description)
 	}
 	r.rep.Step("topology up (" + r.Engine + ")")
-	topo, err := topology.New(r.Engine, r.Spec(r.workDir.Path, r.Binary, r.deployment))
+	spec := r.Spec(r.workDir.Path, r.Binary, r.deployment)
+	if r.ownWhyNot = ownTopologiesWhyNot(r.Plan); r.ownWhyNot == "" {
+		// The lever scenarios bring their own (own_topologies.go): this one needs the store
+		// group only for a scenario that runs on it.
+		spec.WithoutStoreGroup = !scenarios.UseStoreGroup(onRunTopology(r.selected))
+	}
+	topo, err := topology.New(r.Engine, spec)
 	if err != nil {
 		return err
 	}
@@ -351,6 +364,10 @@ func (r *run) up(ctx context.Context) error {
 	if r.EngineWhy != "" {
 		facts["engine_choice"] = r.EngineWhy
 	}
+	if r.ownWhyNot == "" && scenarios.UseStoreGroup(r.selected) && !scenarios.UseStoreGroup(onRunTopology(r.selected)) {
+		// The store group's own reason says no scenario of the run uses it: not so, they ran elsewhere.
+		facts["store_group_elsewhere"] = "the scenarios that use the replicated store group ran on topologies of their own, each with its group (own_topologies)"
+	}
 	r.manifest.TopologyFacts = facts
 	return nil
 }
@@ -365,7 +382,7 @@ func (r *run) topologyFailed(err error) Outcome {
 		r.manifest.TopologyFacts = r.topo.Facts()
 		td, _ := r.topo.Down(context.Background())
 		r.manifest.Teardown = td
-		collectLogs(r.topo, r.writer, r.workDir.Path)
+		collectLogs(r.topo, r.writer, r.workDir.Path, "")
 	}
 	results := skippedAll(r.selected, "topology could not be brought up: "+err.Error())
 	r.out.Results = results
@@ -394,8 +411,14 @@ func (r *run) runScenarios(ctx context.Context) []evidence.ScenarioResult {
 	if r.Store == topology.StoreCluster {
 		r.watch = watchCluster(ctx, r.topo, r.deployment) // where the keys lie (cluster_evidence.go)
 	}
+	if r.ownWhyNot == "" {
+		env.OwnTopology, env.OwnTopologies = r.openOwnTopology, ownTopologiesAtOnce
+	} else if hasLevers(r.selected) {
+		r.rep.Note("the lever scenarios run one after another on the run's topology: %s", r.ownWhyNot)
+	}
 	r.rep.Step(fmt.Sprintf("%d scenarios", len(r.selected)))
 	results, ran := scenarios.RunScheduled(ctx, env, r.selected)
+	r.recordRanOn(results)
 	r.out.Results = results
 	r.out.Qualification = r.require.assess(results)
 	r.manifest.Qualification = &r.out.Qualification
@@ -407,17 +430,17 @@ func (r *run) runScenarios(ctx context.Context) []evidence.ScenarioResult {
 // tears the topology down, unless it is kept.
 func (r *run) collectAndTearDown() {
 	r.rep.Step("collect metrics, configs and logs")
-	collectMetrics(r.topo, r.writer)
-	collectConfigs(r.workDir.Path, r.writer, &r.manifest)
+	collectMetrics(r.topo, r.writer, "")
+	collectConfigs(r.workDir.Path, r.writer, r.manifest.ConfigDigests, "")
 	if r.Keep {
-		collectLogs(r.topo, r.writer, r.workDir.Path)
+		collectLogs(r.topo, r.writer, r.workDir.Path, "")
 		r.rep.Done("ok", "topology kept up: stop this process (Ctrl-C) to tear it down")
 		describeKept(r.rep, r.topo)
 		return
 	}
 	td, err := r.topo.Down(context.Background())
 	r.manifest.Teardown = td
-	collectLogs(r.topo, r.writer, r.workDir.Path)
+	collectLogs(r.topo, r.writer, r.workDir.Path, "")
 	if err != nil {
 		r.rep.Done("failed", "teardown: "+err.Error())
 	} else {
@@ -511,8 +534,9 @@ func keyDetail(r evidence.ScenarioResult) string {
 	return r.KeyFact
 }
 
-// collectMetrics scrapes each gateway's /metrics once, at the end of the run.
-func collectMetrics(topo topology.Topology, w *evidence.Writer) {
+// collectMetrics scrapes each gateway's /metrics once, at the end of the run (of the scenario,
+// for a scenario's own topology), into dir ("" for the run's topology, else "topologies/<scenario>/").
+func collectMetrics(topo topology.Topology, w *evidence.Writer, dir string) {
 	client := topo.Observer()
 	for _, g := range topo.Gateways() {
 		ep := topo.Gateway(g)
@@ -520,13 +544,13 @@ func collectMetrics(topo topology.Topology, w *evidence.Writer) {
 		if err != nil {
 			body = []byte("# scrape failed: " + err.Error() + "\n")
 		}
-		_ = w.AddFile("metrics/"+g+".prom", body)
+		_ = w.AddFile(dir+"metrics/"+g+".prom", body)
 	}
 }
 
 // collectConfigs copies the effective gateway configs (secrets are env references there, and
-// the writer redacts anyway) and records their digests.
-func collectConfigs(workDir string, w *evidence.Writer, m *evidence.Manifest) {
+// the writer redacts anyway) into dir and records their digests in digests.
+func collectConfigs(workDir string, w *evidence.Writer, digests map[string]string, dir string) {
 	files, _ := filepath.Glob(filepath.Join(workDir, "config", "*"))
 	sort.Strings(files)
 	for _, f := range files {
@@ -535,24 +559,24 @@ func collectConfigs(workDir string, w *evidence.Writer, m *evidence.Manifest) {
 			continue
 		}
 		sum := sha256.Sum256(b)
-		m.ConfigDigests[filepath.Base(f)] = hex.EncodeToString(sum[:])
-		_ = w.AddFile("config/"+filepath.Base(f), b)
+		digests[filepath.Base(f)] = hex.EncodeToString(sum[:])
+		_ = w.AddFile(dir+"config/"+filepath.Base(f), b)
 	}
 }
 
-// collectLogs copies every component log into the bundle, redacted line by line.
-func collectLogs(topo topology.Topology, w *evidence.Writer, workDir string) {
-	dir := filepath.Join(workDir, "collected-logs")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// collectLogs copies every component log into the bundle's dir, redacted line by line.
+func collectLogs(topo topology.Topology, w *evidence.Writer, workDir, dir string) {
+	logDir := filepath.Join(workDir, "collected-logs")
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return
 	}
-	if err := topo.CollectLogs(dir); err != nil {
-		_ = w.AddFile("logs/collect-error.txt", []byte(err.Error()+"\n"))
+	if err := topo.CollectLogs(logDir); err != nil {
+		_ = w.AddFile(dir+"logs/collect-error.txt", []byte(err.Error()+"\n"))
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	files, _ := filepath.Glob(filepath.Join(logDir, "*"))
 	sort.Strings(files)
 	for _, f := range files {
-		_ = w.AddFileFrom("logs/"+filepath.Base(f), f)
+		_ = w.AddFileFrom(dir+"logs/"+filepath.Base(f), f)
 	}
 }
 

@@ -59,6 +59,11 @@ type Scenario struct {
 	// Env.ShareTopology once its lever is released and what is left is a wait on its own keys:
 	// it runs first among the exclusive ones, and the shared scenarios overlap that wait.
 	SharesAfterLever bool
+	// WholeMachine marks an exclusive scenario that needs the machine to itself, not only a
+	// topology (it drives a load whose latencies, and the timing of anything beside it, must
+	// each be their own): it never runs on a topology of its own beside the others
+	// (Env.OwnTopology), but on the run's, after every other scenario has finished.
+	WholeMachine bool
 	// Profiles lists the profiles whose default run includes the scenario; empty: every
 	// profile. --scenario selects it in any profile.
 	Profiles []string

@@ -47,6 +47,15 @@ type Env struct {
 	// system's temporary directory.
 	WorkDir string
 
+	// OwnTopology, when set, gives each scenario that pulls a lever or drives a load
+	// (Scenario.Exclusive) a topology of its own, instead of the run's topology to itself one
+	// after another: it brings one up for sc (the same spec as the run's, under its own run id,
+	// host names and work directory), and done collects what the bundle needs of it and tears
+	// it down once sc has finished. Those scenarios run side by side with the others, at most
+	// OwnTopologies at once.
+	OwnTopology   func(ctx context.Context, sc Scenario) (own OwnTopology, done func(), err error)
+	OwnTopologies int
+
 	scenario string  // set by Run for the scenario being run
 	current  *Result // the scenario's result, so a panic keeps its partial facts
 	share    func()  // set by Run for an exclusive scenario: hands the topology back early

@@ -58,7 +58,13 @@ func WriteMarkdown(w io.Writer, list []Scenario) error {
 	p("\n## Side by side, or alone\n\n")
 	p("A scenario that pulls no lever only sends its own principals' requests and reads its own keys,\n")
 	p("so the runner runs those side by side. These declare (`Scenario.Exclusive`) that they need the\n")
-	p("topology to themselves, and run one at a time with nothing beside them:\n\n")
+	p("topology to themselves. On netns, where a topology comes up and down in about a second, each\n")
+	p("gets a topology of its own (the run's spec under its own run id, `<run-id>--<letter>`), and they\n")
+	p("run side by side with each other and with the rest, a few at a time; the manifest's `ran_on`\n")
+	p("names each scenario's topology, and the bundle keeps each own topology's facts, logs, metrics\n")
+	p("and configs under `topologies/<scenario>/`. On docker, kind and process (and with `--keep` or\n")
+	p("`--store cluster`) the run keeps one topology, and they run on it one at a time with nothing\n")
+	p("beside them:\n\n")
 	p("| runs alone | why |\n|---|---|\n")
 	for _, s := range list {
 		if s.Exclusive == "" {
@@ -67,6 +73,9 @@ func WriteMarkdown(w io.Writer, list []Scenario) error {
 		why := cell(s.Exclusive)
 		if s.SharesAfterLever {
 			why += " — then hands the topology back (`Env.ShareTopology`): the wait that follows its lever overlaps the others"
+		}
+		if s.WholeMachine {
+			why += " — needs the whole machine, not only a topology: it runs last, alone, on the run's topology, on netns too"
 		}
 		p("| `%s` | %s |\n", s.Name, why)
 	}

@@ -32,15 +32,19 @@ type Ran struct {
 	SideBySide int
 	// Alone counts the scenarios that had the topology to themselves, by why: their own lever
 	// or load, or the run's reason to run every scenario alone.
-	Alone  map[string]int
-	NotRun int
+	Alone map[string]int
+	// OwnTopology counts the scenarios that ran on a topology of their own (Env.OwnTopology),
+	// side by side with the others.
+	OwnTopology int
+	NotRun      int
 }
 
 // aloneOwnLever is Ran.Alone's key for a scenario alone for its own lever or load.
 const aloneOwnLever = "a lever or a load"
 
 // String says it in the closing progress line's words: "10 side by side, 8 alone (a lever
-// or a load)", or "0 side by side, 18 alone (8 for a lever or a load, 10 because …)".
+// or a load)", "0 side by side, 18 alone (8 for a lever or a load, 10 because …)", or "17
+// side by side, 13 on topologies of their own".
 func (r Ran) String() string {
 	alone := 0
 	var whys []string
@@ -52,7 +56,13 @@ func (r Ran) String() string {
 			whys = append(whys, fmt.Sprintf("%d because %s", r.Alone[why], why))
 		}
 	}
-	s := fmt.Sprintf("%d side by side, %d alone", r.SideBySide, alone)
+	s := fmt.Sprintf("%d side by side", r.SideBySide)
+	if r.OwnTopology > 0 {
+		s += fmt.Sprintf(", %d on topologies of their own", r.OwnTopology)
+	}
+	if alone > 0 || r.OwnTopology == 0 {
+		s += fmt.Sprintf(", %d alone", alone)
+	}
 	switch {
 	case len(whys) == 1 && r.Alone[aloneOwnLever] > 0:
 		s += " (" + aloneOwnLever + ")"
@@ -73,10 +83,22 @@ func RunScheduled(ctx context.Context, env *Env, list []Scenario) ([]evidence.Sc
 		caps = env.Topo.Capabilities()
 	}
 	// Why each scenario must run alone: its own lever or load, or, below, the run's reason.
+	// Those alone for their own lever or load run on a topology of their own when the run
+	// brings such topologies up (Env.OwnTopology).
 	why := make([]string, len(list))
+	// A scenario that needs the whole machine runs after them all, alone on the run's topology.
+	var own, onRun, last []int
 	for i, sc := range list {
 		if sc.Exclusive != "" {
 			why[i] = aloneOwnLever
+		}
+		switch {
+		case sc.Exclusive == "" || env == nil || env.OwnTopology == nil:
+			onRun = append(onRun, i)
+		case sc.WholeMachine:
+			last = append(last, i)
+		default:
+			own = append(own, i)
 		}
 	}
 	if !env.gateway().Caps.ForwardsScenarioHeader {
@@ -90,34 +112,112 @@ func RunScheduled(ctx context.Context, env *Env, list []Scenario) ([]evidence.Sc
 	}
 	ran := Ran{Alone: map[string]int{}}
 	var finishedMu sync.Mutex
-	schedule(list, func(i int, share func()) {
-		var started bool
-		out[i], started = runScenario(ctx, env, list[i], caps, share)
+	finished := func(i int, count func()) {
 		finishedMu.Lock()
 		defer finishedMu.Unlock()
-		switch {
-		case !started:
-			ran.NotRun++
-		case share == nil:
-			ran.SideBySide++
-		default:
-			ran.Alone[why[i]]++
-		}
+		count()
 		if env != nil && env.Finished != nil {
 			env.Finished(out[i])
 		}
-	})
+	}
+	var ownDone sync.WaitGroup
+	ownDone.Add(1)
+	go func() {
+		defer ownDone.Done()
+		if len(own) == 0 {
+			return
+		}
+		onOwnTopologies(env.OwnTopologies, own, func(i int) {
+			var started bool
+			out[i], started = runOnOwnTopology(ctx, env, list[i], caps)
+			finished(i, func() {
+				if started {
+					ran.OwnTopology++
+				} else {
+					ran.NotRun++
+				}
+			})
+		})
+	}()
+	onRunTopology := func(indices []int) {
+		sub := make([]Scenario, len(indices))
+		for j, i := range indices {
+			sub[j] = list[i]
+		}
+		schedule(sub, func(j int, share func()) {
+			i := indices[j]
+			var started bool
+			out[i], started = runScenario(ctx, env, list[i], caps, share)
+			finished(i, func() {
+				switch {
+				case !started:
+					ran.NotRun++
+				case share == nil:
+					ran.SideBySide++
+				default:
+					ran.Alone[why[i]]++
+				}
+			})
+		})
+	}
+	onRunTopology(onRun)
+	ownDone.Wait()
+	onRunTopology(last)
 	return out, ran
+}
+
+// OwnTopology is a topology brought up for one scenario (Env.OwnTopology): the scenario
+// reads and pulls levers on Topo alone, and keeps its files in WorkDir.
+type OwnTopology struct {
+	Topo    topology.Topology
+	WorkDir string
+}
+
+// runOnOwnTopology runs sc on a topology of its own: unless it is skipped before it starts
+// (no topology is brought up for it then), Env.OwnTopology brings one up, sc runs on it, and
+// the topology is collected and torn down once sc has finished. A topology that cannot be
+// brought up skips sc with the reason; started is false then.
+func runOnOwnTopology(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities) (_ evidence.ScenarioResult, started bool) {
+	if res, skip := skippedBefore(ctx, env, sc, caps); skip {
+		return res, false
+	}
+	own, done, err := env.OwnTopology(ctx, sc)
+	if err != nil {
+		res := newScenarioResult(sc)
+		res.Status, res.Reason = evidence.Skipped, "its own topology could not be brought up: "+err.Error()
+		if ctx.Err() != nil {
+			res.Reason = "interrupted before it started (while its own topology came up)"
+		}
+		res.KeyFact = "skipped: " + firstLine(res.Reason)
+		return env.progressed(sc.Name, res), false
+	}
+	defer done()
+	e := *env
+	e.Topo, e.WorkDir = own.Topo, own.WorkDir
+	return runStarted(ctx, &e, sc, nil), true
 }
 
 // runScenario runs one scenario (or skips it before it starts: started is false) and turns its
 // Result into the evidence's form.
 func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities, share func()) (_ evidence.ScenarioResult, started bool) {
-	res := evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
+	if res, skip := skippedBefore(ctx, env, sc, caps); skip {
+		return res, false
+	}
+	return runStarted(ctx, env, sc, share), true
+}
+
+func newScenarioResult(sc Scenario) evidence.ScenarioResult {
+	return evidence.ScenarioResult{Name: sc.Name, Summary: sc.Summary, Invariant: sc.Invariant,
 		Started: time.Now().UTC(), Facts: []evidence.Fact{}, Assertions: []evidence.Assertion{}}
+}
+
+// skippedBefore is sc's result when it is skipped before it starts (skip true): ctx is
+// cancelled, or the topology or gateway lacks what it needs.
+func skippedBefore(ctx context.Context, env *Env, sc Scenario, caps topology.Capabilities) (_ evidence.ScenarioResult, skip bool) {
+	res := newScenarioResult(sc)
 	if err := ctx.Err(); err != nil {
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, "interrupted before it started", "interrupted"
-		return res, false
+		return res, true
 	}
 	reason := missingNeed(sc.Needs, caps, env.gateway())
 	if slices.Contains(sc.Needs, NeedScenarioRules) {
@@ -127,8 +227,14 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 	}
 	if reason != "" {
 		res.Status, res.Reason, res.KeyFact = evidence.Skipped, reason, "skipped: "+reason
-		return env.progressed(sc.Name, res), false
+		return env.progressed(sc.Name, res), true
 	}
+	return res, false
+}
+
+// runStarted runs sc and turns its Result into the evidence's form.
+func runStarted(ctx context.Context, env *Env, sc Scenario, share func()) evidence.ScenarioResult {
+	res := newScenarioResult(sc)
 	env.progress(sc.Name + ": running")
 	start := time.Now()
 	r := runOne(ctx, env, sc, share)
@@ -159,7 +265,7 @@ func runScenario(ctx context.Context, env *Env, sc Scenario, caps topology.Capab
 	if res.Evidence != "" {
 		res.KeyFact = "[black-box] " + res.KeyFact
 	}
-	return env.progressed(sc.Name, res), true
+	return env.progressed(sc.Name, res)
 }
 
 func (env *Env) progressed(name string, res evidence.ScenarioResult) evidence.ScenarioResult {

@@ -47,17 +47,7 @@ func schedule(list []Scenario, run func(i int, share func())) {
 	go func() {
 		defer close(blockDone)
 		<-open
-		slots := make(chan struct{}, sideBySide)
-		var wg sync.WaitGroup
-		for _, i := range shared {
-			slots <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-slots; wg.Done() }()
-				run(i, nil)
-			}()
-		}
-		wg.Wait()
+		boundedEach(sideBySide, shared, func(i int) { run(i, nil) })
 	}()
 
 	for _, i := range exclusive {
@@ -71,4 +61,25 @@ func schedule(list []Scenario, run func(i int, share func())) {
 	}
 	share()
 	<-blockDone
+}
+
+// onOwnTopologies runs every scenario of list (indices) through run, each on a topology of its
+// own, at most limit at once (at least one), and returns when all have finished. Each topology
+// is up only while its scenario runs, so limit also bounds how many extra topologies are up.
+func onOwnTopologies(limit int, list []int, run func(i int)) { boundedEach(max(limit, 1), list, run) }
+
+// boundedEach calls run for every index of list, each on its own goroutine, at most limit at once,
+// starting them in list order, and returns when all have returned.
+func boundedEach(limit int, list []int, run func(i int)) {
+	slots := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for _, i := range list {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			run(i)
+		}()
+	}
+	wg.Wait()
 }

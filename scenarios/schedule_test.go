@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -202,5 +203,152 @@ func TestRanSaysHowTheScenariosRan(t *testing.T) {
 	_, ran := RunScheduled(context.Background(), testEnv(topology.Capabilities{}), list)
 	if got, want := ran.String(), "2 side by side, 1 alone (a lever or a load), 1 not run"; got != want {
 		t.Errorf("ran = %q, want %q", got, want)
+	}
+}
+
+// ownTopologies is an Env.OwnTopology that records what it brought up and tore down: each
+// topology's work directory names its scenario, so a scenario can tell it runs on its own.
+type ownTopologies struct {
+	mu         sync.Mutex
+	up, down   []string
+	fail       map[string]bool // scenarios whose topology does not come up
+	live, peak int
+}
+
+func (o *ownTopologies) open(ctx context.Context, sc Scenario) (OwnTopology, func(), error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fail[sc.Name] {
+		return OwnTopology{}, nil, fmt.Errorf("bridge for %s: no slot", sc.Name)
+	}
+	o.up = append(o.up, sc.Name)
+	o.live++
+	o.peak = max(o.peak, o.live)
+	done := func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.down = append(o.down, sc.Name)
+		o.live--
+	}
+	return OwnTopology{Topo: capsOnly{}, WorkDir: "own-" + sc.Name}, done, nil
+}
+
+// TestOwnTopologiesGiveEachLeverItsOwn: with Env.OwnTopology set, each lever scenario runs on
+// a topology of its own (and the shared ones on the run's), the levers side by side with each
+// other and with the shared block, at most OwnTopologies at once; no topology comes up for a
+// scenario skipped before it starts; every topology brought up is torn down; results come back
+// in list order, and Ran says how they ran.
+func TestOwnTopologiesGiveEachLeverItsOwn(t *testing.T) {
+	occ := &occupancy{running: map[string]bool{}, beside: map[string][]string{}}
+	step := func(name string, lever bool) func(ctx context.Context, env *Env) *Result {
+		return func(ctx context.Context, env *Env) *Result {
+			r := env.NewResult()
+			occ.enter(name)
+			time.Sleep(60 * time.Millisecond)
+			occ.leave(name)
+			want := "run"
+			if lever {
+				want = "own-" + name
+			}
+			r.Check("ran on its topology", want, env.WorkDir, env.WorkDir == want)
+			return r
+		}
+	}
+	var list []Scenario
+	for i := range 3 {
+		name := fmt.Sprintf("shared-%d", i)
+		list = append(list, fake(name, nil, step(name, false)))
+	}
+	var levers []string
+	for i := range 5 {
+		name := fmt.Sprintf("lever-%d", i)
+		s := fake(name, nil, step(name, true))
+		s.Exclusive, s.SharesAfterLever = "pulls a lever", i == 0
+		list = append(list, s)
+		levers = append(levers, name)
+	}
+	cut := fake("cut", []Need{NeedPartition}, step("cut", true))
+	cut.Exclusive = "cuts a link"
+	load := fake("load", nil, step("load", false))
+	load.Exclusive, load.WholeMachine = "loads the machine", true
+	list = append(list, cut, load)
+
+	own := &ownTopologies{}
+	env := testEnv(topology.Capabilities{})
+	env.WorkDir, env.OwnTopology, env.OwnTopologies = "run", own.open, 2
+	res, ran := RunScheduled(context.Background(), env, list)
+	for i, r := range res {
+		want := evidence.Passed
+		if list[i].Name == "cut" {
+			want = evidence.Skipped
+		}
+		if r.Name != list[i].Name || r.Status != want {
+			t.Fatalf("result %d: %s %s %q, want %s %s (results in list order)", i, r.Name, r.Status, r.Reason, list[i].Name, want)
+		}
+	}
+	if strings.Join(slices.Sorted(slices.Values(own.up)), " ") != strings.Join(levers, " ") {
+		t.Errorf("topologies brought up for %v, want one for each lever %v (none for the skipped one)", own.up, levers)
+	}
+	if len(own.down) != len(own.up) || own.live != 0 {
+		t.Errorf("torn down %v of %v (%d still up)", own.down, own.up, own.live)
+	}
+	if own.peak != 2 {
+		t.Errorf("%d own topologies up at once, want the bound, 2", own.peak)
+	}
+	leverBesideLever, leverBesideShared := false, false
+	for _, l := range levers {
+		for _, other := range occ.beside[l] {
+			leverBesideLever = leverBesideLever || strings.HasPrefix(other, "lever-")
+			leverBesideShared = leverBesideShared || strings.HasPrefix(other, "shared-")
+		}
+	}
+	if !leverBesideLever || !leverBesideShared {
+		t.Errorf("levers beside levers %v, beside shared scenarios %v: want both (%v)", leverBesideLever, leverBesideShared, occ.events)
+	}
+	// The one that needs the whole machine ran last, on the run's topology, with nothing beside it.
+	if b := occ.beside["load"]; len(b) != 0 || occ.events[len(occ.events)-2] != "+load" {
+		t.Errorf("load, which needs the whole machine, ran beside %v (events %v): want last and alone", b, occ.events)
+	}
+	if got, want := ran.String(), "3 side by side, 5 on topologies of their own, 1 alone (a lever or a load), 1 not run"; got != want {
+		t.Errorf("ran = %q, want %q", got, want)
+	}
+}
+
+// A lever scenario whose own topology does not come up is skipped with the reason; the others
+// run; a cancelled run brings no topology up and skips every scenario as interrupted.
+func TestOwnTopologyThatDoesNotComeUpSkipsItsScenario(t *testing.T) {
+	pass := func(ctx context.Context, env *Env) *Result {
+		r := env.NewResult()
+		r.Check("ran", true, true, true)
+		return r
+	}
+	a, b := fake("a", nil, pass), fake("b", nil, pass)
+	a.Exclusive, b.Exclusive = "pulls a lever", "pulls a lever"
+	own := &ownTopologies{fail: map[string]bool{"a": true}}
+	env := testEnv(topology.Capabilities{})
+	env.OwnTopology, env.OwnTopologies = own.open, 4
+	res, ran := RunScheduled(context.Background(), env, []Scenario{a, b, fake("c", nil, pass)})
+	if res[0].Status != evidence.Skipped || !strings.Contains(res[0].Reason, "its own topology could not be brought up: bridge for a: no slot") {
+		t.Errorf("a: %s %q, want skipped with its topology's error", res[0].Status, res[0].Reason)
+	}
+	if res[1].Status != evidence.Passed || res[2].Status != evidence.Passed {
+		t.Errorf("b %s, c %s: want both passed", res[1].Status, res[2].Status)
+	}
+	if got, want := ran.String(), "1 side by side, 1 on topologies of their own, 1 not run"; got != want {
+		t.Errorf("ran = %q, want %q", got, want)
+	}
+
+	own = &ownTopologies{}
+	env.OwnTopology = own.open
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, _ = RunScheduled(ctx, env, []Scenario{a, b, fake("c", nil, pass)})
+	for _, r := range res {
+		if r.Status != evidence.Skipped || r.KeyFact != "interrupted" {
+			t.Errorf("%s: %s %q after the run was interrupted, want skipped as interrupted", r.Name, r.Status, r.KeyFact)
+		}
+	}
+	if len(own.up) != 0 {
+		t.Errorf("an interrupted run brought topologies up for %v", own.up)
 	}
 }

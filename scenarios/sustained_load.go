@@ -34,8 +34,9 @@ func sustainedLoad() Scenario {
 			"no subject over-admitted in any window, no 5xx", sustainedLoadSubjects),
 		Invariant: "hard gate under load: per subject, the usage admitted within any window-long stretch of the recorded history ≤ capacity; " +
 			"no 5xx; denials reach no provider; a subject within its budget is never denied",
-		Exclusive: "drives the machine at a fixed rate: its latencies, and the timing of any scenario beside it, must each be their own",
-		Profiles:  []string{"reference"},
+		Exclusive:    "drives the machine at a fixed rate: its latencies, and the timing of any scenario beside it, must each be their own",
+		WholeMachine: true,
+		Profiles:     []string{"reference"},
 		BlackBox: "sees every answer of the load and the providers' calls, and judges each subject's admitted usage per " +
 			"window from the recorded history; it reads no gateway counter, so it sees the same with inspection and without",
 		Subjects: func(deployment.Profile) []string { return deployment.LoadSubjects(sustainedLoadSubjects) },

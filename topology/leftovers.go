@@ -13,15 +13,16 @@ import (
 )
 
 // FindRunProcesses lists the processes (other than this one) whose environment carries
-// EnvRunID=runID: what a run started, and nothing else. Processes whose environment cannot
-// be read (other users') are not ours and are skipped.
+// EnvRunID=runID or the id of one of runID's own topologies (OwnTopologyRunID): what a run
+// started, and nothing else. Processes whose environment cannot be read (other users') are
+// not ours and are skipped.
 func FindRunProcesses(runID string) []int {
 	if ValidateRunID(runID) != nil {
 		return nil
 	}
 	var out []int
 	for pid, id := range runIDsOfProcesses() {
-		if id == runID {
+		if OfRun(id, runID) {
 			out = append(out, pid)
 		}
 	}

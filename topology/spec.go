@@ -207,3 +207,29 @@ func StoreReplication(mode string) (string, error) {
 	}
 	return "", fmt.Errorf("store replication %q is unknown: use %q or %q", mode, deployment.ReplicationAcknowledged, deployment.ReplicationAsync)
 }
+
+// ownTopologySep joins a run id and the suffix of one of its own topologies (a lever
+// scenario's, qualify's own topologies): a double dash, which NewRunID never makes, so
+// `quotaqual down --run-id` can tell a run's own topologies from another run's id.
+const ownTopologySep = "--"
+
+// OwnTopologyRunID is the run id of runID's i-th own topology (i from 0 to 35): runID, "--",
+// and one character. ok is false when the result would not be a run id (runID longer than
+// 21 characters, as a generated one is).
+func OwnTopologyRunID(runID string, i int) (id string, ok bool) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	if i < 0 || i >= len(alphabet) {
+		return "", false
+	}
+	id = runID + ownTopologySep + alphabet[i:i+1]
+	return id, ValidateRunID(id) == nil
+}
+
+// OfRun reports whether id is runID or the id of one of runID's own topologies.
+func OfRun(id, runID string) bool {
+	if id == runID {
+		return true
+	}
+	rest, ok := strings.CutPrefix(id, runID+ownTopologySep)
+	return ok && len(rest) == 1
+}

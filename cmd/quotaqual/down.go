@@ -29,8 +29,9 @@ that run is left.
 
 A docker run's containers, networks and volumes carry the label org.quotaqual.run-id; down
 removes exactly those. A process run's gateways, providers and Valkey carry the run id in their environment
-(` + topology.EnvRunID + `); down stops exactly those (SIGTERM, then SIGKILL after 5s) and nothing
-else. Once the run is dead, down also removes every file it left outside its bundle — its work
+(` + topology.EnvRunID + `), as do those of the topologies a run brought up for single scenarios
+(the run id, "--" and a letter); down stops exactly those (SIGTERM, then SIGKILL after 5s) and
+nothing else. Once the run is dead, down also removes every file it left outside its bundle — its work
 directory (configs, logs, the Sentinels' config files; on netns only the empty mount point and
 its owner file) and up's credentials file quotaqual-up-<run-id>.env (in $XDG_RUNTIME_DIR,
 /dev/shm or the temporary directory) — and names each. Without --run-id it lists the runs that

@@ -151,12 +151,15 @@ func TestLeftoversKill9OfANetnsRun(t *testing.T) {
 	if files := filesHolding(secretDirs(tmp), secrets); len(files) > 0 {
 		t.Errorf("while the run is up these files outside its namespace hold a password: %v", files)
 	}
+	// The run's, and shared-budget's own topology's while it is up (it pulls a lever).
 	wds := workDirsOf(runID)
-	if len(wds) != 1 {
-		t.Fatalf("work directories %v, want one", wds)
+	if len(wds) == 0 || len(wds) > 2 {
+		t.Fatalf("work directories %v, want the run's (and shared-budget's own topology's)", wds)
 	}
-	if entries, _ := os.ReadDir(wds[0]); len(entries) != 1 || entries[0].Name() != ".quotaqual-owner" {
-		t.Errorf("outside the run's namespace its work directory shows %v, want only its owner file", entries)
+	for _, wd := range wds {
+		if entries, _ := os.ReadDir(wd); len(entries) != 1 || entries[0].Name() != ".quotaqual-owner" {
+			t.Errorf("outside the run's namespace its work directory %s shows %v, want only its owner file", wd, entries)
+		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
@@ -177,8 +180,10 @@ func TestLeftoversKill9OfANetnsRun(t *testing.T) {
 	}
 
 	out, derr, code := quotaqual(t, time.Minute, "down", "--run-id", runID)
-	if code != 0 || !strings.Contains(out, "removed work directory "+wds[0]) {
-		t.Errorf("down --run-id %s: exit %d, did not say it removed %s:\n%s%s", runID, code, wds[0], out, derr)
+	for _, wd := range wds {
+		if code != 0 || !strings.Contains(out, "removed work directory "+wd) {
+			t.Errorf("down --run-id %s: exit %d, did not say it removed %s:\n%s%s", runID, code, wd, out, derr)
+		}
 	}
 	if left := workDirsOf(runID); len(left) != 0 {
 		t.Errorf("down left %v", left)
@@ -468,5 +473,66 @@ func TestLeftoversRunCtrlCWithItsOutputGone(t *testing.T) {
 	}
 	if err != nil || m.Outcome != evidence.OutcomeInterrupted || m.Partial != evidence.PartialInterrupted {
 		t.Errorf("bundle manifest (%v): outcome %q, partial %q; want interrupted and marked partial", err, m.Outcome, m.Partial)
+	}
+}
+
+// TestLeftoversOfANetnsRunWithOwnTopologies: a lever scenario on netns runs on a topology of
+// its own, with a work directory of its own under the run's id and processes carrying its own
+// run id (<run-id>--<letter>), which FindRunProcesses finds under the run's. Ctrl-C tears it
+// down with the run, its teardown in the partial bundle; after kill -9 nothing of it is left
+// running and `down --run-id` removes its work directory with the run's.
+func TestLeftoversOfANetnsRunWithOwnTopologies(t *testing.T) {
+	needNetns(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			tmp := privateTmp(t)
+			runID := fmt.Sprintf("own%d-%d", sig, time.Now().UnixNano()%1e6)
+			evDir := filepath.Join(tmp, "evidence")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, "run", "--topology", "netns", "--run-id", runID,
+				"--evidence-dir", evDir, "--scenario", "window-expiry", "--scenario", "gateway-pause")
+			stderr := waitForLine(t, cmd, "gateway-pause: running")
+			secrets := runSecrets(t, runID)
+			wds := workDirsOf(runID)
+			if len(wds) != 2 {
+				_ = cmd.Process.Kill()
+				t.Fatalf("work directories %v, want the run's and gateway-pause's own\n%s", wds, stderr)
+			}
+			own := 0
+			for _, pid := range topology.FindRunProcesses(runID) {
+				if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil && bytes.Contains(env, []byte(topology.EnvRunID+"="+runID+"--")) {
+					own++
+				}
+			}
+			if own == 0 {
+				t.Errorf("no process of gateway-pause's own topology found under run %s", runID)
+			}
+			_ = cmd.Process.Signal(sig)
+			_ = cmd.Wait()
+			assertNothingLeft(t, runID, tmp, secrets)
+			if sig == syscall.SIGINT {
+				var m evidence.Manifest
+				if b, err := os.ReadFile(filepath.Join(evDir, runID, evidence.ManifestFile)); err != nil || json.Unmarshal(b, &m) != nil {
+					t.Fatalf("the interrupted run's manifest: %v", err)
+				}
+				if o := m.OwnTopologies["gateway-pause"]; o.Teardown == nil || !topology.OfRun(o.RunID, runID) || o.RunID == runID {
+					t.Errorf("the interrupted run's manifest has gateway-pause's own topology as %+v: want its run id and teardown", o)
+				}
+				if left := workDirsOf(runID); len(left) != 0 {
+					t.Errorf("the interrupted run left %v", left)
+				}
+				return
+			}
+			out, derr, code := quotaqual(t, time.Minute, "down", "--run-id", runID)
+			for _, wd := range wds {
+				if code != 0 || !strings.Contains(out, "removed work directory "+wd) {
+					t.Errorf("down --run-id %s: exit %d, did not say it removed %s:\n%s%s", runID, code, wd, out, derr)
+				}
+			}
+			if left := workDirsOf(runID); len(left) != 0 {
+				t.Errorf("down left %v", left)
+			}
+		})
 	}
 }

@@ -29,12 +29,16 @@ import (
 )
 
 // The private network of a netns run. Every run lives in its own user and network namespace
-// (see reexec.go), so these fixed names and addresses never collide between parallel runs:
-// there is no shared subnet to hash into and nothing to allocate.
+// (see reexec.go), so these names and addresses never collide between parallel runs: there is
+// no shared subnet to hash into. Within one run several topologies may be up at once (a
+// scenario's own topology beside the run's, qualify's own topologies): each takes a slot, and
+// slot k has its own bridge qqbr<k>, veths qv<k>-… (slot 0 keeps qv-…) and subnet 198.18.k.0/24
+// (inside 198.18.0.0/15, the benchmarking range, RFC 2544), so the harness's namespace routes
+// each subnet to its own bridge.
 const (
-	bridgeName   = "qqbr0"
-	bridgeSubnet = "198.18.0.0/24" // inside 198.18.0.0/15, the benchmarking range (RFC 2544)
-	prefixLen    = 24
+	prefixLen = 24
+	// maxSlots bounds the topologies one process may have up at once.
+	maxSlots = 64
 )
 
 // netnsAddrs are the fixed addresses of each host (the observer is the bridge itself). Gateway
@@ -95,7 +99,8 @@ type netnsTopo struct {
 	home   netns.NsHandle // the harness's own ("fabric"/observer) namespace
 	client *http.Client
 
-	claimed bool // holds activeNetns
+	claimed bool // holds slot in usedSlots
+	slot    int  // this topology's slot while claimed: its bridge, veth names and subnet
 
 	nmu        sync.Mutex
 	handles    map[string]netns.NsHandle // open host namespaces
@@ -121,7 +126,7 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 			return nil, fmt.Errorf("the netns topology needs %s on PATH (.ci/install-deps installs it)", bin)
 		}
 	}
-	home, err := netns.GetFromPath("/proc/self/ns/net")
+	home, err := homeNamespace()
 	if err != nil {
 		return nil, fmt.Errorf("opening the harness's own network namespace: %w", err)
 	}
@@ -157,6 +162,17 @@ func newNetns(spec topology.Spec) (topology.Topology, error) {
 	})}
 	t.InValkeyNet = func(f func() error) error { return t.onThreadIn(topology.HostValkey, f) }
 	return t, nil
+}
+
+// homeNamespace opens the harness's own network namespace: the calling thread's, on a thread
+// held for the call. Not /proc/self/ns/net: that is the main thread's, which may be inside a
+// host's namespace for a moment when another topology of the process is up and running
+// onThreadIn on it — and a wrong home would send every thread that switches back into that
+// host's namespace. A thread no onThreadIn holds is always in the home namespace.
+func homeNamespace() (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return netns.Get()
 }
 
 // shortRunID keeps namespace names readable: the run id's last 12 characters.
@@ -202,18 +218,54 @@ func (t *netnsTopo) wrap(host string) []string {
 	return []string{"nsenter", "--net=" + t.nsPath(host), "--"}
 }
 
-// activeNetns guards the one netns topology a process may have up at a time: the bridge and
-// veth names live in the process's own network namespace.
-var activeNetns sync.Mutex
+// usedSlots are the slots of the netns topologies up in this process: the bridge and veth
+// names live in the process's own network namespace, so each topology needs its own.
+var (
+	slotsMu   sync.Mutex
+	usedSlots = map[int]bool{}
+)
+
+// claimSlot takes the lowest free slot and moves the topology's addresses into its subnet.
+func (t *netnsTopo) claimSlot() error {
+	slotsMu.Lock()
+	defer slotsMu.Unlock()
+	for k := 0; k < maxSlots; k++ {
+		if usedSlots[k] {
+			continue
+		}
+		usedSlots[k] = true
+		t.Mu.Lock()
+		t.claimed, t.slot = true, k
+		t.Mu.Unlock()
+		for h, a := range t.addrs {
+			t.addrs[h] = inSlot(a, k)
+		}
+		return nil
+	}
+	return fmt.Errorf("%d netns topologies are up in this process: take one down first", maxSlots)
+}
+
+// inSlot moves an address of 198.18.0.0/24 into slot k's subnet 198.18.k.0/24.
+func inSlot(addr string, k int) string {
+	return fmt.Sprintf("198.18.%d.%s", k, addr[strings.LastIndexByte(addr, '.')+1:])
+}
+
+// bridgeName, bridgeSubnet and vethName are the slot's: qqbr0, 198.18.0.0/24 and qv-<code> for
+// slot 0 (as before there were slots), qqbr<k>, 198.18.k.0/24 and qv<k>-<code> for the others.
+func (t *netnsTopo) bridgeName() string   { return fmt.Sprintf("qqbr%d", t.slot) }
+func (t *netnsTopo) bridgeSubnet() string { return fmt.Sprintf("198.18.%d.0/%d", t.slot, prefixLen) }
+func (t *netnsTopo) vethName(host string) string {
+	if t.slot == 0 {
+		return "qv-" + t.veths[host]
+	}
+	return fmt.Sprintf("qv%d-%s", t.slot, t.veths[host])
+}
 
 func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	start := time.Now()
-	if !activeNetns.TryLock() {
-		return errors.New("another netns topology is up in this process: take it down first (one per process)")
+	if err := t.claimSlot(); err != nil {
+		return err
 	}
-	t.Mu.Lock()
-	t.claimed = true
-	t.Mu.Unlock()
 	if err := t.MakeWorkDirs(); err != nil {
 		t.release()
 		return err
@@ -226,7 +278,7 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 	if err := t.buildNetwork(ctx); err != nil {
 		return err
 	}
-	t.Spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(t.hosts()), bridgeName, bridgeSubnet, t.Spec.DenyMode, topology.ElapsedSince(start))
+	t.Spec.Progress("network up: %d namespaces on %s (%s), deny mode %s, in %s", len(t.hosts()), t.bridgeName(), t.bridgeSubnet(), t.Spec.DenyMode, topology.ElapsedSince(start))
 
 	if err := t.launchValkey(ctx); err != nil {
 		return err
@@ -301,12 +353,13 @@ func (t *netnsTopo) Up(ctx context.Context) (err error) {
 // veth into the bridge, and loads each host's nftables ruleset (before any component starts).
 func (t *netnsTopo) buildNetwork(ctx context.Context) error {
 	var b strings.Builder
+	br := t.bridgeName()
 	fmt.Fprintf(&b, "link set lo up\nlink add %s type bridge\naddr add %s/%d dev %s\nlink set %s up\n",
-		bridgeName, t.hostAddr(topology.HostObserver), prefixLen, bridgeName, bridgeName)
+		br, t.hostAddr(topology.HostObserver), prefixLen, br, br)
 	for _, h := range t.hosts() {
 		fmt.Fprintf(&b, "netns add %s\n", t.nsName(h))
-		fmt.Fprintf(&b, "link add qv-%s type veth peer name eth0 netns %s\n", t.veths[h], t.nsName(h))
-		fmt.Fprintf(&b, "link set qv-%s master %s up\n", t.veths[h], bridgeName)
+		fmt.Fprintf(&b, "link add %s type veth peer name eth0 netns %s\n", t.vethName(h), t.nsName(h))
+		fmt.Fprintf(&b, "link set %s master %s up\n", t.vethName(h), br)
 	}
 	if err := run(ctx, b.String(), "ip", "-batch", "-"); err != nil {
 		return fmt.Errorf("building the bridge and namespaces: %w", err)
@@ -502,8 +555,8 @@ func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
 		// asynchronously, which would make the names collide with the next Up.
 		var b strings.Builder
 		for _, h := range t.hosts() {
-			if _, err := net.InterfaceByName("qv-" + t.veths[h]); err == nil {
-				fmt.Fprintf(&b, "link del qv-%s\n", t.veths[h])
+			if _, err := net.InterfaceByName(t.vethName(h)); err == nil {
+				fmt.Fprintf(&b, "link del %s\n", t.vethName(h))
 			}
 		}
 		for _, n := range names {
@@ -520,11 +573,13 @@ func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
 			}
 		}
 	}
-	if _, err := net.InterfaceByName(bridgeName); err == nil {
-		if err := run(ctx, "", "ip", "link", "del", bridgeName); err != nil {
-			td.Errors = append(td.Errors, err.Error())
-		} else {
-			td.Removed = append(td.Removed, "bridge "+bridgeName)
+	if t.claimed { // without a slot, Up built nothing; the bridge of slot 0 may be another's
+		if _, err := net.InterfaceByName(t.bridgeName()); err == nil {
+			if err := run(ctx, "", "ip", "link", "del", t.bridgeName()); err != nil {
+				td.Errors = append(td.Errors, err.Error())
+			} else {
+				td.Removed = append(td.Removed, "bridge "+t.bridgeName())
+			}
 		}
 	}
 	t.Mu.Lock()
@@ -533,13 +588,15 @@ func (t *netnsTopo) teardown(ctx context.Context, td *topology.Teardown) {
 	t.release()
 }
 
-// release gives up activeNetns if this topology holds it.
+// release gives up this topology's slot if it holds one.
 func (t *netnsTopo) release() {
 	t.Mu.Lock()
 	defer t.Mu.Unlock()
 	if t.claimed {
 		t.claimed = false
-		activeNetns.Unlock()
+		slotsMu.Lock()
+		delete(usedSlots, t.slot)
+		slotsMu.Unlock()
 	}
 }
 
@@ -562,8 +619,8 @@ func (t *netnsTopo) Facts() map[string]any {
 	}
 	f["deny_mode"] = t.Spec.DenyMode
 	f["addresses"] = addrs
-	f["bridge"] = bridgeName
-	f["bridge_subnet"] = bridgeSubnet
+	f["bridge"] = t.bridgeName()
+	f["bridge_subnet"] = t.bridgeSubnet()
 	f["namespaces"] = nsn
 	f["network_policy"] = topology.PolicyFacts(t.policy, "")
 	f["isolation"] = "one unprivileged user+net+mount+pid namespace per run; one network namespace per host; nftables ingress policy per host"

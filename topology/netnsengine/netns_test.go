@@ -4,6 +4,7 @@ package netnsengine
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -158,7 +159,7 @@ func TestNetnsEngine(t *testing.T) {
 
 	t.Run("facts and logs", func(t *testing.T) {
 		f := topo.Facts()
-		if f["engine"] != topology.EngineNetns || f["run_id"] != spec.RunID || f["deny_mode"] != topology.DenyReject || f["bridge_subnet"] != bridgeSubnet {
+		if f["engine"] != topology.EngineNetns || f["run_id"] != spec.RunID || f["deny_mode"] != topology.DenyReject || f["bridge_subnet"] != "198.18.0.0/24" {
 			t.Errorf("facts: %s", enginetest.MustJSON(f))
 		}
 		dir := t.TempDir()
@@ -464,4 +465,41 @@ func TestNetnsEngineConformance(t *testing.T) {
 	requireNetns(t)
 	newSpec := func(t *testing.T) topology.Spec { return enginetest.NewSpec(t, topology.DenyReject) }
 	enginetest.Run(t, topology.EngineNetns, newSpec, enginetest.Claims(t, topology.EngineNetns, newSpec, nil))
+}
+
+// TestNetnsTwoTopologiesInOneProcess: a second netns topology comes up beside the first in the
+// same process (qualify gives a lever scenario a topology of its own) on its own bridge and
+// subnet, both serve, and taking the second down removes only its own namespaces and bridge.
+func TestNetnsTwoTopologiesInOneProcess(t *testing.T) {
+	requireNetns(t)
+	ctx := context.Background()
+	specA, specB := enginetest.NewSpec(t, topology.DenyReject), enginetest.NewSpec(t, topology.DenyReject)
+	specA.WithoutStoreGroup, specB.WithoutStoreGroup = true, true
+	a, _ := enginetest.UpTopology(t, topology.EngineNetns, specA)
+	b, _ := enginetest.UpTopology(t, topology.EngineNetns, specB)
+	fa, fb := a.Facts(), b.Facts()
+	if fa["bridge"] == fb["bridge"] || fa["bridge_subnet"] == fb["bridge_subnet"] {
+		t.Fatalf("two topologies share a bridge or subnet: %v %v / %v %v", fa["bridge"], fa["bridge_subnet"], fb["bridge"], fb["bridge_subnet"])
+	}
+	for _, topo := range []topology.Topology{a, b} {
+		if code, _ := enginetest.Chat(t, topo, topology.HostGatewayA, topo.(*netnsTopo).Spec.Deployment); code != http.StatusOK {
+			t.Errorf("chat via %s of %s: %d", topology.HostGatewayA, topo.Facts()["bridge"], code)
+		}
+	}
+	td, err := b.Down(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(td.Removed, "bridge "+fb["bridge"].(string)) {
+		t.Errorf("the second topology's teardown did not remove its bridge: %v", td.Removed)
+	}
+	if _, err := net.InterfaceByName(fb["bridge"].(string)); err == nil {
+		t.Errorf("bridge %v still present after its topology went down", fb["bridge"])
+	}
+	if _, err := net.InterfaceByName(fa["bridge"].(string)); err != nil {
+		t.Errorf("the first topology's bridge %v went with the second: %v", fa["bridge"], err)
+	}
+	if code, _ := enginetest.Chat(t, a, topology.HostGatewayA, specA.Deployment); code != http.StatusOK {
+		t.Errorf("chat via the first topology after the second went down: %d", code)
+	}
 }
