@@ -255,3 +255,77 @@ func TestEpochBoundaryWithinTheRun(t *testing.T) {
 		}
 	}
 }
+
+// chaos runs on netns and docker only, and says so naming the flag.
+func TestOptionsEngines(t *testing.T) {
+	for _, e := range []string{topology.EngineNetns, topology.EngineDocker} {
+		o := Options{Duration: 10 * time.Second, Engine: e}
+		if err := o.Validate(); err != nil {
+			t.Errorf("--topology %s: %v", e, err)
+		}
+	}
+	o := Options{Duration: 10 * time.Second, Engine: topology.EngineProcess}
+	if err := o.Validate(); err == nil || !containsSub(err.Error(), "--topology process") || !containsSub(err.Error(), "--topology docker") {
+		t.Errorf("--topology process: want an error naming it and the engines that work, got %v", err)
+	}
+}
+
+// A lever the engine cannot host is left out with the engine's reason, never drawn, and the
+// other levers are drawn as before; a plan with nothing unhosted draws the very schedule it
+// drew without the field (netns's seeds keep their meaning).
+func TestUnhostedLeversLeftOutWithTheReason(t *testing.T) {
+	plan := Plan{Seed: 42, Duration: 20 * time.Second, Gateways: twoGateways}
+	before, err := Generate(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Unhosted = map[string]string{}
+	if same, _ := Generate(plan); !reflect.DeepEqual(before, same) {
+		t.Fatalf("an empty Unhosted redrew seed 42:\n%s\n%s", before, same)
+	}
+	why := "the docker engine cannot host it: test reason"
+	plan.Unhosted = map[string]string{topology.Pause.Name(): why}
+	for seed := int64(1); seed <= 50; seed++ {
+		plan.Seed = seed
+		s, err := Generate(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(s.Excluded, Exclusion{Lever: topology.Pause.Name(), Reason: why}) {
+			t.Fatalf("seed %d: pause not left out with the reason: %+v", seed, s.Excluded)
+		}
+		for _, f := range s.Faults {
+			if f.Lever == topology.Pause.Name() {
+				t.Fatalf("seed %d drew an unhosted lever: %s", seed, s)
+			}
+		}
+	}
+}
+
+// The docker engine answers, before anything starts, which catalogue levers it cannot host;
+// each answer names docker and says why. On a Docker host run as root with nsenter and nft
+// (this project's machines) it hosts them all; elsewhere the store-link levers go, with the
+// reason.
+func TestUnhostedOnDocker(t *testing.T) {
+	d, err := newDeployment("unhostedtest", Profile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Binary: "/bin/true"}
+	got, err := Unhosted(topology.EngineDocker, o.spec("unhostedtest", t.TempDir(), d, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lever, why := range got {
+		if !strings.HasPrefix(why, "the docker engine cannot host it: ") {
+			t.Errorf("%s: the reason does not name the engine: %q", lever, why)
+		}
+		if lever != topology.StoreLatency.Name() && lever != topology.StoreLostReplies.Name() {
+			t.Errorf("docker cannot host %s: %s", lever, why)
+		}
+	}
+	t.Logf("docker leaves out: %v", got)
+	if none, _ := Unhosted(topology.EngineNetns, topology.Spec{}); none != nil {
+		t.Errorf("netns is asked nothing, got %v", none)
+	}
+}
