@@ -28,8 +28,8 @@ func newChaosCmd() *cobra.Command {
 		Use:   "chaos",
 		Short: "Run a seeded random fault schedule under load and judge the whole history",
 		Long: `chaos draws a schedule of faults from --seed (gateway partitions from the store, store
-stops, gateway crashes and restarts, pauses, store stalls and more; a store failover and a policy change
-with --lever store-failover, which runs the gateways on the replicated store group), brings the topology up and runs an open-loop load from many
+stops, gateway crashes and restarts, pauses, store stalls and more; a store failover, a policy change and a
+gateway cut from the primary (partition-primary) with --lever store-failover, which runs the gateways on the replicated store group), brings the topology up and runs an open-loop load from many
 subjects across every gateway while the schedule runs. A checker then reads only the recorded
 history — the client's requests, the faults as they were pulled and released, the providers'
 call logs — and decides: the hard gate per subject per window, no 200 from a gateway cut off from
@@ -45,6 +45,7 @@ answers cannot decide (named as not made, with the reason).`,
 		Example: `  quotaqual chaos --seed 7 --duration 20s
   quotaqual chaos --seed 7 --duration 20s --lever partition --lever stop-valkey --shrink-runs 20
   quotaqual chaos --seed 11 --duration 10s --lever store-failover --lever policy-change
+  quotaqual chaos --seed 1 --duration 10s --lever store-failover --lever partition-primary --topology docker
   quotaqual chaos --gateway envoy-ai-gateway --seed 1 --duration 10s --shrink-runs 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
