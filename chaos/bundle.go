@@ -174,6 +174,9 @@ func Reproduce(rep Report) string {
 	case rep.Schedule.Gateway != "":
 		s.WriteString(" --gateway " + rep.Schedule.Gateway)
 	}
+	if rep.Engine != "" && rep.Engine != topology.EngineNetns {
+		s.WriteString(" --topology " + rep.Engine)
+	}
 	if rep.Rate != 0 && rep.Rate != DefaultRate {
 		fmt.Fprintf(&s, " --rate %d", rep.Rate)
 	}

@@ -80,6 +80,59 @@ var Catalogue = []Kind{
 	// holds; the checker bounds each window by the largest capacity in effect on any gateway
 	// in it (History.Limits).
 	{Lever: PolicyChange, Targets: policyTargets, Holds: gatewayAndStore, CutsOff: none, Describe: describePolicy, Excluded: policyChangeable},
+	// On the store group: one gateway cut off from the group's current primary only — the
+	// Sentinels and the replicas still see the primary, so nothing is promoted, and the
+	// gateway (which writes only to the primary) can decide nothing: it may admit nothing.
+	// It holds the store so that no failover moves the primary under it. Appended last, and
+	// left out of every run off the group, so the seeds of those runs draw what they drew.
+	{Lever: PartitionPrimary, Targets: gatewayPrimaryCuts, Holds: linkAndStore, CutsOff: hostOnly, Excluded: onStoreGroupOnly},
+}
+
+// PartitionPrimary cuts Target.Host (a gateway) off from whichever node of the replicated
+// store group is primary when it is pulled (topology.Partition between the two, which every
+// engine with the store group can do), until Undo heals that same pair.
+var PartitionPrimary topology.Lever = partitionPrimary{}
+
+type partitionPrimary struct{}
+
+func (partitionPrimary) Name() string { return "partition-primary" }
+
+func (partitionPrimary) Available(t topology.Topology) (bool, string) {
+	return topology.StoreFailover.Available(t) // the store group, and partitions of its nodes
+}
+
+func (l partitionPrimary) Inject(ctx context.Context, t topology.Topology, target topology.Target) (topology.Undo, error) {
+	if ok, why := l.Available(t); !ok {
+		return nil, fmt.Errorf("%s %s: %s: %w", l.Name(), target.Host, why, topology.ErrUnsupported)
+	}
+	primary, err := t.(topology.StoreGroup).StorePrimary(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: asking the Sentinels for the primary: %w", l.Name(), target.Host, err)
+	}
+	if err := t.Partition(ctx, primary, target.Host); err != nil {
+		return nil, fmt.Errorf("%s: cutting %s off from the primary %s: %w", l.Name(), target.Host, primary, err)
+	}
+	return func(ctx context.Context) error { return t.Heal(ctx, primary, target.Host) }, nil
+}
+
+func gatewayPrimaryCuts(p Plan) []topology.Target {
+	out := gatewayStoreLinks(p)
+	for i := range out {
+		out[i].Peer = topology.StorePrimaryHost
+	}
+	return out
+}
+
+func linkAndStore(t topology.Target) []string { return []string{"link:" + t.Host, "store"} }
+
+// onStoreGroupOnly: the lever cuts a gateway from the store group's primary, which only a run
+// on the group has.
+func onStoreGroupOnly(p Plan) string {
+	if why := needsStoreGroup(p); why != "" {
+		return strings.Replace(why, "name --lever "+topology.StoreFailover.Name()+" to run on the group",
+			"name --lever "+topology.StoreFailover.Name()+" beside it to run on the group", 1)
+	}
+	return ""
 }
 
 // PolicyChange rolls a gateway out to the chaos rule at Target.Percent of its capacity (the

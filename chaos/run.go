@@ -22,7 +22,8 @@ import (
 
 	"github.com/quotaqual/quotaqual/deployment"
 	"github.com/quotaqual/quotaqual/topology"
-	_ "github.com/quotaqual/quotaqual/topology/netnsengine" // the one engine chaos runs on
+	_ "github.com/quotaqual/quotaqual/topology/dockerengine" // the engines chaos runs on
+	_ "github.com/quotaqual/quotaqual/topology/netnsengine"
 	"github.com/quotaqual/quotaqual/undertest"
 )
 
@@ -40,7 +41,7 @@ type Options struct {
 	// ShrinkRuns bounds the candidate runs spent shrinking a failing schedule; 0: DefaultShrinkRuns,
 	// negative: do not shrink.
 	ShrinkRuns  int
-	Engine      string // the topology engine: netns only, for now
+	Engine      string // the topology engine: netns or docker (Engines)
 	Binary      string // the quotaqual binary to run as gateway and provider; default os.Executable
 	RunID       string // empty: generated
 	EvidenceDir string // default ./quotaqual-evidence
@@ -111,8 +112,9 @@ func (o *Options) Validate() error {
 	if o.ShrinkRuns == 0 {
 		o.ShrinkRuns = DefaultShrinkRuns
 	}
-	if o.Engine != topology.EngineNetns {
-		return fmt.Errorf("--topology %s: chaos runs on the %s topology only for now (its levers and the many restarts a shrink needs are proven there); use --topology %[2]s", o.Engine, topology.EngineNetns)
+	if !slices.Contains(Engines, o.Engine) {
+		return fmt.Errorf("--topology %s: chaos runs on the %s topologies only (their levers and the many fresh topologies a shrink needs are proven there); use --topology %s",
+			o.Engine, strings.Join(Engines, " and "), strings.Join(Engines, " or --topology "))
 	}
 	if o.EvidenceDir == "" {
 		o.EvidenceDir = "quotaqual-evidence"
@@ -127,6 +129,34 @@ const scenarioName = "chaos"
 // subjects, declared here as a scenario declares its own (scenarios' Scenario.Subjects).
 func newDeployment(runID string, p deployment.Profile) (*deployment.Deployment, error) {
 	return deployment.NewDeployment(runID, p, []deployment.ScenarioSubjects{{Name: scenarioName, Subjects: deployment.LoadSubjects(loadSubjects)}})
+}
+
+// Engines are the topology engines chaos runs on. A lever an engine cannot host in a run is
+// left out of its schedule with the engine's reason (Unhosted), never dropped silently.
+var Engines = []string{topology.EngineNetns, topology.EngineDocker}
+
+// Unhosted asks each catalogue lever whether the run's engine can host it (Lever.Available on
+// a topology built for spec, not brought up: docker answers from the spec and the host — root,
+// nsenter, nft — so the answer is known before the schedule is drawn and the same for every
+// attempt). A lever it cannot host maps to the engine's reason. netns is not asked: it hosts
+// every catalogue lever on the run's single store or store group (the first attempt's check
+// after Up still guards it), and building a netns topology opens the harness's namespace,
+// which nothing would close.
+func Unhosted(engine string, spec topology.Spec) (map[string]string, error) {
+	if engine == topology.EngineNetns {
+		return nil, nil
+	}
+	topo, err := topology.New(engine, spec)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, k := range Catalogue {
+		if ok, why := k.Lever.Available(topo); !ok {
+			out[k.Lever.Name()] = "the " + engine + " engine cannot host it: " + why
+		}
+	}
+	return out, nil
 }
 
 // Profile is the rule the chaos run's subjects share: the quick profile's capacity, reservation,
@@ -203,6 +233,7 @@ type Report struct {
 	Rate       int    `json:"rate_per_s"`
 	Gateways   int    `json:"gateways"`
 	GatewayRef string `json:"gateway_ref,omitempty"`
+	Engine     string `json:"engine,omitempty"`
 }
 
 // Failed reports whether the seed's schedule failed the checker.
@@ -231,18 +262,22 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Gateways == 0 {
 		gateways = topology.GatewayNames(topology.DefaultGateways)
 	}
-	sched, err := Generate(Plan{Seed: o.Seed, Duration: o.Duration, Gateways: gateways, Levers: o.Levers, StoreGroup: o.storeGroup(),
-		Replication: replicationOf(o), Gateway: o.Gateway})
-	if err != nil {
-		return Report{}, err
-	}
-	rep := Report{Seed: o.Seed, Schedule: sched, Rate: o.Rate, Gateways: len(gateways), GatewayRef: o.GatewayRef}
 	// One set of secrets for the whole chaos run (every attempt's deployment shares it), so
 	// the bundle's redaction and canary scan cover every attempt.
 	secrets, err := newDeployment(o.RunID, o.rule())
 	if err != nil {
-		return rep, err
+		return Report{}, err
 	}
+	unhosted, err := Unhosted(o.Engine, o.spec(o.RunID, os.TempDir(), secrets, o.storeGroup()))
+	if err != nil {
+		return Report{}, err
+	}
+	sched, err := Generate(Plan{Seed: o.Seed, Duration: o.Duration, Gateways: gateways, Levers: o.Levers, StoreGroup: o.storeGroup(),
+		Replication: replicationOf(o), Gateway: o.Gateway, Unhosted: unhosted})
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Seed: o.Seed, Schedule: sched, Rate: o.Rate, Gateways: len(gateways), GatewayRef: o.GatewayRef, Engine: o.Engine}
 	b, err := newBundle(o, secrets)
 	if err != nil {
 		return rep, err
@@ -391,8 +426,7 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 		return a, err
 	}
 	defer wd.Remove()
-	topo, err := topology.New(o.Engine, topology.Spec{RunID: runID, WorkDir: wd.Path, Binary: o.Binary, Deployment: dep,
-		Gateway: o.Gateway, Gateways: o.Gateways, WithoutStoreGroup: !sched.StoreGroup, StoreReplication: o.StoreReplication})
+	topo, err := topology.New(o.Engine, o.spec(runID, wd.Path, dep, sched.StoreGroup))
 	if err != nil {
 		return a, err
 	}
@@ -431,6 +465,12 @@ func attempt(ctx context.Context, o Options, secrets *deployment.Deployment, run
 	a.Verdict = Judge(a.History, BoundsOf(p))
 	a.Elapsed = time.Since(start)
 	return a, nil
+}
+
+// spec is the topology of one attempt (and of the engine's answers to Unhosted).
+func (o Options) spec(runID, workDir string, dep *deployment.Deployment, storeGroup bool) topology.Spec {
+	return topology.Spec{RunID: runID, WorkDir: workDir, Binary: o.Binary, Deployment: dep,
+		Gateway: o.Gateway, Gateways: o.Gateways, WithoutStoreGroup: !storeGroup, StoreReplication: o.StoreReplication}
 }
 
 // drainSpan bounds how long the drain and the call-log reads take after the load.

@@ -98,6 +98,9 @@ type Plan struct {
 	// Gateway is the gateway under test (nil: quotaqual's own): its profile says which levers
 	// can act on what it decides by (Kind.Excluded) and which hosts hold its quota state.
 	Gateway *undertest.Profile
+	// Unhosted are the levers the run's engine cannot host (lever name → the engine's
+	// reason, from Lever.Available before anything starts: Unhosted): left out, with it.
+	Unhosted map[string]string
 }
 
 // The shape of a schedule: a warm-up without faults (so every subject's first decisions are
@@ -139,6 +142,10 @@ func Generate(p Plan) (Schedule, error) {
 				s.Excluded = append(s.Excluded, Exclusion{Lever: k.Lever.Name(), Reason: why})
 				continue
 			}
+		}
+		if why, ok := p.Unhosted[k.Lever.Name()]; ok {
+			s.Excluded = append(s.Excluded, Exclusion{Lever: k.Lever.Name(), Reason: why})
+			continue
 		}
 		kinds = append(kinds, k)
 	}

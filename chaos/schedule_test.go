@@ -94,9 +94,10 @@ func TestScheduleLeavesOutLeversWithReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(single.Excluded) != 1 || single.Excluded[0].Lever != topology.StoreFailover.Name() ||
-		!containsSub(single.Excluded[0].Reason, "--lever store-failover") {
-		t.Fatalf("want only store-failover left out, with the flag that runs it: %+v", single.Excluded)
+	if len(single.Excluded) != 2 || single.Excluded[0].Lever != topology.StoreFailover.Name() ||
+		!containsSub(single.Excluded[0].Reason, "--lever store-failover") ||
+		single.Excluded[1].Lever != PartitionPrimary.Name() || !containsSub(single.Excluded[1].Reason, "--lever store-failover beside it") {
+		t.Fatalf("want only store-failover and partition-primary left out, with the flag that runs them: %+v", single.Excluded)
 	}
 	if !containsSub(single.String(), "left out: store-failover") {
 		t.Fatalf("the printed schedule hides what was left out:\n%s", single)
@@ -168,8 +169,8 @@ func TestGeneratePeerProfileExcludesWithReasons(t *testing.T) {
 		excluded []string
 		peer     string
 	}{
-		{"envoy-ai-gateway", []string{"store-latency", "store-lost-replies", "store-failover", "policy-change"}, "ratelimit"},
-		{"gubernator", []string{"stop-valkey", "store-stall", "store-memory-pressure", "store-latency", "store-lost-replies", "store-failover"},
+		{"envoy-ai-gateway", []string{"store-latency", "store-lost-replies", "store-failover", "policy-change", "partition-primary"}, "ratelimit"},
+		{"gubernator", []string{"stop-valkey", "store-stall", "store-memory-pressure", "store-latency", "store-lost-replies", "store-failover", "partition-primary"},
 			"gubernator-1,gubernator-2,gubernator-3"},
 	} {
 		gw, err := undertest.Shipped(tc.profile)
@@ -182,7 +183,7 @@ func TestGeneratePeerProfileExcludesWithReasons(t *testing.T) {
 		}
 		var got []string
 		for _, e := range s.Excluded {
-			if e.Reason == "" || !strings.Contains(e.Reason, tc.profile) && e.Lever != "store-failover" {
+			if e.Reason == "" || !strings.Contains(e.Reason, tc.profile) && e.Lever != "store-failover" && e.Lever != "partition-primary" {
 				t.Errorf("%s: %s left out without naming the profile: %q", tc.profile, e.Lever, e.Reason)
 			}
 			got = append(got, e.Lever)
@@ -253,5 +254,147 @@ func TestEpochBoundaryWithinTheRun(t *testing.T) {
 		if wait != tc.wait || (wait && !b.Equal(hour)) {
 			t.Errorf("now %s: wait %v until %s, want %v", tc.now.Format("15:04:05"), wait, b, tc.wait)
 		}
+	}
+}
+
+// chaos runs on netns and docker only, and says so naming the flag.
+func TestOptionsEngines(t *testing.T) {
+	for _, e := range []string{topology.EngineNetns, topology.EngineDocker} {
+		o := Options{Duration: 10 * time.Second, Engine: e}
+		if err := o.Validate(); err != nil {
+			t.Errorf("--topology %s: %v", e, err)
+		}
+	}
+	o := Options{Duration: 10 * time.Second, Engine: topology.EngineProcess}
+	if err := o.Validate(); err == nil || !containsSub(err.Error(), "--topology process") || !containsSub(err.Error(), "--topology docker") {
+		t.Errorf("--topology process: want an error naming it and the engines that work, got %v", err)
+	}
+}
+
+// A lever the engine cannot host is left out with the engine's reason, never drawn, and the
+// other levers are drawn as before; a plan with nothing unhosted draws the very schedule it
+// drew without the field (netns's seeds keep their meaning).
+func TestUnhostedLeversLeftOutWithTheReason(t *testing.T) {
+	plan := Plan{Seed: 42, Duration: 20 * time.Second, Gateways: twoGateways}
+	before, err := Generate(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Unhosted = map[string]string{}
+	if same, _ := Generate(plan); !reflect.DeepEqual(before, same) {
+		t.Fatalf("an empty Unhosted redrew seed 42:\n%s\n%s", before, same)
+	}
+	why := "the docker engine cannot host it: test reason"
+	plan.Unhosted = map[string]string{topology.Pause.Name(): why}
+	for seed := int64(1); seed <= 50; seed++ {
+		plan.Seed = seed
+		s, err := Generate(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(s.Excluded, Exclusion{Lever: topology.Pause.Name(), Reason: why}) {
+			t.Fatalf("seed %d: pause not left out with the reason: %+v", seed, s.Excluded)
+		}
+		for _, f := range s.Faults {
+			if f.Lever == topology.Pause.Name() {
+				t.Fatalf("seed %d drew an unhosted lever: %s", seed, s)
+			}
+		}
+	}
+}
+
+// The docker engine answers, before anything starts, which catalogue levers it cannot host;
+// each answer names docker and says why. On a Docker host run as root with nsenter and nft
+// (this project's machines) it hosts them all; elsewhere the store-link levers go, with the
+// reason.
+func TestUnhostedOnDocker(t *testing.T) {
+	d, err := newDeployment("unhostedtest", Profile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Binary: "/bin/true"}
+	got, err := Unhosted(topology.EngineDocker, o.spec("unhostedtest", t.TempDir(), d, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lever, why := range got {
+		if !strings.HasPrefix(why, "the docker engine cannot host it: ") {
+			t.Errorf("%s: the reason does not name the engine: %q", lever, why)
+		}
+		if lever != topology.StoreLatency.Name() && lever != topology.StoreLostReplies.Name() {
+			t.Errorf("docker cannot host %s: %s", lever, why)
+		}
+	}
+	t.Logf("docker leaves out: %v", got)
+	if none, _ := Unhosted(topology.EngineNetns, topology.Spec{}); none != nil {
+		t.Errorf("netns is asked nothing, got %v", none)
+	}
+}
+
+// partition-primary was appended to the catalogue and is left out of every run off the store
+// group, so every such run draws exactly the schedule it drew before (seeds keep their
+// meaning); on the group, named beside the failover, it is drawn, cutting a gateway from the
+// primary, and it never overlaps a failover (both hold the store).
+func TestPartitionPrimaryKeepsTheSeeds(t *testing.T) {
+	full := Catalogue
+	defer func() { Catalogue = full }()
+	var before []Schedule
+	plans := func() []Plan {
+		var ps []Plan
+		for seed := int64(1); seed <= 100; seed++ {
+			ps = append(ps, Plan{Seed: seed, Duration: 20 * time.Second, Gateways: twoGateways})
+			ps = append(ps, Plan{Seed: seed, Duration: 15 * time.Second, Gateways: []string{"gateway-a", "gateway-b", "gateway-c"},
+				Levers: []string{"partition", "pause", PartitionPrimary.Name()}})
+		}
+		return ps
+	}
+	Catalogue = full[:len(full)-1]
+	for _, p := range plans() {
+		if p.Levers != nil {
+			p.Levers = p.Levers[:2] // the lever did not exist: the same run without it
+		}
+		s, err := Generate(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, s)
+	}
+	Catalogue = full
+	for i, p := range plans() {
+		s, err := Generate(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(s.Faults, before[i].Faults) {
+			t.Fatalf("seed %d (levers %v) drew another schedule with partition-primary in the catalogue:\n%s\nwas\n%s", p.Seed, p.Levers, s, before[i])
+		}
+	}
+	group := Plan{Seed: 3, Duration: 30 * time.Second, Gateways: twoGateways, StoreGroup: true,
+		Levers: []string{topology.StoreFailover.Name(), PartitionPrimary.Name()}}
+	s, err := Generate(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cuts := 0
+	for i, f := range s.Faults {
+		if f.Lever != PartitionPrimary.Name() {
+			continue
+		}
+		cuts++
+		if !slices.Contains(twoGateways, f.Target.Host) || f.Target.Peer != topology.StorePrimaryHost {
+			t.Errorf("%s: want a gateway cut from %s", f, topology.StorePrimaryHost)
+		}
+		k, _ := KindByName(f.Lever)
+		if got := k.CutsOff(f.Target, twoGateways); !slices.Equal(got, []string{f.Target.Host}) {
+			t.Errorf("%s cuts off %v, want only %s", f, got, f.Target.Host)
+		}
+		for _, g := range s.Faults[:i] {
+			if g.Lever == topology.StoreFailover.Name() && g.At+g.Hold+4*time.Second > f.At {
+				t.Errorf("%s overlaps the failover %s", f, g)
+			}
+		}
+	}
+	if cuts == 0 {
+		t.Fatalf("seed 3 on the group drew no partition-primary in 30 s: %s", s)
 	}
 }

@@ -41,6 +41,7 @@ type Base struct {
 	InValkeyNet func(f func() error) error
 
 	gwRecipes map[string]*gatewayRecipe // how each gateway was launched (gateway_launch.go)
+	stems     GatewayStems              // the configs each gateway was rendered for and runs
 	services  serviceSet                // the gateway profile's services (services.go)
 }
 

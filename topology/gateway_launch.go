@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -34,10 +33,6 @@ type gatewayRecipe struct {
 	addrs    deployment.Addresses
 	wrap     []string
 	launches map[string]GatewayLaunch // by config file stem: gateway-a, gateway-a-store, …
-	// addrsOf are the addresses each stem was rendered for; current is the stem the gateway
-	// runs (empty: its first), so that a policy rollout keeps the store the gateway is on.
-	addrsOf map[string]deployment.Addresses
-	current string
 }
 
 // launchGateway renders gateway name's config for addresses a under qualification profile p
@@ -76,11 +71,11 @@ func (b *Base) LaunchGateway(name, stem string, a deployment.Addresses, p deploy
 	}
 	r := b.gwRecipes[name]
 	if r == nil {
-		r = &gatewayRecipe{addrs: a, wrap: wrap, launches: map[string]GatewayLaunch{}, addrsOf: map[string]deployment.Addresses{}}
+		r = &gatewayRecipe{addrs: a, wrap: wrap, launches: map[string]GatewayLaunch{}}
 		b.gwRecipes[name] = r
 	}
 	r.launches[stem] = l
-	r.addrsOf[stem] = a
+	b.stems.Rendered(name, stem, a)
 	return l, nil
 }
 
@@ -105,9 +100,7 @@ func (b *Base) RelaunchAs(name, stem string) error {
 	c.mu.Lock()
 	c.argv, c.env = l.Argv, l.Env
 	c.mu.Unlock()
-	b.Mu.Lock()
-	r.current = stem
-	b.Mu.Unlock()
+	b.stems.Runs(name, stem)
 	return nil
 }
 
@@ -135,18 +128,17 @@ func (b *Base) RestartGatewayWithPolicy(ctx context.Context, name string, p *dep
 }
 
 // rolloutBase is the stem a policy rollout of gateway name starts from — the one it runs,
-// without a policy — and the addresses that stem was rendered for.
+// without a policy — and the addresses that stem was rendered for (GatewayStems).
 func (b *Base) rolloutBase(name string) (r *gatewayRecipe, base string, addrs deployment.Addresses) {
 	b.Mu.Lock()
-	defer b.Mu.Unlock()
 	r = b.gwRecipes[name]
+	b.Mu.Unlock()
 	if r == nil {
 		return nil, "", addrs
 	}
-	base = strings.TrimSuffix(cmp.Or(r.current, name), "-policy")
-	addrs = r.addrs
-	if a, ok := r.addrsOf[base]; ok {
-		addrs = a
+	base, addrs, ok := b.stems.RolloutBase(name)
+	if !ok {
+		addrs = r.addrs
 	}
 	return r, base, addrs
 }

@@ -12,9 +12,9 @@ import (
 func TestRolloutKeepsTheGatewaysStore(t *testing.T) {
 	single := deployment.Addresses{ValkeyAddr: "10.0.0.9:6379"}
 	group := deployment.Addresses{ValkeyAddr: "10.0.0.9:6379", Store: &deployment.StoreAddrs{MasterName: StoreMasterName}}
-	b := &Base{gwRecipes: map[string]*gatewayRecipe{HostGatewayA: {addrs: single,
-		addrsOf: map[string]deployment.Addresses{HostGatewayA: single, HostGatewayA + "-store": group}}}}
-	r := b.gwRecipes[HostGatewayA]
+	b := &Base{gwRecipes: map[string]*gatewayRecipe{HostGatewayA: {addrs: single}}}
+	b.stems.Rendered(HostGatewayA, HostGatewayA, single)
+	b.stems.Rendered(HostGatewayA, HostGatewayA+"-store", group)
 	for _, c := range []struct {
 		current, base string
 		onGroup       bool
@@ -24,7 +24,9 @@ func TestRolloutKeepsTheGatewaysStore(t *testing.T) {
 		{HostGatewayA + "-store", HostGatewayA + "-store", true},
 		{HostGatewayA + "-store-policy", HostGatewayA + "-store", true},
 	} {
-		r.current = c.current
+		if c.current != "" {
+			b.stems.Runs(HostGatewayA, c.current)
+		}
 		_, base, addrs := b.rolloutBase(HostGatewayA)
 		if base != c.base || (addrs.Store != nil) != c.onGroup {
 			t.Errorf("running %q: rollout from %q on the group %v, want %q on the group %v", c.current, base, addrs.Store != nil, c.base, c.onGroup)

@@ -28,8 +28,8 @@ func newChaosCmd() *cobra.Command {
 		Use:   "chaos",
 		Short: "Run a seeded random fault schedule under load and judge the whole history",
 		Long: `chaos draws a schedule of faults from --seed (gateway partitions from the store, store
-stops, gateway crashes and restarts, pauses, store stalls and more; a store failover and a policy change
-with --lever store-failover, which runs the gateways on the replicated store group), brings the topology up and runs an open-loop load from many
+stops, gateway crashes and restarts, pauses, store stalls and more; a store failover, a policy change and a
+gateway cut from the primary (partition-primary) with --lever store-failover, which runs the gateways on the replicated store group), brings the topology up and runs an open-loop load from many
 subjects across every gateway while the schedule runs. A checker then reads only the recorded
 history — the client's requests, the faults as they were pulled and released, the providers'
 call logs — and decides: the hard gate per subject per window, no 200 from a gateway cut off from
@@ -37,13 +37,15 @@ the store, no acknowledged reservation lost, every key linearizable against the 
 recovery within a bound after each release. On a failure it prints the seed and a shrunk schedule
 that still fails (delta debugging, one fresh run per candidate); both are in the bundle. The same
 seed draws the same schedule. Exit codes: 0 passed, 1 failed, 2 bad usage, 3 the topology could
-not be brought up. Runs on the netns topology. --gateway puts a foreign gateway under chaos, loaded
+not be brought up. Runs on the netns and docker topologies; a lever the engine cannot host is left
+out of the schedule with the engine's reason. --gateway puts a foreign gateway under chaos, loaded
 as run loads it; the checker reads only what a client sees, so nothing changes but the levers
 its profile can host (the others are listed as left out, with the reason) and the checks its
 answers cannot decide (named as not made, with the reason).`,
 		Example: `  quotaqual chaos --seed 7 --duration 20s
   quotaqual chaos --seed 7 --duration 20s --lever partition --lever stop-valkey --shrink-runs 20
   quotaqual chaos --seed 11 --duration 10s --lever store-failover --lever policy-change
+  quotaqual chaos --seed 1 --duration 10s --lever store-failover --lever partition-primary --topology docker
   quotaqual chaos --gateway envoy-ai-gateway --seed 1 --duration 10s --shrink-runs 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -100,7 +102,7 @@ answers cannot decide (named as not made, with the reason).`,
 	f.StringVar(&o.StoreReplication, "store-replication", "acknowledged", "with --lever store-failover (which puts the gateways on the replicated store group): acknowledged or async (a failover may then lose what the primary had not replicated, which the checker allows for the subjects it touched and records)")
 	f.IntVar(&o.ShrinkRuns, "shrink-runs", chaos.DefaultShrinkRuns, "at most this many runs to shrink a failing schedule (each a fresh topology); negative: do not shrink")
 	f.StringVar(&gateway, "gateway", "", "the gateway to put under chaos: a gateway profile file or a shipped profile's name: "+strings.Join(undertest.ShippedNames(), ", ")+" (default: quotaqual's own gateway); levers its profile cannot host are left out, each with the reason")
-	f.StringVar(&engine, "topology", topology.EngineAuto, "the topology engine: netns (auto picks it where it works)")
+	f.StringVar(&engine, "topology", topology.EngineAuto, "the topology engine: netns or docker (auto picks netns where it works)")
 	f.StringVar(&o.EvidenceDir, "evidence-dir", "quotaqual-evidence", "where the bundle directory is written")
 	f.StringVar(&o.RunID, "run-id", "", "the run id (default generated)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout")

@@ -154,9 +154,10 @@ type dockerTopo struct {
 	pubHost    string                    // host of published ports
 	valkeyVer  string                    // from Valkey's start-up log
 	down       topology.DownGuard
-	store      dockerStore     // the replicated store group (docker_store.go)
-	vc         dockerCluster   // the store as a Valkey Cluster (docker_cluster.go)
-	links      linkproxy.Links // store-link proxies (links_linux.go)
+	store      dockerStore           // the replicated store group (docker_store.go)
+	vc         dockerCluster         // the store as a Valkey Cluster (docker_cluster.go)
+	links      linkproxy.Links       // store-link proxies (links_linux.go)
+	stems      topology.GatewayStems // the configs each gateway was rendered for and runs
 
 	client   *http.Client
 	observer *http.Client
@@ -505,10 +506,12 @@ func (t *dockerTopo) startGateway(ctx context.Context, host string, provs []depl
 	t.mu.Lock()
 	t.provAddrs = provs
 	t.mu.Unlock()
-	cg, err := topology.ContainerGatewayFor(t.spec, host, t.gatewayAddrs(host, provs), t.spec.Deployment.Profile)
+	addrs := t.gatewayAddrs(host, provs)
+	cg, err := topology.ContainerGatewayFor(t.spec, host, addrs, t.spec.Deployment.Profile)
 	if err != nil {
 		return err
 	}
+	t.stems.Rendered(host, host, addrs)
 	// The config holds no secret; keep a copy next to the logs as the other engines do.
 	_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", host+path.Ext(cg.ConfigPath)), cg.Config, 0o600)
 	// The secrets (the store's password alone too, should UseReplicatedStore put the gateway
@@ -746,19 +749,40 @@ func (t *dockerTopo) replaceGateway(ctx context.Context, name string, stop time.
 
 // RestartGatewayWithPolicy restarts a gateway container on the rule policy of p (nil: the
 // run's own profile): the new config is copied into the stopped container before it starts.
+// The gateway stays on the store it is on (rolloutConfig).
 func (t *dockerTopo) RestartGatewayWithPolicy(ctx context.Context, name string, p *deployment.Profile) error {
-	prof := t.spec.PolicyProfile(p)
-	t.mu.Lock()
-	provs := t.provAddrs
-	t.mu.Unlock()
-	cfg, err := topology.RenderGatewayConfig(t.spec, name, t.gatewayAddrs(name, provs), prof)
+	if !slices.Contains(t.Gateways(), name) {
+		return topology.NoGatewayError(name, t.Gateways())
+	}
+	cfg, err := t.rolloutConfig(name, p)
 	if err != nil {
 		return err
 	}
-	if p != nil { // kept as evidence beside the original, as the other engines do
-		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", name+"-policy"+path.Ext(t.gatewayConfPath())), cfg, 0o600)
-	}
 	return t.replaceGateway(ctx, name, dockerStopTimeout, cfg)
+}
+
+// rolloutConfig renders gateway name's config on the policy of p (nil: the run's own) for the
+// addresses of the config it runs without a policy (topology.GatewayStems): a gateway that
+// UseReplicatedStore put on the store group is rolled out on the group, and back to it. The
+// container's environment already holds the store's password for that (startGateway).
+func (t *dockerTopo) rolloutConfig(name string, p *deployment.Profile) ([]byte, error) {
+	base, addrs, ok := t.stems.RolloutBase(name)
+	if !ok {
+		t.mu.Lock()
+		addrs = t.gatewayAddrs(name, t.provAddrs)
+		t.mu.Unlock()
+	}
+	cfg, err := topology.RenderGatewayConfig(t.spec, name, addrs, t.spec.PolicyProfile(p))
+	if err != nil {
+		return nil, err
+	}
+	stem := base
+	if p != nil { // kept as evidence beside the original, as the other engines do
+		stem = base + "-policy"
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", stem+path.Ext(t.gatewayConfPath())), cfg, 0o600)
+	}
+	t.stems.Runs(name, stem)
+	return cfg, nil
 }
 
 func (t *dockerTopo) StopValkey(ctx context.Context) error {

@@ -431,21 +431,36 @@ func (t *dockerTopo) UseReplicatedStore(ctx context.Context, gateway string, on 
 	if !slices.Contains(t.Gateways(), gateway) {
 		return topology.NoGatewayError(gateway, t.Gateways())
 	}
+	cfg, err := t.storeConfig(gateway, on)
+	if err != nil {
+		return err
+	}
+	return t.replaceGateway(ctx, gateway, dockerStopTimeout, cfg)
+}
+
+// storeConfig renders gateway's config on the group (on) or on the single Valkey, and records
+// it as the config the gateway runs (config/<gateway>-store.yaml on the group), so that a
+// later policy rollout keeps that store.
+func (t *dockerTopo) storeConfig(gateway string, on bool) ([]byte, error) {
 	t.mu.Lock()
 	a := t.gatewayAddrs(gateway, t.provAddrs)
 	t.mu.Unlock()
+	stem := gateway
 	if on {
+		stem = gateway + "-store"
 		a.Store = &deployment.StoreAddrs{MasterName: topology.StoreMasterName, Replication: t.spec.StoreReplication,
 			Sentinels: topology.StoreSentinelAddrs(func(h string) string { return h })}
 	}
 	cfg, err := topology.RenderGatewayConfig(t.spec, gateway, a, t.spec.Deployment.Profile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if on { // kept as evidence beside the original, as the other engines do
-		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", gateway+"-store.yaml"), cfg, 0o600)
+		_ = os.WriteFile(filepath.Join(t.spec.WorkDir, "config", stem+".yaml"), cfg, 0o600)
 	}
-	return t.replaceGateway(ctx, gateway, dockerStopTimeout, cfg)
+	t.stems.Rendered(gateway, stem, a)
+	t.stems.Runs(gateway, stem)
+	return cfg, nil
 }
 
 // setStorePartition cuts a store host off from peer (or heals it) in the store host's own
