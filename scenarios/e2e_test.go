@@ -96,9 +96,11 @@ func endToEnd(t *testing.T, what string) {
 	t.Parallel()
 }
 
-// netnsTurn lets one netns topology up at a time in this process: the engine's bridge and veth
-// names live in the test process's own network namespace, so it refuses a second topology
-// while one is up (netnsengine's activeNetns). A netns run beside process runs is fine.
+// netnsTurn lets one netns topology up at a time in this process. When the end-to-end tests
+// went side by side the engine refused a second netns topology in a process (its bridge lived
+// in the process's namespace); it no longer does (each topology's namespaces are its own), but
+// the side-by-side suite was measured with netns runs taking turns: lifting this wants its own
+// measurement of the timing checks.
 var netnsTurn sync.Mutex
 
 func quotaqualBinary(t *testing.T) string {
