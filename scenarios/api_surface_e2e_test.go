@@ -15,9 +15,7 @@ import (
 // and (with the quota inspection) the fresh embeddings request is charged nothing. On the same
 // build without the defect it passes.
 func TestAPISurfaceFailsWhenEmbeddingsAreForwardedUnmetered(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	if os.Getenv(envHookBinary) == "" {
 		t.Fatal("no mutants quotaqual binary: TestMain builds it unless -short")
 	}
@@ -46,9 +44,7 @@ func TestAPISurfaceFailsWhenEmbeddingsAreForwardedUnmetered(t *testing.T) {
 // from the answers and the providers' counts alone — and passes without the defect, naming
 // the charge checks it could not make.
 func TestAPISurfaceBlackBoxPathFails(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	r := blackBoxRun(t, "api-surface", mutant.EmbeddingsUnmetered, nil)
 	expectFailedOn(t, []evidence.ScenarioResult{r},
 		"spent embeddings: refused (the budget chat spent is its budget too)",
@@ -65,9 +61,7 @@ func TestAPISurfaceBlackBoxPathFails(t *testing.T) {
 // held quota. api-surface fails on that answer in both views (the probe is the same
 // black-box) and passes on the unpatched gateway, whose data port answers those paths 404.
 func TestAPISurfaceFailsWhenTheDataPortServesTheQuotaInspection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds a patched gateway and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds a patched gateway and starts real processes")
 	checkBlindCases(t, []blindCase{
 		{"53-admin-quota-on-data-port.patch", "api-surface",
 			[]string{"data port, no credentials, GET " + adminProbes[0] + ": no quota information"}, nil},

@@ -54,9 +54,7 @@ func blackBoxRun(t *testing.T, name string, m mutant.Name, tweak func(*deploymen
 // twin fails on, decided from the providers' counts and the responses' usage alone; and each
 // passes on the same profile without the defect.
 func TestRuleScenariosBlackBoxPathsFail(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	for _, c := range []struct {
 		scenario string
 		mutant   mutant.Name

@@ -14,9 +14,7 @@ import (
 // mutant: /v1/chat/completions/ forwarded and relayed without a reservation), on the spent pass
 // where no reservation could have paid for it, and passes on the same build without the defect.
 func TestQuotaBypassFailsWhenASpellingIsForwardedUnmetered(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	if os.Getenv(envHookBinary) == "" {
 		t.Fatal("no mutants quotaqual binary: TestMain builds it unless -short")
 	}

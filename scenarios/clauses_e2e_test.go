@@ -24,9 +24,7 @@ import (
 // on the check that guards the defect, white-box (quotaqual's profile, with inspection) and
 // black-box (quotaqual-blackbox.yaml: what a client sees), and pass on the unpatched gateway.
 func TestIdentityAndModelSourcesFailOnBlindDefects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds patched gateways and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds patched gateways and starts real processes")
 	checkBlindCases(t, []blindCase{
 		{"01-subject-from-forwarded-user-header.patch", "identity-sources",
 			[]string{"spent application-a naming another subject", "none of the probes reached a provider",

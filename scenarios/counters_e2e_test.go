@@ -32,9 +32,7 @@ import (
 // declares no counter) the counter checks are not made and the result says so — those patched
 // gateways pass there, the escape docs/contract.md names.
 func TestGatewayCountersFailOnBlindDefects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds patched gateways, namespaces and real processes; not in -short")
-	}
+	endToEnd(t, "builds patched gateways, namespaces and real processes")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}

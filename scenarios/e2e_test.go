@@ -82,6 +82,27 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
+// endToEnd skips an end-to-end test in -short (saying what it would start) and otherwise runs
+// it beside the package's other end-to-end tests, go test's -parallel at a time (GOMAXPROCS by
+// default: two here). Each test is mostly waiting — out windows, leases, holds and stalls —
+// not computing (a whole quick qualification is ~55 s of wall for ~7 s of CPU), so one after
+// another they were ~800 s of CI. Each process topology has its own ports, work directory and
+// run id; netns topologies take turns (netnsTurn).
+func endToEnd(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end: " + what + "; not in -short")
+	}
+	t.Parallel()
+}
+
+// netnsTurn lets one netns topology up at a time in this process. When the end-to-end tests
+// went side by side the engine refused a second netns topology in a process (its bridge lived
+// in the process's namespace); it no longer does (each topology's namespaces are its own), but
+// the side-by-side suite was measured with netns runs taking turns: lifting this wants its own
+// measurement of the timing checks.
+var netnsTurn sync.Mutex
+
 func quotaqualBinary(t *testing.T) string {
 	t.Helper()
 	if binPath == "" {
@@ -149,6 +170,11 @@ func topologyRunBin(t *testing.T, engine, bin string, tweak func(*deployment.Dep
 	if adjust != nil {
 		adjust(&spec)
 	}
+	if engine == topology.EngineNetns {
+		// Held until the topology is down (deferred below, so run before this unlock).
+		netnsTurn.Lock()
+		defer netnsTurn.Unlock()
+	}
 	topo, err := topology.New(engine, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -201,9 +227,7 @@ func describe(r evidence.ScenarioResult) string {
 // this engine network-policy has no isolation to prove and valkey-partition no network to cut:
 // both must report skipped, with the reason.
 func TestQualificationOnProcessTopology(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts valkey-server, two gateways and three providers; not in -short")
-	}
+	endToEnd(t, "starts valkey-server, two gateways and three providers")
 	list := All()
 	if *e2eScenarios != "" {
 		var err error
@@ -253,9 +277,7 @@ func TestQualificationOnProcessTopology(t *testing.T) {
 // going away. shared-budget, gateway-restart and valkey-outage must each fail, on the
 // assertion that names the broken invariant.
 func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"shared-budget", "gateway-restart", "valkey-outage", "rolling-upgrade", "sustained-load"})
 	if err != nil {
 		t.Fatal(err)
@@ -294,9 +316,7 @@ func TestScenariosFailOnSeparateMemoryBackends(t *testing.T) {
 // Valkey rule missing, the gateways' positive control to Valkey fails; with an extra rule that
 // lets the client reach Valkey, the client's negative control fails.
 func TestNetworkPolicyFailsWhenTheEnforcedPolicyIsWrong(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds namespaces and starts real processes")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}
@@ -350,9 +370,7 @@ func TestNetworkPolicyFailsWhenTheEnforcedPolicyIsWrong(t *testing.T) {
 // TestValkeyPartitionFailsWhenGatewaysIgnoreTheStore proves valkey-partition can fail: gateways
 // that keep their own in-memory ledgers go on admitting when cut off from Valkey.
 func TestValkeyPartitionFailsWhenGatewaysIgnoreTheStore(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds namespaces and starts real processes")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}
@@ -403,9 +421,7 @@ func expectFailedOn(t *testing.T, results []evidence.ScenarioResult, want ...str
 // under load, scaled down to one job): the responses that end together leave reservations to
 // their leases instead of settling at their usage.
 func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"usage-accounting"})
 	if err != nil {
 		t.Fatal(err)
@@ -433,9 +449,7 @@ func TestUsageAccountingFailsWhenTheGatewayChargesTheEstimate(t *testing.T) {
 // admits the request only the long window refuses, and the scenario must name both the wrong
 // decision and the long window overspent. The same run without the mutant passes.
 func TestLayeredBudgetsFailsWhenOnlyTheFirstWindowDecides(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"layered-budgets"})
 	if err != nil {
 		t.Fatal(err)
@@ -453,9 +467,7 @@ func TestLayeredBudgetsFailsWhenOnlyTheFirstWindowDecides(t *testing.T) {
 // that keys a subject_and_model rule by subject alone refuses the subject's second model once
 // the first is spent, and the scenario must name that decision.
 func TestModelBudgetsFailsWhenTheKeyLeavesTheModelOut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"model-budgets"})
 	if err != nil {
 		t.Fatal(err)
@@ -470,9 +482,7 @@ func TestModelBudgetsFailsWhenTheKeyLeavesTheModelOut(t *testing.T) {
 // (OpenAI's error for a plan or balance used up, not a rate limit) fails each of them on that
 // check.
 func TestQuotaDenialsFailWhenA429SaysInsufficientQuota(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"shared-budget", "layered-budgets", "model-budgets"})
 	if err != nil {
 		t.Fatal(err)
@@ -485,9 +495,7 @@ func TestQuotaDenialsFailWhenA429SaysInsufficientQuota(t *testing.T) {
 // TestHardGateFailsUnderMeter proves hard-gate can fail: the same rule with enforcement meter
 // forwards the clients' output bounds, and the providers' usage exceeds the capacity.
 func TestHardGateFailsUnderMeter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"hard-gate"})
 	if err != nil {
 		t.Fatal(err)
@@ -514,9 +522,7 @@ func meterTheHardGate(d *deployment.Deployment) {
 // what the provider counted (the expiry's tombstone turns it into the overage). A ledger that
 // drops a lost lease's overage settles the estimate and fails that check too.
 func TestLongGenerationFailsWithoutLeaseRenewal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"long-generation"})
 	if err != nil {
 		t.Fatal(err)
@@ -545,9 +551,7 @@ func expectPassedOn(t *testing.T, r evidence.ScenarioResult, want string) {
 // lost in the promotion and handed out again, and the scenario must fail on exactly that —
 // tokens held beyond the capacity, the lost reservations named, porcupine Illegal.
 func TestValkeyFailoverFailsWithAsyncReplication(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds namespaces and starts real processes")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}
@@ -605,9 +609,7 @@ func factTrue(facts []evidence.Fact, name string) bool {
 // 10's item 14: a gateway that lets net/http drain an announced body before sending its 401
 // (no read deadline, no close) answers a client that never sends the body not at all.
 func TestAuthRejectionFailsWhenAStalledBodyHoldsTheAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"auth-rejection"})
 	if err != nil {
 		t.Fatal(err)
@@ -632,9 +634,7 @@ func describeAll(rs []evidence.ScenarioResult) []string {
 // cmd/quotaqual's TestRunDefaultTopologyPassesAllScenariosAndTheBundleVerifies, which also
 // verifies the bundle and scans it for every generated secret (a minute of the suite saved).
 func TestQualificationOnNetnsTopology(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds namespaces and starts real processes")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}

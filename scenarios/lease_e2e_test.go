@@ -45,9 +45,7 @@ func patchedBinary(t *testing.T, patch string) string {
 //     outside the dead hold's end is known to a bucket, coarser than the rounding (a check
 //     the black-box result names as not made).
 func TestGatewayCrashLeaseBoundsFailOnTheirDefects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds patched gateways and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds patched gateways and starts real processes")
 	list, err := Select([]string{"gateway-crash"})
 	if err != nil {
 		t.Fatal(err)

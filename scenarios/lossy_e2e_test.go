@@ -42,9 +42,7 @@ func TestLossyStoreLinkFailsOnItsDefects(t *testing.T) {
 // TestLossyStoreLinkSkipsWithoutLoss: on the process engine (one namespace, no Lossy) the
 // scenario is skipped with the lever's reason, never passed.
 func TestLossyStoreLinkSkipsWithoutLoss(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	list, err := Select([]string{"lossy-store-link"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,9 +67,7 @@ func TestLossyStoreLinkSkipsWithoutLoss(t *testing.T) {
 //   - a settlement that is not idempotent (settle-double-charge) while settlements time out
 //     after they ran and are retried: a subject's charge exceeds the bound.
 func TestLossyStoreLinkProxyPhasesFailOnDefects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds namespaces and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds namespaces and starts real processes")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}

@@ -32,9 +32,7 @@ type proofCase struct {
 // its views, and checks each verdict.
 func runProofCases(t *testing.T, engine, name string, cases []proofCase) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	if reason := os.Getenv(envNoNetns); engine == topology.EngineNetns && reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}
@@ -147,9 +145,7 @@ func TestStoreMemoryPressureFailsOnItsDefects(t *testing.T) {
 // usage) every run, with inspection and from outside, and passes on the unpatched gateway.
 // Before, only store-stall met the defect, once in four runs (internal/blindround3).
 func TestGatewayPauseFailsOnTheStoreClockInWholeSeconds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds a patched gateway and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds a patched gateway and starts real processes")
 	const kept = "the hold was kept (a hold ends no earlier than its last renewal + lease)"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

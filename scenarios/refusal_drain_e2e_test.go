@@ -15,9 +15,7 @@ import "testing"
 // Each fails white-box (quotaqual's profile) and black-box (quotaqual-blackbox.yaml: what a
 // client and the providers see), and both pass on the unpatched gateway.
 func TestGracefulStopAndRefusalsFailOnBlindDefects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds patched gateways and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds patched gateways and starts real processes")
 	checkBlindCases(t, []blindCase{
 		{"38-shutdown-closes-settler-before-drain.patch", "gateway-restart",
 			[]string{"their subject is admitted afterwards as a charge of their usage"},

@@ -20,9 +20,7 @@ import (
 //
 // On the unpatched gateway it passes in both views.
 func TestReplicaLossFailsOnBlindDefects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds patched gateways and starts the replicated store group in namespaces; not in -short")
-	}
+	endToEnd(t, "builds patched gateways and starts the replicated store group in namespaces")
 	if reason := os.Getenv(envNoNetns); reason != "" {
 		t.Skip("netns topology unavailable on this host: " + reason)
 	}

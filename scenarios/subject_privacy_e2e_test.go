@@ -8,9 +8,7 @@ import "testing"
 // fails in both views (it uses no inspection), and passes on the unpatched gateway, whose log
 // line holds the subject's hash.
 func TestSubjectPrivacyFailsOnRawSubjectInLogs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds a patched gateway and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds a patched gateway and starts real processes")
 	checkBlindCases(t, []blindCase{
 		{"04-raw-subject-in-logs.patch", "subject-privacy", []string{"no raw subject in the gateways' logs"}, nil},
 	}, "subject-privacy")

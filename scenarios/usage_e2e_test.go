@@ -69,9 +69,7 @@ func checkLevel(t *testing.T, r evidence.ScenarioResult, blackBox bool) {
 // TestMeteringScenariosPassOnOurGateway is the control of the mutant tests below: the unbroken
 // mutants build passes output-bound and provider-usage, with and without inspection.
 func TestMeteringScenariosPassOnOurGateway(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	for _, mode := range evidenceModes {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, r := range runMetering(t, "", mode.gw(), outputBoundScenario, providerUsageRule) {
@@ -132,9 +130,7 @@ var meteringMutants = []struct {
 // against the defect it guards, with quota inspection and from outside only: each mutant fails
 // its scenario on the checks named, at the evidence level of the run.
 func TestMeteringScenariosFailOnTheirMutants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: starts real processes; not in -short")
-	}
+	endToEnd(t, "starts real processes")
 	for _, c := range meteringMutants {
 		for _, mode := range evidenceModes {
 			t.Run(string(c.mutant)+"/"+mode.name, func(t *testing.T) {
@@ -153,9 +149,7 @@ func TestMeteringScenariosFailOnTheirMutants(t *testing.T) {
 // header of the probes after it, so it fails white-box and black-box alike; the unpatched
 // gateway charges each error exactly its reported usage and passes in both views.
 func TestProviderUsageFailsWhenAProvider4xxIsNotBilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end: builds a patched gateway and starts real processes; not in -short")
-	}
+	endToEnd(t, "builds a patched gateway and starts real processes")
 	checkBlindCases(t, []blindCase{
 		{"54-provider-4xx-not-billed.patch", providerUsageRule,
 			[]string{"errors: every non-2xx answer charged the usage it reported"}, nil},

@@ -133,7 +133,9 @@ func CheckApplies(ctx context.Context, root, patch string) error {
 
 // BuildPatched builds the quotaqual binary of root's working tree with patch applied, into out.
 // The tree is copied (tracked and untracked files that are not ignored) to a temporary
-// directory, patched there and built there, so root is never touched.
+// directory, patched there and built there, so root is never touched. It links like `make
+// build` (-s -w: no symbol table or DWARF, which nothing reads; the link is the build's larger
+// part, ~40% less CPU without them).
 func BuildPatched(ctx context.Context, root, patch, out string) error {
 	if root == "" {
 		root = "."
@@ -161,7 +163,7 @@ func BuildPatched(ctx context.Context, root, patch, out string) error {
 	}
 	stamp := "blind-" + strings.TrimSuffix(filepath.Base(patch), ".patch")
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath",
-		"-ldflags", "-X github.com/quotaqual/quotaqual/internal/version.Version="+stamp, "-o", outAbs, "./cmd/quotaqual")
+		"-ldflags", "-s -w -X github.com/quotaqual/quotaqual/internal/version.Version="+stamp, "-o", outAbs, "./cmd/quotaqual")
 	build.Dir = tmp
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-buildvcs=false")
 	if b, err := build.CombinedOutput(); err != nil {
