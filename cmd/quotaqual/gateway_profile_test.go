@@ -250,8 +250,9 @@ func firstReason(r evidence.ScenarioResult) string {
 }
 
 // TestTheProgressLineSaysEveryScenarioRanAlone: the altgateway does not forward the scenario
-// header, so every scenario has the topology to itself (the providers cannot tell their calls
-// apart otherwise), also those that pull no lever; the closing progress line says so, and why,
+// header, so every scenario has a topology to itself (the providers cannot tell their calls
+// apart otherwise), also those that pull no lever: the lever scenario on a topology of its own
+// (netns), the others alone on the run's; the closing progress line says so, and why,
 // instead of counting the scenarios' own levers.
 func TestTheProgressLineSaysEveryScenarioRanAlone(t *testing.T) {
 	t.Parallel() // a whole run: side by side (docker_runs_test.go)
@@ -260,7 +261,7 @@ func TestTheProgressLineSaysEveryScenarioRanAlone(t *testing.T) {
 	if code != wire.ExitOK {
 		t.Errorf("exit %d, want 0\n%s", code, stderr)
 	}
-	want := "0 side by side, 3 alone (1 for a lever or a load, 2 because gateway profile altgateway does not forward the scenario header): 3 of 3 passed"
+	want := "0 side by side, 1 on topologies of their own, 2 alone (2 because gateway profile altgateway does not forward the scenario header): 3 of 3 passed"
 	if !strings.Contains(stderr, want) {
 		t.Errorf("the closing progress line does not say %q:\n%s", want, stderr)
 	}
