@@ -259,3 +259,38 @@ func TestChaosFailoverAndPolicyChangePass(t *testing.T) {
 	}
 	t.Logf("facts: %v", a.Verdict.Facts)
 }
+
+// Loss, drawn only when named, is a fault the checker can see through: our gateway passes a
+// loss-only schedule (its store calls time out or succeed late: 503 or a decision), and the
+// mutant fail-open — which admits when a store call fails — fails it, the verdict naming loss
+// faults as what exposed it.
+func TestChaosLossOnlyWhenNamedExposesFailOpen(t *testing.T) {
+	e2e(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	levers := []string{topology.Loss.Name()}
+	for _, tc := range []struct {
+		mutant string
+		fail   bool
+	}{{"", false}, {string(mutant.FailOpen), true}} {
+		o := options(t, 1, passDuration, envMutants)
+		o.Levers, o.ShrinkRuns = levers, -1
+		if tc.mutant != "" {
+			o.GatewayTestEnv = []string{mutant.EnvVar + "=" + tc.mutant}
+		}
+		rep, err := Run(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s(wall %s)", Reproduce(rep), rep.Elapsed.Round(time.Millisecond))
+		if len(rep.Schedule.Faults) == 0 {
+			t.Fatalf("%q: a loss-only schedule drew no fault", tc.mutant)
+		}
+		if rep.Failed() != tc.fail {
+			t.Fatalf("%q: failed %v, want %v: %v", tc.mutant, rep.Failed(), tc.fail, rep.First.Verdict.FailedChecks())
+		}
+		if tc.fail && len(rep.First.Verdict.Exposing()) == 0 {
+			t.Errorf("%q: the verdict names no loss fault that exposed it", tc.mutant)
+		}
+	}
+}

@@ -86,6 +86,39 @@ var Catalogue = []Kind{
 	// It holds the store so that no failover moves the primary under it. Appended last, and
 	// left out of every run off the group, so the seeds of those runs draw what they drew.
 	{Lever: PartitionPrimary, Targets: gatewayPrimaryCuts, Holds: linkAndStore, CutsOff: hostOnly, Excluded: onStoreGroupOnly},
+	// Packet loss on one gateway's link to one host of its quota state, both ways (nftables in
+	// the kernel): TCP retransmits push some store calls past the timeout (a call the store
+	// may have run), others succeed late — the gateway still decides, so it cuts no one off.
+	// Drawn only when named: in the default set it would redraw every recorded seed.
+	{Lever: topology.Loss, Targets: lossyStoreLinks, Holds: linkOf, CutsOff: none, Excluded: lossNamed},
+}
+
+// lossPercent is the loss lever's share of packets dropped, as lossy-store-link's loss phase.
+const lossPercent = 50
+
+// lossyStoreLinks: each gateway's link to each host it reaches its quota state through, at
+// lossPercent.
+func lossyStoreLinks(p Plan) []topology.Target {
+	hosts := []string{topology.HostValkey}
+	if p.Gateway != nil {
+		hosts = p.Gateway.StoreHosts()
+	}
+	var out []topology.Target
+	for _, g := range p.Gateways {
+		for _, h := range hosts {
+			out = append(out, topology.Target{Host: g, Peer: h, Percent: lossPercent})
+		}
+	}
+	return out
+}
+
+// lossNamed leaves loss out unless --lever names it (the catalogue's order and the default set
+// are what a recorded seed means), and off the single Valkey where the gateways do not use it.
+func lossNamed(p Plan) string {
+	if !slices.Contains(p.Levers, topology.Loss.Name()) {
+		return "drawn only when named (--lever " + topology.Loss.Name() + "): in the default set it would redraw every recorded seed's schedule"
+	}
+	return onSingleValkey(p)
 }
 
 // PartitionPrimary cuts Target.Host (a gateway) off from whichever node of the replicated

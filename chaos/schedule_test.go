@@ -94,10 +94,11 @@ func TestScheduleLeavesOutLeversWithReasons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(single.Excluded) != 2 || single.Excluded[0].Lever != topology.StoreFailover.Name() ||
+	if len(single.Excluded) != 3 || single.Excluded[0].Lever != topology.StoreFailover.Name() ||
 		!containsSub(single.Excluded[0].Reason, "--lever store-failover") ||
-		single.Excluded[1].Lever != PartitionPrimary.Name() || !containsSub(single.Excluded[1].Reason, "--lever store-failover beside it") {
-		t.Fatalf("want only store-failover and partition-primary left out, with the flag that runs them: %+v", single.Excluded)
+		single.Excluded[1].Lever != PartitionPrimary.Name() || !containsSub(single.Excluded[1].Reason, "--lever store-failover beside it") ||
+		single.Excluded[2].Lever != topology.Loss.Name() || !containsSub(single.Excluded[2].Reason, "--lever loss") {
+		t.Fatalf("want only store-failover, partition-primary and loss left out, with the flag that runs them: %+v", single.Excluded)
 	}
 	if !containsSub(single.String(), "left out: store-failover") {
 		t.Fatalf("the printed schedule hides what was left out:\n%s", single)
@@ -169,8 +170,8 @@ func TestGeneratePeerProfileExcludesWithReasons(t *testing.T) {
 		excluded []string
 		peer     string
 	}{
-		{"envoy-ai-gateway", []string{"store-latency", "store-lost-replies", "store-failover", "policy-change", "partition-primary"}, "ratelimit"},
-		{"gubernator", []string{"stop-valkey", "store-stall", "store-memory-pressure", "store-latency", "store-lost-replies", "store-failover", "partition-primary"},
+		{"envoy-ai-gateway", []string{"store-latency", "store-lost-replies", "store-failover", "policy-change", "partition-primary", "loss"}, "ratelimit"},
+		{"gubernator", []string{"stop-valkey", "store-stall", "store-memory-pressure", "store-latency", "store-lost-replies", "store-failover", "partition-primary", "loss"},
 			"gubernator-1,gubernator-2,gubernator-3"},
 	} {
 		gw, err := undertest.Shipped(tc.profile)
@@ -183,7 +184,7 @@ func TestGeneratePeerProfileExcludesWithReasons(t *testing.T) {
 		}
 		var got []string
 		for _, e := range s.Excluded {
-			if e.Reason == "" || !strings.Contains(e.Reason, tc.profile) && e.Lever != "store-failover" && e.Lever != "partition-primary" {
+			if e.Reason == "" || !strings.Contains(e.Reason, tc.profile) && e.Lever != "store-failover" && e.Lever != "partition-primary" && e.Lever != "loss" {
 				t.Errorf("%s: %s left out without naming the profile: %q", tc.profile, e.Lever, e.Reason)
 			}
 			got = append(got, e.Lever)
@@ -396,5 +397,43 @@ func TestPartitionPrimaryKeepsTheSeeds(t *testing.T) {
 	}
 	if cuts == 0 {
 		t.Fatalf("seed 3 on the group drew no partition-primary in 30 s: %s", s)
+	}
+}
+
+// Loss is drawn only when named: the default set (and so every recorded seed) is unchanged,
+// and a run that names it draws it on a gateway's store link, at lossPercent, for a peer on
+// the hosts its profile names.
+func TestLossDrawnOnlyWhenNamed(t *testing.T) {
+	plan := Plan{Seed: 4, Duration: 30 * time.Second, Gateways: twoGateways, Levers: []string{topology.Loss.Name(), "partition"}}
+	s, err := Generate(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	losses := 0
+	for _, f := range s.Faults {
+		if f.Lever != topology.Loss.Name() {
+			continue
+		}
+		losses++
+		if f.Target.Peer != topology.HostValkey || f.Target.Percent != lossPercent {
+			t.Errorf("loss on %+v, want a gateway↔valkey link at %d %%", f.Target, lossPercent)
+		}
+	}
+	if losses == 0 {
+		t.Fatalf("a 30 s schedule naming loss drew none:\n%s", s)
+	}
+	gw, err := undertest.Shipped("envoy-ai-gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Gateway = gw
+	peer, err := Generate(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range peer.Faults {
+		if f.Lever == topology.Loss.Name() && f.Target.Peer != "ratelimit" {
+			t.Errorf("envoy-ai-gateway: loss on %+v, want the gateway's link to ratelimit", f.Target)
+		}
 	}
 }

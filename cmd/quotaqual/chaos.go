@@ -29,7 +29,8 @@ func newChaosCmd() *cobra.Command {
 		Short: "Run a seeded random fault schedule under load and judge the whole history",
 		Long: `chaos draws a schedule of faults from --seed (gateway partitions from the store, store
 stops, gateway crashes and restarts, pauses, store stalls and more; a store failover, a policy change and a
-gateway cut from the primary (partition-primary) with --lever store-failover, which runs the gateways on the replicated store group), brings the topology up and runs an open-loop load from many
+gateway cut from the primary (partition-primary) with --lever store-failover, which runs the gateways on the replicated store group;
+50 % packet loss on a gateway's store link only when named, --lever loss, so that recorded seeds keep their schedules), brings the topology up and runs an open-loop load from many
 subjects across every gateway while the schedule runs. A checker then reads only the recorded
 history — the client's requests, the faults as they were pulled and released, the providers'
 call logs — and decides: the hard gate per subject per window, no 200 from a gateway cut off from
