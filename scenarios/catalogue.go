@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/quotaqual/quotaqual/deployment"
 )
@@ -64,6 +65,11 @@ type Scenario struct {
 	// each be their own): it never runs on a topology of its own beside the others
 	// (Env.OwnTopology), but on the run's, after every other scenario has finished.
 	WholeMachine bool
+	// Lasts is about how long the scenario runs on the quick profile when it is one of the
+	// longest (measured; zero for the others). It only orders the scenarios that run on
+	// topologies of their own: longest first, so that the longest is not the last to get a
+	// slot and the run ends when it does. A wrong figure costs time, never a verdict.
+	Lasts time.Duration
 	// Profiles lists the profiles whose default run includes the scenario; empty: every
 	// profile. --scenario selects it in any profile.
 	Profiles []string

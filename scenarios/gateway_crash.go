@@ -26,6 +26,7 @@ func gatewayCrash() Scenario {
 			"the expiry sweep writes what admission reads; a 429 while holds fill the budget does not send its client back before the " +
 			"earliest hold can end",
 		Exclusive:        "kills and restarts gateway-a",
+		Lasts:            7 * time.Second,
 		SharesAfterLever: true, // then waits for the dead gateway's lease to run out
 		Needs:            []Need{NeedRestart},
 		// Without either, what the subject can still be admitted for decides

@@ -27,6 +27,7 @@ func gatewayPause() Scenario {
 			"the hold runs out no earlier than its last renewal + lease, judged to a quarter of a second (a lease deadline on the " +
 			"store's clock to the millisecond, not its whole second)",
 		Exclusive: "pauses gateway-a, then both gateways at once",
+		Lasts:     8 * time.Second,
 		Needs:     []Need{NeedSharedStore, NeedLeases},
 		Prefers:   []Need{NeedQuotaInspection},
 		BlackBox: "sees gateway-b admit exactly the capacity less the frozen holds during the pause, and the frozen requests " +

@@ -39,6 +39,7 @@ func (l lossyStoreLinkRun) scenario() Scenario {
 			"estimate, a retried settlement charges once, and the hard gate holds; a client that leaves is no store failure and " +
 			"costs nothing that reached no provider",
 		Exclusive: "makes gateway-a's store link drop packets, delay replies and lose them, and reads gateway-wide counters",
+		Lasts:     12 * time.Second,
 		Needs:     []Need{NeedSharedStore, NeedLeases},
 		BlackBox: "sees every answer and its time, the providers' calls, each subject's admitted usage per window from the history, " +
 			"and the settled usage of each subject kept within its budget through one probe's remaining header after the heal; " +

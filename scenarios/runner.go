@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -127,6 +128,9 @@ func RunScheduled(ctx context.Context, env *Env, list []Scenario) ([]evidence.Sc
 		if len(own) == 0 {
 			return
 		}
+		// Longest first (Scenario.Lasts; the rest in catalogue order): the run ends when the
+		// longest does, so it must not wait for a slot behind shorter ones.
+		slices.SortStableFunc(own, func(a, b int) int { return cmp.Compare(list[b].Lasts, list[a].Lasts) })
 		onOwnTopologies(env.OwnTopologies, own, func(i int) {
 			var started bool
 			out[i], started = runOnOwnTopology(ctx, env, list[i], caps)

@@ -352,3 +352,30 @@ func TestOwnTopologyThatDoesNotComeUpSkipsItsScenario(t *testing.T) {
 		t.Errorf("an interrupted run brought topologies up for %v", own.up)
 	}
 }
+
+// TestOwnTopologiesStartLongestFirst: with one slot, the scenarios on topologies of their own
+// come up in the order of their Lasts, longest first, the rest in list order; the results
+// still come back in list order.
+func TestOwnTopologiesStartLongestFirst(t *testing.T) {
+	var list []Scenario
+	for _, l := range []struct {
+		name  string
+		lasts time.Duration
+	}{{"short", 0}, {"long", 9 * time.Second}, {"plain", 0}, {"longest", 12 * time.Second}} {
+		s := fake(l.name, nil, func(ctx context.Context, env *Env) *Result { return env.NewResult() })
+		s.Exclusive, s.Lasts = "pulls a lever", l.lasts
+		list = append(list, s)
+	}
+	own := &ownTopologies{}
+	env := testEnv(topology.Capabilities{})
+	env.WorkDir, env.OwnTopology, env.OwnTopologies = "run", own.open, 1
+	res, _ := RunScheduled(context.Background(), env, list)
+	if want := []string{"longest", "long", "short", "plain"}; !slices.Equal(own.up, want) {
+		t.Errorf("own topologies came up in the order %v, want %v", own.up, want)
+	}
+	for i, r := range res {
+		if r.Name != list[i].Name {
+			t.Errorf("result %d is %s, want %s (list order)", i, r.Name, list[i].Name)
+		}
+	}
+}

@@ -27,6 +27,7 @@ func storeStall() Scenario {
 			"lease (renewal resumes), and a hold that ran out during a longer one is charged its estimate and then its overage, " +
 			"exactly what was generated",
 		Exclusive: "stalls the store",
+		Lasts:     11 * time.Second,
 		Needs:     []Need{NeedSharedStore, NeedLeases},
 		Prefers:   []Need{NeedQuotaInspection},
 		BlackBox: "sees the 503s and their times while the store stalls, no provider reached by them, and each subject's settled " +

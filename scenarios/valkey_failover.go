@@ -38,6 +38,7 @@ func valkeyFailover() Scenario {
 		Summary:   "split brain of a replicated store (primary cut off from replicas, Sentinels and gateway-b; gateway-a still reaches it): no token admitted twice, no acknowledged reservation lost across the promotion",
 		Invariant: "hard gate across a failover: reservations held at once ≤ capacity, and every admitted reservation survives the promotion (porcupine-checked against the ledger model)",
 		Exclusive: "moves both gateways to the replicated store group and splits it",
+		Lasts:     6 * time.Second,
 		Needs:     []Need{NeedPartition, NeedStoreGroup, NeedQuotaInspection},
 		BlackBox: "has none: the lost-reservation check and the linearizability check read the promoted primary's ledger, " +
 			"so the scenario needs quota inspection and is skipped without it; the request history alone would see tokens held at once " +
