@@ -27,7 +27,7 @@ func storeStall() Scenario {
 			"lease (renewal resumes), and a hold that ran out during a longer one is charged its estimate and then its overage, " +
 			"exactly what was generated",
 		Exclusive: "stalls the store",
-		Lasts:     11 * time.Second,
+		Lasts:     13 * time.Second,
 		Needs:     []Need{NeedSharedStore, NeedLeases},
 		Prefers:   []Need{NeedQuotaInspection},
 		BlackBox: "sees the 503s and their times while the store stalls, no provider reached by them, and each subject's settled " +
@@ -42,11 +42,18 @@ func storeStall() Scenario {
 // 1.2 s: the first and third requests' renewals fail once in it (blocked past the timeout),
 // the next succeeds at most a second later, and every lease keeps at least half a second to
 // spare. The long stall lasts a lease and a second: the hold cannot survive it.
+//
+// The requests are held 6.8 s, a second past the stall's end plus a lease: a renewal the
+// gateway gave up on is not lost with it — the stalled command stays queued on a connection
+// the store client keeps (it pipelines), and the store runs it when the stall ends, which
+// renews the hold a lease from then (5.8 s after the first admission). A renewer that stops
+// after that failure must see its hold run out while its request is still in flight; with
+// holds of 4.8 s, that late renewal covered them to the end and such a renewer passed.
 const (
 	stallShortAfter  = 1600 * time.Millisecond
 	stallShort       = 1200 * time.Millisecond
 	stallStagger     = 330 * time.Millisecond
-	stallShortHold   = 4800 * time.Millisecond
+	stallShortHold   = 6800 * time.Millisecond
 	stallShortTokens = 2  // usage below the estimate: a kept hold settles below it, a lost one is charged it
 	stallLongTokens  = 30 // usage above the estimate: the overage a lost hold must still be charged
 )
