@@ -322,7 +322,7 @@ func TestUnhostedOnDocker(t *testing.T) {
 		if !strings.HasPrefix(why, "the docker engine cannot host it: ") {
 			t.Errorf("%s: the reason does not name the engine: %q", lever, why)
 		}
-		if lever != topology.StoreLatency.Name() && lever != topology.StoreLostReplies.Name() {
+		if lever != topology.StoreLatency.Name() && lever != topology.StoreLostReplies.Name() && lever != topology.Loss.Name() {
 			t.Errorf("docker cannot host %s: %s", lever, why)
 		}
 	}

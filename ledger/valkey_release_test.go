@@ -157,9 +157,22 @@ func TestAmbiguousReserveIsReleasedNotHeldUntilTheLeaseExpires(t *testing.T) {
 		if rs.Released > before.Released {
 			// The release found the hold (the script had run in Valkey) and settled it; the
 			// full capacity is available again.
-			d, err := l.Reserve(ctx, q, key, 60)
+			// A store error here is not a denial: the pipelined connection may still be
+			// delivering replies the relay held back (a call that timed out behind them is
+			// retried, for at most 2 s); a denial, or no answer by then, fails.
+			var d ledger.Decision
+			storeErrors := 0
+			for retryUntil := time.Now().Add(2 * time.Second); ; storeErrors++ {
+				d, err = l.Reserve(ctx, q, key, 60)
+				if !errors.Is(err, ledger.ErrStore) || time.Now().After(retryUntil) {
+					break
+				}
+			}
 			if err != nil || !d.Admitted {
-				t.Errorf("reserve of the whole capacity after the release: admitted=%v err=%v", d.Admitted, err)
+				t.Errorf("reserve of the whole capacity after the release: admitted=%v err=%v (after %d store errors)", d.Admitted, err, storeErrors)
+			}
+			if storeErrors > 0 {
+				t.Logf("the reserve after the release met %d store errors before it was answered", storeErrors)
 			}
 			t.Logf("attempt %d released a real hold; release stats %+v", i, rs)
 			return
